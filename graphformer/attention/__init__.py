@@ -1,0 +1,27 @@
+"""Graph attention behind one entry point.
+
+Layers call :func:`graph_attention` and never the kernels themselves, so another
+implementation (plain PyTorch scatter ops, say, for CUDA without a DGL CUDA build) can be
+registered in ``BACKENDS`` and chosen with :func:`set_backend` without touching the layers.
+"""
+from __future__ import annotations
+
+from graphformer.attention import dgl_ops
+
+BACKENDS = {"dgl": dgl_ops.attend}
+_active = {"name": "dgl"}
+
+
+def set_backend(name: str) -> None:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {sorted(BACKENDS)}")
+    _active["name"] = name
+
+
+def graph_attention(graph, q, k, v, return_weights: bool = False):
+    """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
+    along the edges of ``graph``; returns (N_dst, H, d) [and (E, H, 1) weights]."""
+    return BACKENDS[_active["name"]](graph, q, k, v, return_weights=return_weights)
+
+
+__all__ = ["graph_attention", "set_backend", "BACKENDS"]

@@ -1,0 +1,117 @@
+"""Mini-batches as one batched heterograph plus flat per-node tensors.
+
+There is no padding anywhere: a batch of B samples with lengths (n_b, m_b) has sum(n_b)
+source nodes and sum(m_b) target nodes, numbered sample by sample, and every per-node tensor
+below is indexed by those node ids.
+
+Teacher forcing for a target sentence y_1..y_k (without specials) uses m = k + 1 nodes:
+
+    decoder input   <s>  y_1 ... y_k
+    gold output     y_1  ...  y_k </s>
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Optional, Sequence
+
+import dgl
+import torch
+
+from graphformer.graphs.pool import CROSS, DEC, ENC, SRC, TGT, GraphPool
+from graphformer.vocab import EOS, SOS
+
+
+@dataclass
+class GraphBatch:
+    """What a model needs to run one mini-batch.
+
+    Attributes:
+        graph: batched heterograph (see :mod:`graphformer.graphs.pool`).
+        src_tokens, src_pos: (N_src,) token id and position of each source node.
+        tgt_tokens, tgt_pos: (N_tgt,) decoder input token and position of each target node.
+        gold: (N_tgt,) the token each target node must predict; ``None`` for inference batches.
+        src_lengths, tgt_lengths: (B,) tokens per sample.
+    """
+
+    graph: dgl.DGLGraph
+    src_tokens: torch.Tensor
+    src_pos: torch.Tensor
+    tgt_tokens: torch.Tensor
+    tgt_pos: torch.Tensor
+    gold: Optional[torch.Tensor]
+    src_lengths: torch.Tensor
+    tgt_lengths: torch.Tensor
+    _relations: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.src_lengths)
+
+    @property
+    def num_tgt_tokens(self) -> int:
+        return len(self.tgt_tokens)
+
+    def relation(self, etype: tuple[str, str, str]) -> dgl.DGLGraph:
+        """The single-relation graph of ``ENC``, ``DEC`` or ``CROSS`` (sliced once, then cached)."""
+        if etype not in self._relations:
+            self._relations[etype] = self.graph[etype]
+        return self._relations[etype]
+
+    @cached_property
+    def src_offsets(self) -> torch.Tensor:
+        """(B,) id of each sample's first source node."""
+        return torch.cumsum(self.src_lengths, 0) - self.src_lengths
+
+    def to(self, device: torch.device | str) -> "GraphBatch":
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("src_tokens", "src_pos", "tgt_tokens", "tgt_pos", "src_lengths", "tgt_lengths")
+        }
+        gold = None if self.gold is None else self.gold.to(device)
+        return replace(self, graph=self.graph.to(device), gold=gold, _relations={}, **moved)
+
+
+def make_batch(
+    pool: GraphPool,
+    src: Sequence[Sequence[int]],
+    tgt: Optional[Sequence[Sequence[int]]] = None,
+) -> GraphBatch:
+    """Batch source sequences and (for training) target sequences of token ids.
+
+    Targets are given without specials; <s> and </s> are added here. Without targets the batch
+    has no target nodes and serves as the start of decoding.
+    """
+    if len(src) == 0:
+        raise ValueError("empty batch: give at least one sample")
+    for i, s in enumerate(src):
+        if len(s) == 0:
+            raise ValueError(f"sample {i} has an empty source sequence; drop it or add a token")
+    if tgt is not None and len(tgt) != len(src):
+        raise ValueError(f"{len(src)} source sequences but {len(tgt)} target sequences")
+
+    src_lengths = torch.tensor([len(s) for s in src])
+    src_tokens = torch.tensor([t for s in src for t in s], dtype=torch.int64)
+    if tgt is None:
+        tgt_lengths = torch.zeros(len(src), dtype=torch.int64)
+        tgt_tokens = torch.zeros(0, dtype=torch.int64)
+        gold = None
+    else:
+        tgt_lengths = torch.tensor([len(t) + 1 for t in tgt])
+        tgt_tokens = torch.tensor([t for y in tgt for t in (SOS, *y)], dtype=torch.int64)
+        gold = torch.tensor([t for y in tgt for t in (*y, EOS)], dtype=torch.int64)
+
+    graph = pool.batch(list(zip(src_lengths.tolist(), tgt_lengths.tolist())))
+    return GraphBatch(
+        graph=graph,
+        src_tokens=src_tokens,
+        src_pos=graph.nodes[SRC].data["pos"],
+        tgt_tokens=tgt_tokens,
+        tgt_pos=graph.nodes[TGT].data["pos"],
+        gold=gold,
+        src_lengths=src_lengths,
+        tgt_lengths=tgt_lengths,
+    )
+
+
+__all__ = ["GraphBatch", "make_batch", "ENC", "DEC", "CROSS", "SRC", "TGT"]

@@ -1,0 +1,90 @@
+r"""Token embeddings and positional encodings, applied per node.
+
+    x_i = sqrt(d_model) * E[token_i] + P[pos_i]
+
+Sinusoidal positions (Vaswani et al., 2017, section 3.5):
+
+    P[p, 2i]   = sin(p / 10000^(2i / d_model))
+    P[p, 2i+1] = cos(p / 10000^(2i / d_model))
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class TokenEmbedding(nn.Module):
+    """(N,) token ids -> (N, d_model) vectors scaled by sqrt(d_model)."""
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        self.table = nn.Embedding(vocab_size, d_model)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.table.num_embeddings):
+            bad = int(tokens.max()) if int(tokens.max()) >= self.table.num_embeddings else int(tokens.min())
+            raise ValueError(
+                f"token id {bad} is outside the vocabulary (size {self.table.num_embeddings}); "
+                "encode inputs with the model's own vocabulary"
+            )
+        return self.table(tokens) * self.scale
+
+
+class SinusoidalPositions(nn.Module):
+    """(N,) positions -> (N, d_model) fixed sinusoids."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+        freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+        table = torch.zeros(max_len, d_model, dtype=torch.float64)
+        table[:, 0::2] = torch.sin(pos * freq)
+        table[:, 1::2] = torch.cos(pos * freq)[:, : d_model // 2]
+        self.register_buffer("table", table.float(), persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        return self.table.shape[0]
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions]
+
+
+class LearnedPositions(nn.Module):
+    """(N,) positions -> (N, d_model) trained vectors."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+
+    @property
+    def max_len(self) -> int:
+        return self.table.num_embeddings
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table(positions)
+
+
+POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}
+
+
+class Embedder(nn.Module):
+    """Token embedding + positional encoding + dropout, for one side (source or target)."""
+
+    def __init__(self, tokens: TokenEmbedding, positions: nn.Module, dropout: float):
+        super().__init__()
+        self.tokens = tokens
+        self.positions = positions
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if positions.numel() and int(positions.max()) >= self.positions.max_len:
+            raise ValueError(
+                f"sequence of length {int(positions.max()) + 1} is longer than the positional table "
+                f"(max_len={self.positions.max_len}); shorten it or build the model with a larger max_len"
+            )
+        x = self.tokens(tokens) + self.positions(positions).to(self.tokens.table.weight.dtype)
+        return self.dropout(x)

@@ -1,0 +1,115 @@
+r"""Encoder and decoder layers as *pre* and *post* node functions around message passing.
+
+A layer never touches edges itself: ``pre`` turns node states into queries, keys and values,
+:func:`graphformer.attention.graph_attention` moves messages along the edges, and ``post`` turns
+the aggregated messages back into node states. Running a layer on part of a graph (the still-active
+tokens of the Universal Transformer, the newest token while decoding) is then just calling the
+node functions on fewer nodes.
+
+Residual blocks come in two placements of layer normalisation:
+
+    post-norm (the paper):               x = LN(x + Sublayer(x))
+    pre-norm  (Annotated Transformer):   x = x + Sublayer(LN(x))
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from graphformer.attention import graph_attention
+from graphformer.model.attention import MultiHeadAttention
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to every node independently."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class Residual(nn.Module):
+    """Layer norm + dropout + residual connection around one sub-layer, pre- or post-norm."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        """The sub-layer's input: LN(x) with pre-norm, x itself with post-norm."""
+        return self.norm(x) if self.norm_first else x
+
+    def leave(self, x: torch.Tensor, sublayer_out: torch.Tensor) -> torch.Tensor:
+        """The block's output from its input x and the sub-layer's output."""
+        y = x + self.dropout(sublayer_out)
+        return y if self.norm_first else self.norm(y)
+
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        return self.leave(x, sublayer(self.enter(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention over the encoder graph, then a feed-forward block. Node states (N, d_model)."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.attn_block = Residual(d_model, dropout, norm_first)
+        self.ff_block = Residual(d_model, dropout, norm_first)
+
+    def pre(self, x: torch.Tensor):
+        """Node states -> q, k, v (N, H, d_head)."""
+        return self.self_attn.qkv(self.attn_block.enter(x))
+
+    def post(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """Node states and their aggregated messages o (N, H, d_head) -> new node states."""
+        x = self.attn_block.leave(x, self.self_attn.out(o))
+        return self.ff_block(x, self.feed_forward)
+
+    def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.pre(x)
+        return self.post(x, graph_attention(graph, q, k, v))
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the encoder's memory, then feed-forward."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads)
+        self.cross_attn = MultiHeadAttention(d_model, heads)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.self_block = Residual(d_model, dropout, norm_first)
+        self.cross_block = Residual(d_model, dropout, norm_first)
+        self.ff_block = Residual(d_model, dropout, norm_first)
+
+    def self_pre(self, x: torch.Tensor):
+        return self.self_attn.qkv(self.self_block.enter(x))
+
+    def self_post(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        return self.self_block.leave(x, self.self_attn.out(o))
+
+    def cross_pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cross_attn.q(self.cross_block.enter(x))
+
+    def memory_kv(self, memory: torch.Tensor):
+        """Keys and values of the encoder's output, computed once per layer and reused."""
+        return self.cross_attn.kv(memory)
+
+    def cross_post(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        x = self.cross_block.leave(x, self.cross_attn.out(o))
+        return self.ff_block(x, self.feed_forward)
+
+    def forward(self, self_graph, cross_graph, x: torch.Tensor, memory_kv) -> torch.Tensor:
+        q, k, v = self.self_pre(x)
+        x = self.self_post(x, graph_attention(self_graph, q, k, v))
+        mem_k, mem_v = memory_kv
+        return self.cross_post(x, graph_attention(cross_graph, self.cross_pre(x), mem_k, mem_v))

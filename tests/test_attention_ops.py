@@ -1,0 +1,66 @@
+"""The message-passing attention operators against a dense softmax."""
+import dgl
+import torch
+
+from graphformer import graph_attention
+
+
+def dense_reference(q, k, v, mask):
+    """Per-head masked softmax attention; mask[j, i] says query j may see key i."""
+    scores = torch.einsum("jhd,ihd->hji", q, k) / q.shape[-1] ** 0.5
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.einsum("hji,ihd->jhd", torch.softmax(scores, -1), v), torch.softmax(scores, -1)
+
+
+def random_graph(n_keys, n_queries, p, seed):
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n_queries, n_keys, generator=gen) < p
+    mask[torch.arange(n_queries), torch.randint(n_keys, (n_queries,), generator=gen)] = True
+    v_idx, u_idx = mask.nonzero(as_tuple=True)
+    g = dgl.heterograph({("k", "e", "q"): (u_idx, v_idx)}, num_nodes_dict={"k": n_keys, "q": n_queries})
+    return g, mask
+
+
+def test_matches_dense_softmax_on_a_random_graph():
+    g, mask = random_graph(11, 7, 0.4, seed=0)
+    q, k, v = (torch.randn(n, 3, 5, dtype=torch.float64) for n in (7, 11, 11))
+    out, w = graph_attention(g, q, k, v, return_weights=True)
+    ref, ref_w = dense_reference(q, k, v, mask)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    u, vv = g.edges()
+    torch.testing.assert_close(w[:, :, 0], ref_w[:, vv, u].T, atol=1e-12, rtol=0)
+
+
+def test_extreme_scores_are_finite_and_exact():
+    g, mask = random_graph(9, 6, 0.5, seed=1)
+    q = torch.randn(6, 2, 4, dtype=torch.float64)
+    k = torch.randn(9, 2, 4, dtype=torch.float64)
+    q = q / q.norm(dim=-1, keepdim=True)
+    k = 1e4 * k / k.norm(dim=-1, keepdim=True) * q.shape[-1] ** 0.5  # scores of magnitude up to 1e4
+    v = torch.randn(9, 2, 4, dtype=torch.float64)
+    for sign in (1.0, -1.0):
+        out = graph_attention(g, q, sign * k, v)
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out, dense_reference(q, sign * k, v, mask)[0], atol=1e-10, rtol=0)
+
+
+def test_float32_scores_of_1e4_stay_finite():
+    g, mask = random_graph(5, 5, 1.0, seed=2)
+    q = torch.full((5, 1, 1), 100.0)
+    k = torch.linspace(-100.0, 100.0, 5).view(5, 1, 1)  # scores from -1e4 to 1e4
+    v = torch.arange(5.0).view(5, 1, 1)
+    out = graph_attention(g, q, k, v)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, torch.full((5, 1, 1), 4.0))  # all weight on the largest score
+
+
+def test_gradients_match_dense_softmax():
+    g, mask = random_graph(8, 6, 0.5, seed=3)
+    tensors = [torch.randn(n, 2, 3, dtype=torch.float64, requires_grad=True) for n in (6, 8, 8)]
+    graph_attention(g, *tensors).pow(2).sum().backward()
+    graph_grads = [t.grad.clone() for t in tensors]
+    for t in tensors:
+        t.grad = None
+    dense_reference(*tensors, mask)[0].pow(2).sum().backward()
+    for mine, ref in zip(graph_grads, tensors):
+        torch.testing.assert_close(mine, ref.grad, atol=1e-12, rtol=0)

@@ -1,0 +1,70 @@
+"""Graph pool and batch structure."""
+import pytest
+import torch
+
+from graphformer import GraphPool
+from graphformer.graphs import CROSS, DEC, ENC, SRC, TGT, make_batch
+from graphformer.vocab import EOS, SOS
+
+
+@pytest.mark.parametrize("n,m", [(1, 1), (1, 7), (5, 1), (9, 4), (40, 40)])
+def test_edge_counts(n, m):
+    g = GraphPool().graph(n, m)
+    assert g.num_nodes(SRC) == n and g.num_nodes(TGT) == m
+    assert g.num_edges(ENC) == n * n
+    assert g.num_edges(DEC) == m * (m + 1) // 2
+    assert g.num_edges(CROSS) == n * m
+
+
+def test_self_loops_and_completeness():
+    g = GraphPool().graph(6, 5)
+    u, v = g.edges(etype=ENC)
+    assert set(zip(u.tolist(), v.tolist())) == {(i, j) for i in range(6) for j in range(6)}
+    u, v = g.edges(etype=CROSS)
+    assert set(zip(u.tolist(), v.tolist())) == {(i, j) for i in range(6) for j in range(5)}
+
+
+def test_decoder_edges_are_causal_in_a_batch():
+    pool = GraphPool()
+    batch = make_batch(pool, [[5] * 3, [6] * 7, [7]], [[8] * 9, [], [9] * 4])
+    u, v = batch.graph.edges(etype=DEC)
+    pos = batch.tgt_pos
+    sample = torch.repeat_interleave(torch.arange(3), batch.tgt_lengths)
+    assert bool((pos[u] <= pos[v]).all()), "an edge from a later target token"
+    assert bool((sample[u] == sample[v]).all()), "an edge between samples"
+    # every target node receives exactly the source nodes of its own sample
+    cu, cv = batch.graph.edges(etype=CROSS)
+    src_sample = torch.repeat_interleave(torch.arange(3), batch.src_lengths)
+    assert bool((src_sample[cu] == sample[cv]).all())
+    in_deg = torch.bincount(cv, minlength=batch.num_tgt_tokens)
+    assert in_deg.tolist() == batch.src_lengths[sample].tolist()
+
+
+def test_batch_carries_tokens_positions_and_gold():
+    batch = make_batch(GraphPool(), [[4, 5], [6]], [[7, 8, 9], [10]])
+    assert batch.size == 2
+    assert batch.src_tokens.tolist() == [4, 5, 6]
+    assert batch.src_pos.tolist() == [0, 1, 0]
+    assert batch.tgt_tokens.tolist() == [SOS, 7, 8, 9, SOS, 10]
+    assert batch.gold.tolist() == [7, 8, 9, EOS, 10, EOS]
+    assert batch.tgt_pos.tolist() == [0, 1, 2, 3, 0, 1]
+    assert batch.num_tgt_tokens == 6
+
+
+def test_graphs_are_built_lazily_and_cached():
+    pool = GraphPool()
+    assert pool.graph.cache_info().currsize == 0
+    g1 = pool.graph(3, 4)
+    assert pool.graph(3, 4) is g1
+    assert pool.graph.cache_info().currsize == 1
+
+
+def test_inference_batch_has_no_target_nodes():
+    batch = make_batch(GraphPool(), [[4, 5, 6]])
+    assert batch.gold is None and batch.num_tgt_tokens == 0
+    assert batch.graph.num_edges(ENC) == 9
+
+
+def test_empty_source_is_rejected():
+    with pytest.raises(ValueError, match="empty source"):
+        make_batch(GraphPool(), [[4], []], [[5], [6]])
