@@ -1,6 +1,204 @@
-"""Command line entry point (filled in by the training issue)."""
+"""The ``graphformer`` command: train, evaluate and translate.
+
+    graphformer train --task copy --out runs/copy
+    graphformer evaluate runs/copy --split test --json
+    echo "h e l l o" | graphformer translate runs/copy
+
+Errors a user can fix are printed as one line (``graphformer: error: ...``) with exit status 2;
+set GRAPHFORMER_DEBUG=1 to see the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from graphformer.errors import UserError
+
+
+def _train_parser(sub):
+    p = sub.add_parser("train", help="train a model", description="Train a graph Transformer and write a run directory.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    data = p.add_argument_group("data")
+    data.add_argument("--task", default="copy", help="copy | sort (generated) or parallel (your files in --data-dir)")
+    data.add_argument("--data-dir", help="train/valid/test.{src,tgt} files (generated there for copy/sort; default RUN_DIR/data)")
+    data.add_argument("--min-count", type=int, default=1, help="drop tokens seen fewer times in training data")
+    data.add_argument("--separate-vocab", action="store_true", help="one vocabulary per side instead of a shared one")
+    model = p.add_argument_group("model")
+    model.add_argument("--layers", type=int, default=2)
+    model.add_argument("--d-model", type=int, default=128)
+    model.add_argument("--heads", type=int, default=4)
+    model.add_argument("--d-ff", type=int, default=512)
+    model.add_argument("--dropout", type=float, default=0.1)
+    model.add_argument("--norm", choices=("pre", "post"), default="pre", help="layer-norm placement")
+    model.add_argument("--positions", choices=("sinusoidal", "learned"), default="sinusoidal")
+    model.add_argument("--max-len", type=int, default=256, help="longest sequence the positional table holds")
+    model.add_argument("--tie", choices=("none", "decoder", "all"), default="none",
+                       help="share target embedding and generator (decoder), and the source embedding too (all)")
+    opt = p.add_argument_group("optimisation")
+    opt.add_argument("--seed", type=int, default=1)
+    opt.add_argument("--epochs", type=int, default=10)
+    opt.add_argument("--batch-size", type=int, help="sentences per batch (default 64 unless --batch-tokens)")
+    opt.add_argument("--batch-tokens", type=int, help="source + target tokens per batch")
+    opt.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
+    opt.add_argument("--clip-norm", type=float, help="clip the gradient norm to this value")
+    opt.add_argument("--warmup", type=int, default=400, help="Noam warm-up steps")
+    opt.add_argument("--lr-factor", type=float, default=1.0, help="Noam factor")
+    opt.add_argument("--label-smoothing", type=float, default=0.1)
+    run = p.add_argument_group("running")
+    run.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    run.add_argument("--valid-beam", type=int, default=1, help="beam for the per-epoch exact-match check")
+    run.add_argument("--save-every", type=int, help="also write checkpoint_last.pt every N steps")
+    run.add_argument("--max-steps", type=int, help="stop with a checkpoint after this many steps")
+    run.add_argument("--threads", type=int, help="torch CPU threads")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+
+def _eval_parser(sub):
+    p = sub.add_parser("evaluate", help="score a trained model on a split",
+                       description="Loss, token accuracy and exact match of a run's model on a data split.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"))
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
+    p.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_evaluate)
+
+
+def _translate_parser(sub):
+    p = sub.add_parser("translate", help="decode input lines with a trained model",
+                       description="Read one sentence per line (stdin or --input), write one decoded line each.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--input", help="file to read instead of stdin")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
+    p.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=cmd_translate)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse's own prints the whole usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="graphformer", description="The Transformer as message passing on graphs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    _train_parser(sub)
+    _eval_parser(sub)
+    _translate_parser(sub)
+    return parser
+
+
+def cmd_train(args) -> int:
+    import torch
+
+    from graphformer.model import ModelConfig
+    from graphformer.training.config import TrainConfig
+    from graphformer.training.trainer import Trainer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train_cfg = TrainConfig(
+        task=args.task, data_dir=args.data_dir, seed=args.seed, epochs=args.epochs, batch_size=args.batch_size,
+        batch_tokens=args.batch_tokens, accumulate=args.accumulate, clip_norm=args.clip_norm, warmup=args.warmup,
+        lr_factor=args.lr_factor, label_smoothing=args.label_smoothing, min_count=args.min_count,
+        shared_vocab=not args.separate_vocab, device=args.device, valid_beam=args.valid_beam,
+        save_every=args.save_every, max_steps=args.max_steps)
+    model_cfg = None
+    if not args.resume:
+        model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, layers=args.layers, d_model=args.d_model, heads=args.heads,
+                                d_ff=args.d_ff, dropout=args.dropout, norm_first=args.norm == "pre",
+                                positions=args.positions, max_len=args.max_len, tie=args.tie)
+    trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
+    try:
+        metrics = trainer.run()
+    finally:
+        from graphformer.training import distributed
+        distributed.teardown(trainer.ctx)
+    if not trainer.ctx.is_main:
+        return 0
+    if trainer.interrupted:
+        print(f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
+              f"continue with: graphformer train --out {args.out} --resume", file=sys.stderr)
+        return 130
+    where = f"step {trainer.progress['step']}, epoch {trainer.progress['epoch']}"
+    if metrics:
+        print(f"done ({where}): valid loss {metrics['valid_loss']:.4f}, token accuracy "
+              f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}")
+    else:
+        print(f"stopped at {where}; checkpoint in {args.out}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from graphformer.graphs import GraphPool
+    from graphformer.training.evaluate import evaluate
+    from graphformer.training.run import LoadedRun
+
+    if args.beam < 1:
+        raise UserError(f"--beam must be at least 1, got {args.beam}")
+    run = LoadedRun(args.run_dir, args.checkpoint, args.device)
+    scores = evaluate(run.model, run.split(args.split), GraphPool(), beam=args.beam, alpha=args.alpha)
+    scores.update(split=args.split, beam=args.beam, checkpoint=str(run.path))
+    if args.json:
+        print(json.dumps(scores))
+    else:
+        print(f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
+              f"exact_match={scores['exact_match']:.4f} (beam {args.beam})")
+    return 0
+
+
+def cmd_translate(args) -> int:
+    from graphformer.decoding import translate_ids
+    from graphformer.training.run import LoadedRun
+
+    if args.beam < 1:
+        raise UserError(f"--beam must be at least 1, got {args.beam}")
+    run = LoadedRun(args.run_dir, args.checkpoint, args.device)
+    raw = open(args.input, "rb").read() if args.input else sys.stdin.buffer.read()
+    name = args.input or "standard input"
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise UserError(f"{name}: line {line} is not valid UTF-8; convert the input to UTF-8") from None
+    limit = run.model.cfg.max_len
+    src = []
+    for i, line in enumerate(lines, 1):
+        ids = run.src_vocab.encode(line.split())
+        if len(ids) > limit:
+            print(f"graphformer: warning: line {i} has {len(ids)} tokens; translating its first {limit}",
+                  file=sys.stderr)
+            ids = ids[:limit]
+        src.append(ids)
+    nonempty = [i for i, s in enumerate(src) if s]
+    hyps = translate_ids(run.model, [src[i] for i in nonempty], beam=args.beam, alpha=args.alpha) if nonempty else []
+    out = [""] * len(src)
+    for i, hyp in zip(nonempty, hyps):
+        out[i] = " ".join(run.tgt_vocab.decode(hyp.tokens))
+    sys.stdout.write("".join(line + "\n" for line in out))
+    return 0
 
 
 def main(argv=None) -> int:
-    print("graphformer: see README.md")
-    return 0
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (UserError, ValueError) as err:
+        if os.environ.get("GRAPHFORMER_DEBUG"):
+            raise
+        print(f"graphformer: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("graphformer: interrupted", file=sys.stderr)
+        return 130

@@ -7,3 +7,16 @@ def random_pairs(n_samples, vocab, max_len=40, seed=0):
     src = [[rng.randrange(4, vocab) for _ in range(rng.randint(1, max_len))] for _ in range(n_samples)]
     tgt = [[rng.randrange(4, vocab) for _ in range(rng.randint(0, max_len - 1))] for _ in range(n_samples)]
     return src, tgt
+
+
+TINY_MODEL = ["--layers", "1", "--d-model", "32", "--heads", "4", "--d-ff", "64", "--quiet"]
+
+
+def small_copy_data(path, n_train=240, seed=1):
+    from graphformer.data import tasks
+    return tasks.write_task("copy", path, seed=seed, sizes={"train": n_train, "valid": 40, "test": 40})
+
+
+def read_jsonl(path):
+    import json
+    return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]

@@ -1,0 +1,5 @@
+import sys
+
+from graphformer.cli import main
+
+sys.exit(main())

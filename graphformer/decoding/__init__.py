@@ -1,0 +1,51 @@
+"""Decoding: greedy and beam search over incremental graph decoding."""
+from __future__ import annotations
+
+import torch
+
+from graphformer.decoding.search import Hypothesis, beam_search, greedy_search
+from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper
+from graphformer.graphs import GraphPool, make_batch
+
+
+def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int, extra: int = 50) -> torch.Tensor:
+    """At most ``source length + extra`` tokens (including </s>), within the positional table."""
+    return torch.clamp(src_lengths + extra, max=model_max_len)
+
+
+@torch.no_grad()
+def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6,
+                  batch_size: int = 64, pool: GraphPool | None = None, extra_len: int = 50,
+                  incremental: bool = True) -> list[Hypothesis]:
+    """Decode each source id sequence; results in input order.
+
+    Sentences are decoded in batches of similar length; ``beam=1`` is greedy search.
+    """
+    pool = pool or GraphPool()
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(src)), key=lambda i: len(src[i]))
+    results: list[Hypothesis | None] = [None] * len(src)
+    try:
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            chunk = [src[i] for i in idx]
+            batch = make_batch(pool, chunk).to(device)
+            limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
+            if incremental:
+                stepper = IncrementalStepper(model, batch, beam, int(limits.max()))
+            else:
+                stepper = RecomputeStepper(model, chunk, beam, pool, device)
+            if beam == 1:
+                hyps = greedy_search(stepper, limits)
+            else:
+                hyps = beam_search(stepper, limits, beam, alpha)
+            for i, hyp in zip(idx, hyps):
+                results[i] = hyp
+    finally:
+        model.train(was_training)
+    return results
+
+
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "IncrementalStepper", "RecomputeStepper", "translate_ids"]

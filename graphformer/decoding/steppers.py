@@ -1,0 +1,121 @@
+"""Steppers: the model's next-token distribution for a set of growing hypotheses.
+
+Search (greedy or beam) sees only this interface::
+
+    stepper.step(tokens)   feed each hypothesis its newest token (H,), get (H, V) log-probs
+    stepper.reorder(idx)   hypothesis h now continues hypothesis idx[h] (beam search)
+
+Two implementations give the same numbers:
+
+* :class:`IncrementalStepper` - graph decoding proper. At step t only the H newest target nodes
+  are computed. Each layer's keys and values of earlier target nodes are kept as node state, so
+  the only messages sent are along the in-edges of the new nodes: t + 1 decoder self-attention
+  edges and n_src cross-attention edges per hypothesis.
+* :class:`RecomputeStepper` - rebuilds each hypothesis's whole prefix as a training batch every
+  step. Slow (quadratic work), kept as the reference the incremental one is tested against.
+"""
+from __future__ import annotations
+
+import dgl
+import torch
+
+from graphformer.attention import graph_attention
+from graphformer.graphs import GraphPool, make_batch
+
+
+def bipartite(u: torch.Tensor, v: torch.Tensor, num_src: int, num_dst: int) -> dgl.DGLGraph:
+    """A graph from ``num_src`` key nodes to ``num_dst`` query nodes with edges u -> v."""
+    return dgl.heterograph({("key", "attends", "query"): (u, v)},
+                           num_nodes_dict={"key": num_src, "query": num_dst}, idtype=torch.int64,
+                           device=u.device)
+
+
+class IncrementalStepper:
+    """Incremental graph decoding for a :class:`~graphformer.model.GraphTransformer`.
+
+    Args:
+        model: the model (used in eval mode under no_grad by the caller).
+        batch: an inference batch of B source sentences (``make_batch(pool, src)``).
+        hyps_per_sentence: k hypotheses per sentence (1 for greedy, the beam size for beam search);
+            hypothesis h belongs to sentence h // k.
+        max_steps: most target nodes any hypothesis will have.
+    """
+
+    def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int):
+        self.model = model
+        device = batch.src_tokens.device
+        memory = model.encode(batch)
+        self.memory_kv = [layer.memory_kv(memory) for layer in model.decoder.layers]
+        k = hyps_per_sentence
+        self.num_hyps = batch.size * k
+        sentence = torch.arange(batch.size, device=device).repeat_interleave(k)
+        # Cross-attention edges never change: every source node of a sentence -> each of its hypotheses.
+        lengths = batch.src_lengths[sentence]
+        hyp_of_edge = torch.arange(self.num_hyps, device=device).repeat_interleave(lengths)
+        first = torch.cumsum(lengths, 0) - lengths
+        src_node = batch.src_offsets[sentence][hyp_of_edge] + torch.arange(len(hyp_of_edge), device=device) - first[hyp_of_edge]
+        self.cross_graph = bipartite(src_node, hyp_of_edge, len(memory), self.num_hyps)
+        cfg = model.cfg
+        shape = (cfg.layers, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
+        self.keys = memory.new_zeros(shape)
+        self.values = memory.new_zeros(shape)
+        self.max_steps = max_steps
+        self.t = 0
+
+    def _self_graph(self) -> dgl.DGLGraph:
+        """Edges from cached target nodes 0..t of each hypothesis to its new node t.
+        Cached node (h, j) has id h * max_steps + j."""
+        t, T, H = self.t, self.max_steps, self.num_hyps
+        device = self.keys.device
+        hyp = torch.arange(H, device=device).repeat_interleave(t + 1)
+        u = hyp * T + torch.arange(t + 1, device=device).repeat(H)
+        return bipartite(u, hyp, H * T, H)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.t >= self.max_steps:
+            raise RuntimeError("decoding ran past max_steps")
+        model, t = self.model, self.t
+        positions = torch.full_like(tokens, t)
+        x = model.tgt_embed(tokens, positions)
+        self_graph = self._self_graph()
+        cache_shape = (-1,) + self.keys.shape[3:]
+        for i, layer in enumerate(model.decoder.layers):
+            q, k, v = layer.self_pre(x)
+            self.keys[i, :, t] = k
+            self.values[i, :, t] = v
+            o = graph_attention(self_graph, q, self.keys[i].reshape(cache_shape), self.values[i].reshape(cache_shape))
+            x = layer.self_post(x, o)
+            mem_k, mem_v = self.memory_kv[i]
+            x = layer.cross_post(x, graph_attention(self.cross_graph, layer.cross_pre(x), mem_k, mem_v))
+        self.t += 1
+        return model.generator(model.decoder.norm(x))
+
+    def reorder(self, parents: torch.Tensor) -> None:
+        self.keys = self.keys[:, parents]
+        self.values = self.values[:, parents]
+
+
+class RecomputeStepper:
+    """Reference stepper: recompute every hypothesis's full prefix at every step."""
+
+    def __init__(self, model, src: list[list[int]], hyps_per_sentence: int, pool: GraphPool, device=None):
+        self.model, self.pool, self.device = model, pool, device
+        self.src = [s for s in src for _ in range(hyps_per_sentence)]
+        self.prefixes = [[] for _ in self.src]
+        self.started = False
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        # The first token is <s>, which make_batch adds itself.
+        if self.started:
+            for prefix, tok in zip(self.prefixes, tokens.tolist()):
+                prefix.append(tok)
+        self.started = True
+        batch = make_batch(self.pool, self.src, self.prefixes)
+        if self.device is not None:
+            batch = batch.to(self.device)
+        log_probs = self.model(batch)
+        last = torch.cumsum(batch.tgt_lengths, 0) - 1
+        return log_probs[last.to(log_probs.device)]
+
+    def reorder(self, parents: torch.Tensor) -> None:
+        self.prefixes = [list(self.prefixes[p]) for p in parents.tolist()]

@@ -1,0 +1,1 @@
+"""Training: loss, Noam schedule, checkpoints, the training loop and evaluation."""

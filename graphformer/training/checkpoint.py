@@ -1,0 +1,59 @@
+"""Checkpoints: written atomically, read with clear errors.
+
+A checkpoint is one ``torch.save`` file holding only tensors and plain Python values (so it
+loads with ``weights_only=True``): model and optimizer state, the schedule, RNG states,
+vocabularies, configs and progress counters.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import torch
+
+from graphformer.errors import UserError
+
+FORMAT = "graphformer-checkpoint-1"
+LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
+
+
+def save_atomic(state: dict, path: str | Path) -> None:
+    """Write to a temporary file in the same directory, flush it to disk, then rename over ``path``:
+    a crash at any moment leaves either the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"format": FORMAT, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no checkpoint at {path}; train a model first (graphformer train --out DIR)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError, OSError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"checkpoint {path} is damaged or truncated ({reason}); use the other checkpoint or retrain") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise UserError(f"{path} is not a graphformer checkpoint")
+    return state
+
+
+def find(run_dir: str | Path, which: str = "best") -> Path:
+    """The run's best (or last) checkpoint, falling back to the other one."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} does not exist; give the --out directory of a training run")
+    order = (BEST, LAST) if which == "best" else (LAST, BEST)
+    for name in order:
+        if (run_dir / name).is_file():
+            return run_dir / name
+    raise UserError(f"no checkpoint in {run_dir}; train first with graphformer train --out {run_dir}")

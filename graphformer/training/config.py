@@ -1,0 +1,59 @@
+"""Training options, saved with the run (``RUN_DIR/config.json`` and every checkpoint)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+from graphformer.errors import UserError
+
+TASKS = ("copy", "sort", "parallel")
+
+
+@dataclass
+class TrainConfig:
+    task: str = "copy"
+    data_dir: Optional[str] = None      # copy/sort: where the generated files go (default RUN_DIR/data)
+    seed: int = 1
+    epochs: int = 10
+    batch_size: Optional[int] = None    # sentences per batch ...
+    batch_tokens: Optional[int] = None  # ... or source + target tokens per batch
+    accumulate: int = 1                 # batches per optimizer step
+    clip_norm: Optional[float] = None
+    warmup: int = 400
+    lr_factor: float = 1.0
+    label_smoothing: float = 0.1
+    min_count: int = 1
+    shared_vocab: bool = True
+    device: str = "auto"
+    valid_beam: int = 1                 # beam for the per-epoch exact-match check (1 = greedy)
+    save_every: Optional[int] = None    # also write checkpoint_last.pt every N steps
+    max_steps: Optional[int] = None     # stop (with a checkpoint) after this many optimizer steps
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise UserError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        if self.task == "parallel" and not self.data_dir:
+            raise UserError("--task parallel needs --data-dir with train/valid/test .src/.tgt files")
+        if self.batch_size is None and self.batch_tokens is None:
+            self.batch_size = 64
+        if self.batch_size is not None and self.batch_tokens is not None:
+            raise UserError("give either --batch-size or --batch-tokens, not both")
+        for name in ("epochs", "accumulate", "warmup", "min_count", "valid_beam"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("batch_size", "batch_tokens", "save_every", "max_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise UserError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise UserError(f"--clip-norm must be positive, got {self.clip_norm}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})

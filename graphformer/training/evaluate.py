@@ -1,0 +1,43 @@
+"""Scores of a model on a split: loss and token accuracy (teacher forcing), exact match (decoding)."""
+from __future__ import annotations
+
+import torch
+
+from graphformer.data.batching import plan_batches
+from graphformer.data.corpus import Split
+from graphformer.decoding import translate_ids
+from graphformer.graphs import GraphPool, make_batch
+from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
+
+
+@torch.no_grad()
+def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 4096) -> dict:
+    """Mean per-token NLL (no smoothing) and token accuracy over the split."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total_loss, correct, total = 0.0, 0, 0
+    plan = plan_batches([len(s) for s in split.src], [len(t) for t in split.tgt],
+                        batch_tokens=batch_tokens, shuffle=False)
+    for idx in plan:
+        batch = make_batch(pool, [split.src[i] for i in idx], [split.tgt[i] for i in idx]).to(device)
+        log_probs = model(batch)
+        total_loss += float(label_smoothed_nll(log_probs, batch.gold, 0.0))
+        c, n = token_accuracy_counts(log_probs, batch.gold)
+        correct, total = correct + c, total + n
+    model.train(was_training)
+    return {"loss": total_loss / total, "token_accuracy": correct / total}
+
+
+def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6) -> tuple[float, list]:
+    """Share of sentences decoded exactly as the reference, and the decoded hypotheses."""
+    hyps = translate_ids(model, split.src, beam=beam, alpha=alpha, pool=pool)
+    hits = sum(h.tokens == ref for h, ref in zip(hyps, split.tgt))
+    return hits / len(split), hyps
+
+
+def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6) -> dict:
+    scores = teacher_forced(model, split, pool)
+    scores["exact_match"], _ = exact_match(model, split, pool, beam, alpha)
+    scores["n"] = len(split)
+    return scores

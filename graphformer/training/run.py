@@ -1,0 +1,101 @@
+"""A run directory: what training writes, and how evaluation and translation read it back.
+
+    RUN_DIR/config.json          model and training options
+    RUN_DIR/vocab.json           {"src": [...], "tgt": [...]} tokens by id
+    RUN_DIR/checkpoint_last.pt   written every epoch (and on Ctrl-C, --max-steps, --save-every)
+    RUN_DIR/checkpoint_best.pt   the epoch with the lowest validation loss
+    RUN_DIR/metrics.jsonl        one JSON object per epoch
+    RUN_DIR/steps.jsonl          one JSON object per optimizer step
+    RUN_DIR/data/                generated copy/sort data (unless --data-dir says otherwise)
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from graphformer.data import tasks
+from graphformer.data.corpus import Split, build_vocabs, read_split
+from graphformer.errors import UserError
+from graphformer.model import GraphTransformer, ModelConfig
+from graphformer.training import checkpoint
+from graphformer.training.config import TrainConfig
+from graphformer.vocab import Vocab
+
+
+def data_dir_of(cfg: TrainConfig, run_dir: Path) -> Path:
+    return Path(cfg.data_dir) if cfg.data_dir else run_dir / "data"
+
+
+def prepare_data(cfg: TrainConfig, run_dir: Path) -> Path:
+    """The data directory, with the synthetic task generated into it when needed."""
+    data_dir = data_dir_of(cfg, run_dir)
+    if cfg.task in tasks.TASKS:
+        tasks.write_task(cfg.task, data_dir, seed=cfg.seed)
+    elif not data_dir.is_dir():
+        raise UserError(f"data directory {data_dir} does not exist")
+    return data_dir
+
+
+def read_splits(data_dir: Path, names=("train", "valid")) -> dict[str, Split]:
+    return {name: read_split(data_dir, name) for name in names}
+
+
+def vocabs_for(train: Split, cfg: TrainConfig) -> tuple[Vocab, Vocab]:
+    return build_vocabs(train, cfg.min_count, cfg.shared_vocab)
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def save_run_files(run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, src_vocab: Vocab, tgt_vocab: Vocab):
+    write_json_atomic(run_dir / "config.json", {"model": model_cfg.to_dict(), "train": train_cfg.to_dict()})
+    write_json_atomic(run_dir / "vocab.json", {"src": src_vocab.itos, "tgt": tgt_vocab.itos})
+
+
+def check_matches_run(state: dict, run_dir: Path, path: Path) -> None:
+    """A checkpoint must belong to the run it sits in: same vocabulary, same model."""
+    vocab_file, config_file = run_dir / "vocab.json", run_dir / "config.json"
+    if vocab_file.is_file():
+        on_disk = json.loads(vocab_file.read_text(encoding="utf-8"))
+        if on_disk != state["vocab"]:
+            raise UserError(f"{path} was trained with another vocabulary than {vocab_file}; "
+                            "use the checkpoint of this run or retrain")
+    if config_file.is_file():
+        on_disk = json.loads(config_file.read_text(encoding="utf-8"))["model"]
+        if on_disk != state["model_config"]:
+            raise UserError(f"{path} holds another model than {config_file} describes; "
+                            "use the checkpoint of this run or retrain")
+
+
+class LoadedRun:
+    """A trained model and everything needed to feed it, read from a run directory."""
+
+    def __init__(self, run_dir: str | Path, which: str = "best", device="cpu"):
+        self.run_dir = Path(run_dir)
+        path = checkpoint.find(self.run_dir, which)
+        state = checkpoint.load(path)
+        check_matches_run(state, self.run_dir, path)
+        self.path = path
+        self.train_cfg = TrainConfig.from_dict(state["train_config"])
+        self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+        self.model = build_model(state, path).to(device).eval()
+        self.progress = state["progress"]
+
+    def split(self, name: str) -> Split:
+        data_dir = data_dir_of(self.train_cfg, self.run_dir)
+        if self.train_cfg.task in tasks.TASKS:
+            tasks.write_task(self.train_cfg.task, data_dir, seed=self.train_cfg.seed)
+        return read_split(data_dir, name).encode(self.src_vocab, self.tgt_vocab)
+
+
+def build_model(state: dict, path: Path) -> GraphTransformer:
+    model = GraphTransformer(ModelConfig.from_dict(state["model_config"]))
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError:
+        raise UserError(f"{path} holds weights of another model shape than its config; retrain") from None
+    return model

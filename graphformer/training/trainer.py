@@ -1,0 +1,274 @@
+"""The training loop: batches -> loss -> Adam + Noam, with validation, checkpoints and resume.
+
+Resuming is exact: the batch order of an epoch is a function of (seed, epoch) only, and a
+checkpoint stores the RNG states, optimizer, schedule and the position inside the epoch, so a
+run stopped after k steps and resumed computes the same losses as one that never stopped.
+"""
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from graphformer.data.batching import plan_batches, shard
+from graphformer.data.text import write_lines_atomic
+from graphformer.errors import UserError
+from graphformer.graphs import GraphPool, make_batch
+from graphformer.model import GraphTransformer, ModelConfig
+from graphformer.training import checkpoint, distributed
+from graphformer.training.config import TrainConfig
+from graphformer.training.evaluate import evaluate
+from graphformer.training.loss import label_smoothed_nll
+from graphformer.training.run import (build_model, check_matches_run, data_dir_of, prepare_data, read_splits,
+                                      save_run_files, vocabs_for)
+from graphformer.training.schedule import make_optimizer
+from graphformer.vocab import Vocab
+
+
+class Interrupted(Exception):
+    """Raised after Ctrl-C once a checkpoint is safely written."""
+
+
+class Trainer:
+    def __init__(self, run_dir: str | Path, model_cfg: ModelConfig | None, train_cfg: TrainConfig,
+                 resume: bool = False, show_progress: bool = True):
+        self.run_dir = Path(run_dir)
+        self.ctx = distributed.setup(train_cfg.device)
+        self.show_progress = show_progress and self.ctx.is_main
+        self.pool = GraphPool()
+        self.progress = {"epoch": 0, "batch": 0, "step": 0, "best_valid_loss": None}
+        self._stop_requested = False
+        if resume:
+            self._resume(train_cfg)
+        else:
+            self._start(model_cfg, train_cfg)
+
+    # ---- setting up -------------------------------------------------------------------------
+    def _start(self, model_cfg: ModelConfig, cfg: TrainConfig):
+        if any((self.run_dir / name).exists() for name in (checkpoint.LAST, checkpoint.BEST)):
+            raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.cfg = cfg
+        self._load_data()
+        self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], cfg)
+        self._encode()
+        model_cfg.src_vocab, model_cfg.tgt_vocab = len(self.src_vocab), len(self.tgt_vocab)
+        ModelConfig.__post_init__(model_cfg)
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        self.model = GraphTransformer(model_cfg)
+        if self.ctx.is_main:
+            save_run_files(self.run_dir, model_cfg, cfg, self.src_vocab, self.tgt_vocab)
+        self._build_optimizer()
+
+    def _resume(self, overrides: TrainConfig):
+        path = self.run_dir / checkpoint.LAST
+        if not path.is_file():
+            raise UserError(f"--resume: no checkpoint in {self.run_dir}; start a new run without --resume")
+        state = checkpoint.load(path)
+        check_matches_run(state, self.run_dir, path)
+        cfg = TrainConfig.from_dict(state["train_config"])
+        # Only how long to train, and where, may change on resume.
+        cfg.epochs, cfg.max_steps, cfg.device = overrides.epochs, overrides.max_steps, overrides.device
+        self.cfg = cfg
+        self._load_data()
+        self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+        self._encode()
+        self.model = build_model(state, path)
+        self._build_optimizer()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.progress = dict(state["progress"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(_tuplify(state["rng"]["python"]))
+        if torch.cuda.is_available() and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        if self.ctx.is_main:
+            _truncate_jsonl(self.run_dir / "steps.jsonl", "step", self.progress["step"])
+            _truncate_jsonl(self.run_dir / "metrics.jsonl", "epoch", self.progress["epoch"])
+
+    def _load_data(self):
+        if self.ctx.is_main:
+            prepare_data(self.cfg, self.run_dir)
+        if self.ctx.distributed:
+            torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
+        self.splits = read_splits(data_dir_of(self.cfg, self.run_dir))
+
+    def _encode(self):
+        for split in self.splits.values():
+            split.encode(self.src_vocab, self.tgt_vocab)
+
+    def _build_optimizer(self):
+        self.model.to(self.ctx.device)
+        self.net = self.model
+        if self.ctx.distributed:
+            ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+            self.net = DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer, self.schedule = make_optimizer(
+            self.model.parameters(), self.model.cfg.d_model, self.cfg.warmup, self.cfg.lr_factor)
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def state(self) -> dict:
+        return {
+            "model_kind": "transformer",
+            "model_config": self.model.cfg.to_dict(),
+            "train_config": self.cfg.to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "vocab": {"src": self.src_vocab.itos, "tgt": self.tgt_vocab.itos},
+            "progress": dict(self.progress),
+        }
+
+    def save(self, best: bool = False):
+        if not self.ctx.is_main:
+            return
+        state = self.state()
+        checkpoint.save_atomic(state, self.run_dir / checkpoint.LAST)
+        if best:
+            checkpoint.save_atomic(state, self.run_dir / checkpoint.BEST)
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def epoch_plan(self, epoch: int):
+        """The optimizer steps of an epoch: this rank's batches for each step (``accumulate`` of
+        them), and all ranks' batches for each step (``accumulate * world`` of them)."""
+        train = self.splits["train"]
+        plan = plan_batches([len(s) for s in train.src], [len(t) for t in train.tgt],
+                            batch_size=self.cfg.batch_size, batch_tokens=self.cfg.batch_tokens,
+                            seed=self.cfg.seed, epoch=epoch)
+        k, world = self.cfg.accumulate, self.ctx.world
+        steps = len(plan) // (k * world)
+        per_step = [plan[s * k * world:(s + 1) * k * world] for s in range(steps)]
+        return [shard(group, self.ctx.rank, world) for group in per_step], per_step
+
+    def train_step(self, batches: list[list[int]], global_tokens: int) -> float:
+        """One optimizer step over this rank's ``batches``; returns the summed loss of this rank.
+
+        Each micro-batch's loss is divided by the token count of the whole step across all ranks
+        (and multiplied by the world size, since DDP averages gradients over ranks), so the update
+        equals one on the union of all batches in a single process.
+        """
+        train = self.splits["train"]
+        self.net.train()
+        total = 0.0
+        for i, idx in enumerate(batches):
+            batch = make_batch(self.pool, [train.src[j] for j in idx], [train.tgt[j] for j in idx]).to(self.ctx.device)
+            sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
+            with sync:
+                loss = label_smoothed_nll(self.net(batch), batch.gold, self.cfg.label_smoothing)
+                (loss * (self.ctx.world / global_tokens)).backward()
+            total += float(loss)
+        if self.cfg.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.optimizer.step()
+        self.schedule.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total
+
+    def run(self) -> dict | None:
+        """Train until cfg.epochs (or cfg.max_steps); returns the last validation metrics."""
+        previous = signal.signal(signal.SIGINT, self._on_interrupt) if self.ctx.is_main else None
+        metrics = None
+        try:
+            while self.progress["epoch"] < self.cfg.epochs:
+                if not self._train_epoch():
+                    return metrics
+                metrics = self._end_epoch()
+            return metrics
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _train_epoch(self) -> bool:
+        """Steps of the current epoch from where progress points; False if training must stop."""
+        epoch = self.progress["epoch"]
+        steps, global_steps = self.epoch_plan(epoch)
+        train = self.splits["train"]
+        bar = tqdm(total=len(steps), initial=self.progress["batch"], desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
+                   disable=not self.show_progress, dynamic_ncols=True, leave=False)
+        tic, tokens_seen = time.perf_counter(), 0
+        for s in range(self.progress["batch"], len(steps)):
+            global_tokens = sum(len(train.tgt[j]) + 1 for b in global_steps[s] for j in b)
+            lr = self.schedule.get_last_lr()[0]
+            loss_sum = distributed.all_reduce_sum(self.train_step(steps[s], global_tokens), self.ctx)
+            self.progress["batch"] = s + 1
+            self.progress["step"] += 1
+            tokens_seen += global_tokens
+            rate = tokens_seen / max(time.perf_counter() - tic, 1e-9)
+            loss = loss_sum / global_tokens
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}")
+            bar.update()
+            self._log("steps.jsonl", {"step": self.progress["step"], "epoch": epoch, "loss": loss,
+                                      "lr": lr, "tokens": global_tokens})
+            if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
+                self.save()
+            if self._should_stop():
+                bar.close()
+                self.save()
+                return False
+        bar.close()
+        return True
+
+    def _should_stop(self) -> bool:
+        stop = self._stop_requested or (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps)
+        if self.ctx.distributed:  # every rank must stop at the same step
+            stop = distributed.all_reduce_sum(float(stop), self.ctx) > 0
+        if stop and self._stop_requested:
+            self.interrupted = True
+        return stop
+
+    def _end_epoch(self) -> dict:
+        epoch = self.progress["epoch"]
+        metrics = {"epoch": epoch + 1, "step": self.progress["step"]}
+        if self.ctx.is_main:
+            valid = evaluate(self.model, self.splits["valid"], self.pool, beam=self.cfg.valid_beam)
+            metrics.update({f"valid_{k}": v for k, v in valid.items() if k != "n"})
+            metrics["lr"] = self.schedule.get_last_lr()[0]
+        self.progress["epoch"] = epoch + 1
+        self.progress["batch"] = 0
+        best = self.progress["best_valid_loss"]
+        is_best = self.ctx.is_main and (best is None or metrics["valid_loss"] < best)
+        if is_best:
+            self.progress["best_valid_loss"] = metrics["valid_loss"]
+        self._log("metrics.jsonl", metrics)
+        self.save(best=is_best)
+        if self.show_progress:
+            tqdm.write(json.dumps(metrics))
+        return metrics
+
+    def _log(self, name: str, record: dict):
+        if self.ctx.is_main:
+            with open(self.run_dir / name, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _on_interrupt(self, signum, frame):
+        if self._stop_requested:  # a second Ctrl-C: stop now, the last checkpoint stays as it was
+            raise KeyboardInterrupt
+        self._stop_requested = True
+        tqdm.write("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort)")
+
+    interrupted = False
+
+
+def _tuplify(x):
+    """JSON-like lists back into the nested tuples random.setstate wants."""
+    return tuple(_tuplify(i) for i in x) if isinstance(x, (list, tuple)) else x
+
+
+def _truncate_jsonl(path: Path, key: str, last: int) -> None:
+    """Drop log records written after the checkpoint we resume from (a hard kill leaves some)."""
+    if not path.is_file():
+        return
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    kept = [ln for ln in lines if json.loads(ln)[key] <= last]
+    if len(kept) != len(lines):
+        write_lines_atomic(path, kept)

@@ -1,0 +1,170 @@
+"""The command line: evaluate/translate output, and one-line errors for bad input."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from graphformer.cli import main
+from graphformer.training import checkpoint
+from helpers import TINY_MODEL, read_jsonl, small_copy_data
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny copy model trained for one epoch (accuracy does not matter here)."""
+    root = tmp_path_factory.mktemp("cli")
+    data = small_copy_data(root / "data")
+    run = root / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run),
+                 "--epochs", "1", "--batch-size", "16", *TINY_MODEL]) == 0
+    return run
+
+
+def one_line_error(capsys, argv, *needles):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("graphformer"), err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_evaluate_json(trained, capsys):
+    assert main(["evaluate", str(trained), "--split", "test", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 40
+    assert 0.0 <= scores["token_accuracy"] <= 1.0 and 0.0 <= scores["exact_match"] <= 1.0
+    assert main(["evaluate", str(trained), "--split", "valid", "--beam", "3"]) == 0
+    assert "valid: n=40" in capsys.readouterr().out
+
+
+def test_translate_keeps_empty_lines_aligned(trained, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b c\n\nq r\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--beam", "2"]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert len(out) == 4 and out[1] == "" and out[3] == ""
+
+
+def test_translate_from_stdin_in_a_real_process(trained):
+    proc = subprocess.run([sys.executable, "-m", "graphformer", "translate", str(trained)],
+                          input=b"a b\nc d e\n", capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.decode().splitlines()) == 2
+
+
+def test_translate_rejects_non_utf8(trained, tmp_path, capsys):
+    (tmp_path / "bad.txt").write_bytes(b"a b\n\xff\n")
+    one_line_error(capsys, ["translate", str(trained), "--input", str(tmp_path / "bad.txt")], "line 2", "UTF-8")
+
+
+def test_translate_reports_truncation_of_long_lines(trained, tmp_path, capsys):
+    (tmp_path / "long.txt").write_text(" ".join(["a"] * 300) + "\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "long.txt")]) == 0
+    assert "line 1 has 300 tokens" in capsys.readouterr().err
+
+
+def test_help_of_every_subcommand():
+    for cmd in ("train", "evaluate", "translate"):
+        proc = subprocess.run([sys.executable, "-m", "graphformer", cmd, "--help"], capture_output=True, text=True)
+        assert proc.returncode == 0 and "usage: graphformer " + cmd in proc.stdout
+
+
+@pytest.mark.parametrize("files,needles", [
+    ({"train.src": b"a\nb\n", "train.tgt": b"a\n"}, ["has 2 lines but", "train.tgt has 1"]),
+    ({"train.src": b"", "train.tgt": b""}, ["is empty"]),
+    ({"train.src": b"a\n\xc3\x28\n", "train.tgt": b"a\nb\n"}, ["line 2 is not valid UTF-8"]),
+])
+def test_bad_training_files(tmp_path, capsys, files, needles):
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(tmp_path), "--out",
+                            str(tmp_path / "run"), *TINY_MODEL], *needles)
+
+
+def test_unknown_task_and_option_values(tmp_path, capsys):
+    one_line_error(capsys, ["train", "--task", "reverse", "--out", str(tmp_path)], "unknown task 'reverse'")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--out", str(tmp_path), "--norm", "middle"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "invalid choice: 'middle'" in err
+    one_line_error(capsys, ["train", "--out", str(tmp_path), "--epochs", "0"], "--epochs must be at least 1")
+
+
+def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
+    one_line_error(capsys, ["evaluate", str(tmp_path / "nowhere")], "does not exist")
+    (tmp_path / "empty").mkdir()
+    one_line_error(capsys, ["evaluate", str(tmp_path / "empty")], "no checkpoint")
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    for name in (checkpoint.BEST, checkpoint.LAST):
+        data = (run / name).read_bytes()
+        (run / name).write_bytes(data[: len(data) // 2])
+    one_line_error(capsys, ["evaluate", str(run)], "damaged or truncated")
+
+
+def test_resume_without_checkpoint(tmp_path, capsys):
+    one_line_error(capsys, ["train", "--out", str(tmp_path), "--resume"], "--resume: no checkpoint")
+
+
+def test_checkpoint_from_another_run(trained, tmp_path, capsys):
+    other_data = tmp_path / "other"
+    other_data.mkdir()
+    (other_data / "train.src").write_text("x y z\n" * 20)
+    (other_data / "train.tgt").write_text("x y z\n" * 20)
+    (other_data / "valid.src").write_text("x\n")
+    (other_data / "valid.tgt").write_text("x\n")
+    other = tmp_path / "other_run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(other_data), "--out", str(other),
+                 "--epochs", "1", *TINY_MODEL]) == 0
+    mixed = tmp_path / "mixed"
+    shutil.copytree(trained, mixed)
+    for name in (checkpoint.BEST, checkpoint.LAST):
+        shutil.copy(other / name, mixed / name)
+    one_line_error(capsys, ["evaluate", str(mixed)], "another vocabulary")
+
+    bigger = tmp_path / "bigger"  # same vocabulary, another model
+    shutil.copytree(trained, bigger)
+    config = json.loads((bigger / "config.json").read_text())
+    config["model"]["d_ff"] = 128
+    (bigger / "config.json").write_text(json.dumps(config))
+    one_line_error(capsys, ["evaluate", str(bigger)], "another model")
+
+
+def test_existing_run_is_never_overwritten(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(run / ".." / "nothing"),
+                            "--out", str(run), *TINY_MODEL], "already holds a run", "--resume")
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert before == after
+
+
+def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
+    data = small_copy_data(tmp_path / "data", n_train=2000)
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "graphformer", "train", "--task", "parallel", "--data-dir",
+                             str(data), "--out", str(run), "--epochs", "50", "--batch-size", "8", *TINY_MODEL],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run / "steps.jsonl").exists() and len(read_jsonl(run / "steps.jsonl")) >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err and b"--resume" in err
+    state = checkpoint.load(run / checkpoint.LAST)
+    assert state["progress"]["step"] == read_jsonl(run / "steps.jsonl")[-1]["step"] >= 3
+    assert not [p for p in run.iterdir() if ".tmp-" in p.name]
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", str(state["progress"]["step"] + 2),
+                 "--quiet"]) == 0
+    assert read_jsonl(run / "steps.jsonl")[-1]["step"] == state["progress"]["step"] + 2

@@ -1,0 +1,100 @@
+"""Synthetic tasks, parallel text, vocabularies and batching."""
+import pytest
+
+from graphformer.data import tasks
+from graphformer.data.batching import merge_shards, plan_batches, shard
+from graphformer.data.corpus import build_vocabs, read_split
+from graphformer.data.text import read_parallel
+from graphformer.errors import UserError
+from graphformer.vocab import SPECIALS, UNK, Vocab
+
+SMALL = {"train": 200, "valid": 30, "test": 30}
+
+
+def test_tasks_are_reproducible_from_the_seed(tmp_path):
+    a = tasks.write_task("sort", tmp_path / "a", seed=7, sizes=SMALL)
+    b = tasks.write_task("sort", tmp_path / "b", seed=7, sizes=SMALL)
+    c = tasks.write_task("sort", tmp_path / "c", seed=8, sizes=SMALL)
+    for name in ("train.src", "train.tgt", "valid.src", "test.tgt"):
+        assert (a / name).read_text() == (b / name).read_text()
+    assert (a / "train.src").read_text() != (c / "train.src").read_text()
+
+
+@pytest.mark.parametrize("task", ["copy", "sort"])
+def test_task_targets(task, tmp_path):
+    split = read_split(tasks.write_task(task, tmp_path, sizes=SMALL), "train")
+    assert len(split) == 200
+    for src, tgt in zip(split.src_tokens, split.tgt_tokens):
+        assert len(src) >= 1 and all(len(t) == 1 and t.islower() for t in src)
+        assert tgt == (sorted(src) if task == "sort" else src)
+
+
+def test_default_sizes_and_length_distribution(tmp_path):
+    data = tasks.write_task("copy", tmp_path)
+    lengths = [len(line.split()) for line in (data / "train.src").read_text().splitlines()]
+    assert len(lengths) == 9000
+    assert len((data / "valid.src").read_text().splitlines()) == 1000
+    assert len((data / "test.src").read_text().splitlines()) == 1000
+    mean = sum(lengths) / len(lengths)
+    assert 14.8 < mean < 15.2 and min(lengths) >= 1
+
+
+def test_vocab_from_training_data_only(tmp_path):
+    (tmp_path / "train.src").write_text("a b b c\nb\n")
+    (tmp_path / "train.tgt").write_text("x y\ny y\n")
+    train = read_split(tmp_path, "train")
+    src_v, tgt_v = build_vocabs(train, min_count=2, shared=False)
+    assert src_v.itos == list(SPECIALS) + ["b"]
+    assert tgt_v.itos == list(SPECIALS) + ["y"]
+    assert src_v.encode(["a", "b"]) == [UNK, 4]
+    shared, same = build_vocabs(train)
+    assert shared is same and set(shared.itos[4:]) == {"a", "b", "c", "x", "y"}
+
+
+def test_vocab_round_trip(tmp_path):
+    v = Vocab.build([["z", "y", "y"]])
+    v.save(tmp_path / "v.json")
+    assert Vocab.load(tmp_path / "v.json") == v
+    assert v.decode(v.encode(["y", "z"]) + [2, 5]) == ["y", "z"]
+
+
+@pytest.mark.parametrize("src,tgt,msg", [
+    (b"a b\nc\n", b"x\n", "has 2 lines but"),
+    (b"", b"", "is empty"),
+    (b"a\n\xff\xfe\n", b"x\ny\n", "line 2 is not valid UTF-8"),
+])
+def test_bad_parallel_files(tmp_path, src, tgt, msg):
+    (tmp_path / "s").write_bytes(src)
+    (tmp_path / "t").write_bytes(tgt)
+    with pytest.raises(UserError, match=msg):
+        read_parallel(tmp_path / "s", tmp_path / "t")
+
+
+LENGTHS = [(i * 7) % 23 + 1 for i in range(500)]
+
+
+def test_batches_cover_every_sample_once_and_are_deterministic():
+    plan = plan_batches(LENGTHS, LENGTHS, batch_size=16, seed=3, epoch=1)
+    assert sorted(i for b in plan for i in b) == list(range(500))
+    assert plan == plan_batches(LENGTHS, LENGTHS, batch_size=16, seed=3, epoch=1)
+    assert plan != plan_batches(LENGTHS, LENGTHS, batch_size=16, seed=3, epoch=2)
+    assert all(len(b) == 16 for b in plan[:-1] if len(b) != 500 % 16)
+
+
+def test_token_budget_and_bucketing():
+    plan = plan_batches(LENGTHS, LENGTHS, batch_tokens=200, seed=0)
+    for b in plan:
+        size = sum(2 * LENGTHS[i] + 1 for i in b)
+        assert size <= 200 or len(b) == 1
+    # buckets: batches are consecutive runs of the length-sorted samples, so their ranges don't overlap
+    ranges = sorted((min(LENGTHS[i] for i in b), max(LENGTHS[i] for i in b)) for b in plan)
+    assert all(hi <= next_lo for (_, hi), (next_lo, _) in zip(ranges, ranges[1:]))
+
+
+def test_shards_partition_the_global_batches():
+    plan = plan_batches(LENGTHS, LENGTHS, batch_size=10, seed=0)
+    ranks = [shard(plan, r, 3) for r in range(3)]
+    merged = merge_shards(plan, 3)
+    assert len({len(r) for r in ranks}) == 1
+    for s, global_batch in enumerate(merged):
+        assert global_batch == sum((ranks[r][s] for r in range(3)), [])

@@ -1,0 +1,119 @@
+"""Loss, schedule, checkpoints and exact resume."""
+import math
+
+import pytest
+import torch
+
+from graphformer.cli import main
+from graphformer.training import checkpoint
+from graphformer.training.loss import label_smoothed_nll
+from graphformer.training.schedule import make_optimizer, noam_rate
+from graphformer.vocab import PAD
+from helpers import TINY_MODEL, read_jsonl, small_copy_data
+
+
+def test_label_smoothing_matches_its_definition():
+    logp = torch.log_softmax(torch.randn(5, 9, dtype=torch.float64), 1)
+    gold = torch.tensor([4, 5, 2, 8, 3])
+    eps = 0.2
+    q = torch.full((5, 9), eps / 7, dtype=torch.float64)
+    q[:, PAD] = 0
+    q[torch.arange(5), gold] = 1 - eps
+    expected = -(q * logp).sum()
+    assert float(label_smoothed_nll(logp, gold, eps)) == pytest.approx(float(expected), rel=1e-12)
+    assert float(label_smoothed_nll(logp, gold, 0.0)) == pytest.approx(float(-logp[torch.arange(5), gold].sum()))
+
+
+def test_padding_gold_is_ignored():
+    logp = torch.log_softmax(torch.randn(3, 6), 1)
+    with_pad = label_smoothed_nll(logp, torch.tensor([4, PAD, 5]), 0.1)
+    without = label_smoothed_nll(logp[[0, 2]], torch.tensor([4, 5]), 0.1)
+    assert float(with_pad) == pytest.approx(float(without))
+
+
+def test_noam_schedule():
+    d, warm = 512, 4000
+    assert noam_rate(warm, d, warm, 1.0) == pytest.approx(d ** -0.5 * warm ** -0.5)
+    assert noam_rate(100, d, warm, 2.0) == pytest.approx(2 * d ** -0.5 * 100 * warm ** -1.5)
+    assert noam_rate(16000, d, warm, 1.0) == pytest.approx(d ** -0.5 / math.sqrt(16000))
+    opt, sched = make_optimizer([torch.nn.Parameter(torch.zeros(1))], d, warm, 1.0)
+    assert opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
+    for _ in range(9):
+        opt.step()
+        sched.step()
+    assert sched.get_last_lr()[0] == pytest.approx(noam_rate(10, d, warm, 1.0))
+
+
+def test_atomic_save_leaves_no_temporary_file(tmp_path):
+    checkpoint.save_atomic({"x": torch.ones(2)}, tmp_path / "c.pt")
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+    assert torch.equal(checkpoint.load(tmp_path / "c.pt")["x"], torch.ones(2))
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "c.pt"
+    checkpoint.save_atomic({"x": torch.ones(2)}, path)
+    with pytest.raises(Exception):
+        checkpoint.save_atomic({"x": lambda: None}, path)  # not picklable: fails mid-write
+    assert torch.equal(checkpoint.load(path)["x"], torch.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+
+
+def train(args):
+    assert main(["train", *args]) == 0
+
+
+def test_resume_continues_exactly(tmp_path):
+    data = small_copy_data(tmp_path / "data")
+    common = ["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16",
+              "--dropout", "0.1", *TINY_MODEL]
+    train([*common, "--out", str(tmp_path / "straight")])
+    train([*common, "--out", str(tmp_path / "stopped"), "--max-steps", "7"])
+    assert read_jsonl(tmp_path / "stopped" / "steps.jsonl")[-1]["step"] == 7
+    train(["--out", str(tmp_path / "stopped"), "--resume", "--epochs", "2", "--quiet"])
+
+    straight = read_jsonl(tmp_path / "straight" / "steps.jsonl")
+    resumed = read_jsonl(tmp_path / "stopped" / "steps.jsonl")
+    assert len(straight) == len(resumed) == 30
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
+    assert read_jsonl(tmp_path / "stopped" / "metrics.jsonl") == read_jsonl(tmp_path / "straight" / "metrics.jsonl")
+    a = checkpoint.load(tmp_path / "straight" / checkpoint.LAST)["model"]
+    b = checkpoint.load(tmp_path / "stopped" / checkpoint.LAST)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_training_lowers_the_validation_loss_and_keeps_best(tmp_path):
+    data = small_copy_data(tmp_path / "data", n_train=400)
+    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "3", "--batch-size", "16",
+           "--out", str(tmp_path / "run"), *TINY_MODEL])
+    metrics = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+    assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
+    assert {"valid_token_accuracy", "valid_exact_match", "lr"} <= set(metrics[0])
+    best = checkpoint.load(tmp_path / "run" / checkpoint.BEST)
+    assert best["progress"]["best_valid_loss"] == min(m["valid_loss"] for m in metrics)
+    for key in ("model", "optimizer", "schedule", "rng", "vocab", "model_config", "train_config"):
+        assert key in best
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path):
+    """Two batches of 8 accumulated give the update of their union as one batch."""
+    from graphformer.model import ModelConfig
+    from graphformer.training.config import TrainConfig
+    from graphformer.training.trainer import Trainer
+
+    data = small_copy_data(tmp_path / "data")
+    model_cfg = dict(src_vocab=1, tgt_vocab=1, layers=1, d_model=32, heads=4, d_ff=64, dropout=0.0)
+    cfg = dict(task="parallel", data_dir=str(data), batch_size=8, warmup=10)
+    acc = Trainer(tmp_path / "acc", ModelConfig(**model_cfg), TrainConfig(**cfg, accumulate=2), show_progress=False)
+    one = Trainer(tmp_path / "one", ModelConfig(**model_cfg), TrainConfig(**cfg), show_progress=False)
+    acc.model.double()
+    one.model.double()
+    one.model.load_state_dict(acc.model.state_dict())
+    steps, global_steps = acc.epoch_plan(0)
+    for s in range(3):
+        tokens = sum(len(acc.splits["train"].tgt[j]) + 1 for b in global_steps[s] for j in b)
+        acc.train_step(steps[s], tokens)
+        one.train_step([sum(steps[s], [])], tokens)
+    for (name, p), q in zip(acc.model.named_parameters(), one.model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-10, rtol=0, msg=name)
