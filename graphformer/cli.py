@@ -38,6 +38,12 @@ def _train_parser(sub):
     model.add_argument("--max-len", type=int, default=256, help="longest sequence the positional table holds")
     model.add_argument("--tie", choices=("none", "decoder", "all"), default="none",
                        help="share target embedding and generator (decoder), and the source embedding too (all)")
+    attn = p.add_argument_group("attention patterns",
+                                "NAME[:ARGS] terms joined by + (union); causal-NAME keeps key <= query. "
+                                "Names: full, causal, window:W, dilated:W,D, global:G, block:B, random:R[,SEED]")
+    attn.add_argument("--enc-attention", default="full", metavar="SPEC", help="encoder self-attention, e.g. window:8+global:1")
+    attn.add_argument("--dec-attention", default="causal", metavar="SPEC", help="decoder self-attention, e.g. causal-window:8")
+    attn.add_argument("--cross-attention", default="full", metavar="SPEC", help="target -> source attention, e.g. window:2")
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--seed", type=int, default=1)
     opt.add_argument("--epochs", type=int, default=10)
@@ -118,13 +124,14 @@ def cmd_train(args) -> int:
     if not args.resume:
         model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, layers=args.layers, d_model=args.d_model, heads=args.heads,
                                 d_ff=args.d_ff, dropout=args.dropout, norm_first=args.norm == "pre",
-                                positions=args.positions, max_len=args.max_len, tie=args.tie)
+                                positions=args.positions, max_len=args.max_len, tie=args.tie,
+                                enc_attention=args.enc_attention, dec_attention=args.dec_attention,
+                                cross_attention=args.cross_attention)
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
     try:
         metrics = trainer.run()
     finally:
-        from graphformer.training import distributed
-        distributed.teardown(trainer.ctx)
+        trainer.close()
     if not trainer.ctx.is_main:
         return 0
     if trainer.interrupted:
@@ -141,14 +148,13 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from graphformer.graphs import GraphPool
     from graphformer.training.evaluate import evaluate
     from graphformer.training.run import LoadedRun
 
     if args.beam < 1:
         raise UserError(f"--beam must be at least 1, got {args.beam}")
     run = LoadedRun(args.run_dir, args.checkpoint, args.device)
-    scores = evaluate(run.model, run.split(args.split), GraphPool(), beam=args.beam, alpha=args.alpha)
+    scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=args.beam, alpha=args.alpha)
     scores.update(split=args.split, beam=args.beam, checkpoint=str(run.path))
     if args.json:
         print(json.dumps(scores))
@@ -172,7 +178,7 @@ def cmd_translate(args) -> int:
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise UserError(f"{name}: line {line} is not valid UTF-8; convert the input to UTF-8") from None
-    limit = run.model.cfg.max_len
+    limit = run.model.cfg.max_len - 1  # the source's </s> takes the last position
     src = []
     for i, line in enumerate(lines, 1):
         ids = run.src_vocab.encode(line.split())

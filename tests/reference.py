@@ -53,9 +53,21 @@ def pad(seqs, value=PAD) -> torch.Tensor:
     return torch.tensor([list(s) + [value] * (width - len(s)) for s in seqs], dtype=torch.int64)
 
 
-def dense_log_probs(model, dense: nn.Transformer, src, tgt) -> torch.Tensor:
-    """(N_tgt, vocab) log-probabilities in the graph model's node order (padding dropped)."""
-    src_ids = pad(src)
+def pattern_mask(pattern, n_keys, n_queries) -> torch.Tensor:
+    """(n_queries, n_keys) bool mask, True where the pattern has NO edge (nn.Transformer's convention)."""
+    u, v = pattern(n_keys, n_queries)
+    mask = torch.ones(n_queries, n_keys, dtype=torch.bool)
+    mask[v, u] = False
+    return mask
+
+
+def dense_log_probs(model, dense: nn.Transformer, src, tgt, masks=None) -> torch.Tensor:
+    """(N_tgt, vocab) log-probabilities in the graph model's node order (padding dropped).
+
+    ``masks`` (src_mask, tgt_mask, memory_mask) replace the default full/causal/full structure;
+    they apply to every sample alike, so use them with samples of one length.
+    """
+    src_ids = pad([[*s, EOS] for s in src])
     tgt_in = pad([[SOS, *y] for y in tgt])
     src_mask = src_ids == PAD
     tgt_mask = pad([[SOS, *y] for y in tgt], value=-1) == -1
@@ -67,10 +79,12 @@ def dense_log_probs(model, dense: nn.Transformer, src, tgt) -> torch.Tensor:
 
     m = tgt_in.shape[1]
     causal = torch.ones(m, m, dtype=torch.bool).triu(1)  # True = may not attend
+    extra = {"tgt_mask": causal}
+    if masks is not None:
+        extra = dict(zip(("src_mask", "tgt_mask", "memory_mask"), masks))
     h = dense(
         embed(model.src_embed, src_ids), embed(model.tgt_embed, tgt_in),
-        tgt_mask=causal, src_key_padding_mask=src_mask, tgt_key_padding_mask=tgt_mask,
-        memory_key_padding_mask=src_mask,
+        src_key_padding_mask=src_mask, tgt_key_padding_mask=tgt_mask, memory_key_padding_mask=src_mask, **extra,
     )
     return model.generator(h[~tgt_mask])
 

@@ -41,7 +41,7 @@ def test_greedy_score_is_the_sequence_log_probability():
             batch = make_batch(GraphPool(), [s], [h.tokens])
             logp = model(batch)
             gold = batch.gold
-            if len(h.tokens) == len(s) + 5:  # stopped by the length limit: no </s> was scored
+            if len(h.tokens) == len(s) + 1 + 5:  # stopped by the length limit: no </s> was scored
                 gold, logp = gold[:-1], logp[:-1]
             assert float(logp.gather(1, gold[:, None]).sum()) == pytest.approx(h.log_prob, abs=1e-9)
 

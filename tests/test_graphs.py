@@ -43,8 +43,8 @@ def test_decoder_edges_are_causal_in_a_batch():
 def test_batch_carries_tokens_positions_and_gold():
     batch = make_batch(GraphPool(), [[4, 5], [6]], [[7, 8, 9], [10]])
     assert batch.size == 2
-    assert batch.src_tokens.tolist() == [4, 5, 6]
-    assert batch.src_pos.tolist() == [0, 1, 0]
+    assert batch.src_tokens.tolist() == [4, 5, EOS, 6, EOS]
+    assert batch.src_pos.tolist() == [0, 1, 2, 0, 1]
     assert batch.tgt_tokens.tolist() == [SOS, 7, 8, 9, SOS, 10]
     assert batch.gold.tolist() == [7, 8, 9, EOS, 10, EOS]
     assert batch.tgt_pos.tolist() == [0, 1, 2, 3, 0, 1]
@@ -62,7 +62,7 @@ def test_graphs_are_built_lazily_and_cached():
 def test_inference_batch_has_no_target_nodes():
     batch = make_batch(GraphPool(), [[4, 5, 6]])
     assert batch.gold is None and batch.num_tgt_tokens == 0
-    assert batch.graph.num_edges(ENC) == 9
+    assert batch.graph.num_edges(ENC) == 16  # 3 tokens and </s>
 
 
 def test_empty_source_is_rejected():

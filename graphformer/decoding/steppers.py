@@ -20,7 +20,7 @@ import dgl
 import torch
 
 from graphformer.attention import graph_attention
-from graphformer.graphs import GraphPool, make_batch
+from graphformer.graphs import CROSS, DEC, GraphPool, make_batch
 
 
 def bipartite(u: torch.Tensor, v: torch.Tensor, num_src: int, num_dst: int) -> dgl.DGLGraph:
@@ -36,25 +36,27 @@ class IncrementalStepper:
     Args:
         model: the model (used in eval mode under no_grad by the caller).
         batch: an inference batch of B source sentences (``make_batch(pool, src)``).
+        pool: the graph pool of the model's attention patterns; the edges into each new node
+            are read from it.
         hyps_per_sentence: k hypotheses per sentence (1 for greedy, the beam size for beam search);
             hypothesis h belongs to sentence h // k.
         max_steps: most target nodes any hypothesis will have.
     """
 
-    def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int):
+    def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int, pool: GraphPool | None = None):
         self.model = model
-        device = batch.src_tokens.device
+        self.pool = pool or model.make_pool()
+        self.device = device = batch.src_tokens.device
         memory = model.encode(batch)
+        self.num_memory = len(memory)
         self.memory_kv = [layer.memory_kv(memory) for layer in model.decoder.layers]
         k = hyps_per_sentence
         self.num_hyps = batch.size * k
         sentence = torch.arange(batch.size, device=device).repeat_interleave(k)
-        # Cross-attention edges never change: every source node of a sentence -> each of its hypotheses.
-        lengths = batch.src_lengths[sentence]
-        hyp_of_edge = torch.arange(self.num_hyps, device=device).repeat_interleave(lengths)
-        first = torch.cumsum(lengths, 0) - lengths
-        src_node = batch.src_offsets[sentence][hyp_of_edge] + torch.arange(len(hyp_of_edge), device=device) - first[hyp_of_edge]
-        self.cross_graph = bipartite(src_node, hyp_of_edge, len(memory), self.num_hyps)
+        self.src_lengths = batch.src_lengths[sentence].tolist()
+        self.src_offsets = batch.src_offsets[sentence].tolist()
+        # With full cross-attention the edges never change: build them once.
+        self.fixed_cross_graph = self._cross_graph(None) if self.pool.cross_is_full else None
         cfg = model.cfg
         shape = (cfg.layers, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
         self.keys = memory.new_zeros(shape)
@@ -63,13 +65,24 @@ class IncrementalStepper:
         self.t = 0
 
     def _self_graph(self) -> dgl.DGLGraph:
-        """Edges from cached target nodes 0..t of each hypothesis to its new node t.
-        Cached node (h, j) has id h * max_steps + j."""
+        """Edges from the cached target nodes of each hypothesis to its new node t (for the
+        causal pattern: nodes 0..t). Cached node (h, j) has id h * max_steps + j."""
         t, T, H = self.t, self.max_steps, self.num_hyps
-        device = self.keys.device
-        hyp = torch.arange(H, device=device).repeat_interleave(t + 1)
-        u = hyp * T + torch.arange(t + 1, device=device).repeat(H)
+        device = self.device
+        keys = self.pool.incoming(DEC, t + 1, t).to(device)
+        hyp = torch.arange(H, device=device).repeat_interleave(len(keys))
+        u = hyp * T + keys.repeat(H)
         return bipartite(u, hyp, H * T, H)
+
+    def _cross_graph(self, t: int | None) -> dgl.DGLGraph:
+        """Edges from source nodes to each hypothesis's new node t (all source nodes if t is None)."""
+        u, v = [], []
+        for h, (n, first) in enumerate(zip(self.src_lengths, self.src_offsets)):
+            keys = torch.arange(n) if t is None else self.pool.incoming(CROSS, n, t)
+            u.append(keys + first)
+            v.append(torch.full((len(keys),), h, dtype=torch.int64))
+        u, v = torch.cat(u).to(self.device), torch.cat(v).to(self.device)
+        return bipartite(u, v, self.num_memory, self.num_hyps)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.t >= self.max_steps:
@@ -78,6 +91,7 @@ class IncrementalStepper:
         positions = torch.full_like(tokens, t)
         x = model.tgt_embed(tokens, positions)
         self_graph = self._self_graph()
+        cross_graph = self.fixed_cross_graph if self.fixed_cross_graph is not None else self._cross_graph(t)
         cache_shape = (-1,) + self.keys.shape[3:]
         for i, layer in enumerate(model.decoder.layers):
             q, k, v = layer.self_pre(x)
@@ -86,7 +100,7 @@ class IncrementalStepper:
             o = graph_attention(self_graph, q, self.keys[i].reshape(cache_shape), self.values[i].reshape(cache_shape))
             x = layer.self_post(x, o)
             mem_k, mem_v = self.memory_kv[i]
-            x = layer.cross_post(x, graph_attention(self.cross_graph, layer.cross_pre(x), mem_k, mem_v))
+            x = layer.cross_post(x, graph_attention(cross_graph, layer.cross_pre(x), mem_k, mem_v))
         self.t += 1
         return model.generator(model.decoder.norm(x))
 

@@ -4,6 +4,9 @@ There is no padding anywhere: a batch of B samples with lengths (n_b, m_b) has s
 source nodes and sum(m_b) target nodes, numbered sample by sample, and every per-node tensor
 below is indexed by those node ids.
 
+A source sentence x_1..x_n gets n + 1 nodes, x_1 ... x_n </s>: the end marker gives the
+decoder a key to find where the source stops (without it, "the position after the last
+token" has no node to attend to, and copying learns the length of its output poorly).
 Teacher forcing for a target sentence y_1..y_k (without specials) uses m = k + 1 nodes:
 
     decoder input   <s>  y_1 ... y_k
@@ -79,8 +82,9 @@ def make_batch(
 ) -> GraphBatch:
     """Batch source sequences and (for training) target sequences of token ids.
 
-    Targets are given without specials; <s> and </s> are added here. Without targets the batch
-    has no target nodes and serves as the start of decoding.
+    Sequences are given without specials; </s> ends every source, <s> starts every decoder input
+    and </s> ends every gold output. Without targets the batch has no target nodes and serves as
+    the start of decoding.
     """
     if len(src) == 0:
         raise ValueError("empty batch: give at least one sample")
@@ -90,8 +94,8 @@ def make_batch(
     if tgt is not None and len(tgt) != len(src):
         raise ValueError(f"{len(src)} source sequences but {len(tgt)} target sequences")
 
-    src_lengths = torch.tensor([len(s) for s in src])
-    src_tokens = torch.tensor([t for s in src for t in s], dtype=torch.int64)
+    src_lengths = torch.tensor([len(s) + 1 for s in src])
+    src_tokens = torch.tensor([t for s in src for t in (*s, EOS)], dtype=torch.int64)
     if tgt is None:
         tgt_lengths = torch.zeros(len(src), dtype=torch.int64)
         tgt_tokens = torch.zeros(0, dtype=torch.int64)

@@ -1,33 +1,205 @@
-"""Attention patterns: which key tokens each query token may attend to.
+r"""Attention patterns: which keys each query may attend to.
 
 A pattern is a function ``(num_keys, num_queries) -> (u, v)`` returning two int64 tensors of
-equal length: edge ``u[i] -> v[i]`` lets query ``v[i]`` attend to key ``u[i]``. For self-attention
-``num_keys == num_queries``. The three patterns of the original Transformer:
+equal length: edge ``u[k] -> v[k]`` lets query ``v[k]`` attend to key ``u[k]``. For
+self-attention ``num_keys == num_queries``; for cross-attention keys are source positions and
+queries target positions. Every pattern below is a set of (key i, query j) pairs:
 
-    full(n, n)      every token sees every token               n^2 edges (self-loops included)
-    causal(m, m)    target j sees targets 0..j (i -> j iff i <= j)   m(m+1)/2 edges
-    full(n, m)      every target sees every source              n*m edges
+    full                every pair                                  n_k * n_q edges
+    causal              i <= j                                      n(n+1)/2
+    window:w            |i - j| <= w
+    dilated:w,d         i - j = k*d for |k| <= w   (Sparse Transformer's strided pattern)
+    global:g            i < g or j < g   (the first g tokens see and are seen by all; Longformer)
+    random:r[,seed]     r keys per query, drawn with a seeded RNG (BigBird)
+    block:b             i // b == j // b                            (block-local)
+
+``causal-NAME`` keeps only the pairs with i <= j of NAME: decoder self-attention must be causal.
+Patterns combine by union with ``+``: ``window:8+global:1``. :func:`parse` turns such a string into
+a pattern; :func:`from_edges`, :func:`from_networkx` and plain Python functions make patterns too.
+
+Every pattern here is *prefix-stable*: the keys of query j do not depend on how many queries
+come after it, so incremental decoding sees exactly the edges that training saw.
 """
 from __future__ import annotations
 
-from typing import Callable
+import hashlib
+import random
+from typing import Callable, Iterable
 
 import torch
+
+from graphformer.errors import UserError
 
 EdgeList = tuple[torch.Tensor, torch.Tensor]
 Pattern = Callable[[int, int], EdgeList]
 
 
-def full(num_keys: int, num_queries: int) -> EdgeList:
-    """Every query attends to every key."""
+def _pairs(num_keys: int, num_queries: int) -> EdgeList:
+    """Every (key, query) pair, query-major."""
     u = torch.arange(num_keys).repeat(num_queries)
     v = torch.arange(num_queries).repeat_interleave(num_keys)
     return u, v
 
 
+def _where(num_keys: int, num_queries: int, keep) -> EdgeList:
+    u, v = _pairs(num_keys, num_queries)
+    mask = keep(u, v)
+    return u[mask], v[mask]
+
+
+def full(num_keys: int, num_queries: int) -> EdgeList:
+    """Every query attends to every key."""
+    return _pairs(num_keys, num_queries)
+
+
 def causal(num_keys: int, num_queries: int) -> EdgeList:
     """Query j attends to keys 0..j: the decoder never sees a later target token."""
-    if num_keys != num_queries:
-        raise ValueError("the causal pattern is for self-attention: keys and queries must match")
-    u, v = torch.tril_indices(num_queries, num_queries)  # row = query, column = key
-    return v, u
+    return _where(num_keys, num_queries, lambda i, j: i <= j)
+
+
+def window(w: int) -> Pattern:
+    _positive("window", w)
+    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: (i - j).abs() <= w), f"window:{w}")
+
+
+def dilated(w: int, d: int) -> Pattern:
+    _positive("dilated", w)
+    _positive("dilated", d)
+    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: ((i - j) % d == 0) & ((i - j).abs() <= w * d)),
+                  f"dilated:{w},{d}")
+
+
+def global_tokens(g: int) -> Pattern:
+    _positive("global", g)
+    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: (i < g) | (j < g)), f"global:{g}")
+
+
+def block(b: int) -> Pattern:
+    _positive("block", b)
+    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: i // b == j // b), f"block:{b}")
+
+
+def random_links(r: int, seed: int = 0) -> Pattern:
+    """Each query j gets r keys (fewer if there are fewer), drawn from an RNG seeded by
+    (seed, j, num_keys): reproducible, and the same whatever the number of queries."""
+    _positive("random", r)
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        us, vs = [], []
+        for j in range(nq):
+            rng = random.Random(f"{seed}-{j}-{nk}")
+            keys = rng.sample(range(nk), min(r, nk))
+            us += keys
+            vs += [j] * len(keys)
+        return torch.tensor(us, dtype=torch.int64), torch.tensor(vs, dtype=torch.int64)
+
+    return _named(pattern, f"random:{r},{seed}")
+
+
+def _random_causal(r: int, seed: int = 0) -> Pattern:
+    """Causal random links: query j draws its r keys among 0..j (so they never depend on later tokens)."""
+    _positive("random", r)
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        us, vs = [], []
+        for j in range(nq):
+            rng = random.Random(f"{seed}-{j}-causal")
+            keys = rng.sample(range(min(j + 1, nk)), min(r, j + 1, nk))
+            us += keys
+            vs += [j] * len(keys)
+        return torch.tensor(us, dtype=torch.int64), torch.tensor(vs, dtype=torch.int64)
+
+    return _named(pattern, f"causal-random:{r},{seed}")
+
+
+def make_causal(pattern: Pattern) -> Pattern:
+    """The pairs of ``pattern`` with key <= query."""
+    def causal_pattern(nk: int, nq: int) -> EdgeList:
+        u, v = pattern(nk, nq)
+        keep = u <= v
+        return u[keep], v[keep]
+    return _named(causal_pattern, "causal-" + getattr(pattern, "spec", "custom"))
+
+
+def union(*patterns: Pattern) -> Pattern:
+    """Edges in any of the patterns (each pair once)."""
+    def combined(nk: int, nq: int) -> EdgeList:
+        u = torch.cat([p(nk, nq)[0] for p in patterns])
+        v = torch.cat([p(nk, nq)[1] for p in patterns])
+        ids = torch.unique(v * max(nk, 1) + u)  # sorted by query, then key
+        return ids % max(nk, 1), ids // max(nk, 1)
+    return _named(combined, "+".join(getattr(p, "spec", "custom") for p in patterns))
+
+
+def from_edges(pairs: Iterable[tuple[int, int]], name: str = "edges") -> Pattern:
+    """A fixed list of (key, query) pairs; pairs outside the current lengths are dropped."""
+    pairs = torch.tensor(list(pairs), dtype=torch.int64).view(-1, 2)
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        keep = (pairs[:, 0] < nk) & (pairs[:, 1] < nq)
+        return pairs[keep, 0], pairs[keep, 1]
+    return _named(pattern, name)
+
+
+def from_networkx(graph, name: str = "networkx") -> Pattern:
+    """A networkx (Di)Graph on integer token positions: edge (a, b) lets query b attend to key a
+    (an undirected graph gives both directions)."""
+    edges = list(graph.edges())
+    if not graph.is_directed():
+        edges += [(b, a) for a, b in edges]
+    return from_edges(edges, name)
+
+
+def _named(fn: Pattern, spec: str) -> Pattern:
+    fn.spec = spec
+    return fn
+
+
+def _positive(name: str, value: int) -> None:
+    if value <= 0:
+        raise UserError(f"attention pattern {name}: the size must be a positive integer, got {value}")
+
+
+full.spec, causal.spec = "full", "causal"
+
+_BUILDERS = {
+    "window": (window, 1), "dilated": (dilated, 2), "global": (global_tokens, 1),
+    "block": (block, 1), "random": (random_links, (1, 2)),
+}
+_PLAIN = {"full": full, "causal": causal}
+NAMES = sorted([*_BUILDERS, *_PLAIN])
+
+
+def _parse_one(term: str) -> Pattern:
+    causal_prefix = term.startswith("causal-")
+    name, _, args = term.removeprefix("causal-").partition(":")
+    if name in _PLAIN and not args:
+        base = _PLAIN[name]
+    elif name in _BUILDERS:
+        builder, arity = _BUILDERS[name]
+        try:
+            values = [int(a) for a in args.split(",")] if args else []
+        except ValueError:
+            raise UserError(f"attention pattern {term!r}: arguments must be integers, e.g. window:8") from None
+        allowed = arity if isinstance(arity, tuple) else (arity,)
+        if len(values) not in allowed:
+            raise UserError(f"attention pattern {term!r}: {name} takes {' or '.join(map(str, allowed))} "
+                            f"integer argument(s), e.g. {name}:{','.join(['4'] * allowed[0])}")
+        if name == "random" and causal_prefix:
+            return _random_causal(*values)
+        base = builder(*values)
+    else:
+        raise UserError(f"unknown attention pattern {term!r}; known: {', '.join(NAMES)} "
+                        "(with causal- prefix and + for unions)")
+    return make_causal(base) if causal_prefix and base is not causal else base
+
+
+def parse(spec: str) -> Pattern:
+    """A pattern from a string such as ``"window:8+global:1"`` or ``"causal-window:4"``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise UserError("empty attention pattern; give e.g. full, window:8 or window:8+global:1")
+    terms = spec.replace(" ", "").split("+")
+    if any(not t for t in terms):
+        raise UserError(f"malformed attention pattern {spec!r}: empty term around '+'")
+    patterns = [_parse_one(t) for t in terms]
+    return patterns[0] if len(patterns) == 1 else _named(union(*patterns), spec)

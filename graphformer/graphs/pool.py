@@ -3,13 +3,16 @@
 Each graph has two node types and three relations (one per attention sub-layer)::
 
     node types   'src' (n source tokens)        'tgt' (m target tokens)
-    relations    ('src', 'enc',   'src')        encoder self-attention   (complete: n^2 edges)
-                 ('tgt', 'dec',   'tgt')        decoder self-attention   (causal:   m(m+1)/2)
-                 ('src', 'cross', 'tgt')        encoder-decoder attention (bipartite: n*m)
+    relations    ('src', 'enc',   'src')        encoder self-attention   (full: n^2 edges)
+                 ('tgt', 'dec',   'tgt')        decoder self-attention   (causal: m(m+1)/2)
+                 ('src', 'cross', 'tgt')        encoder-decoder attention (full: n*m)
 
 One heterograph rather than three graphs keeps the node ids of a sample consistent across its
 relations and lets ``dgl.batch`` offset all of them in one call. Node features hold positions;
 token ids are per sample and are attached after batching.
+
+Which edges each relation has is an attention pattern (:mod:`graphformer.graphs.patterns`);
+the defaults give the original Transformer.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from functools import lru_cache
 import dgl
 import torch
 
+from graphformer.errors import UserError
 from graphformer.graphs import patterns
 from graphformer.graphs.patterns import Pattern
 
@@ -27,38 +31,52 @@ DEC = (TGT, "dec", TGT)
 CROSS = (SRC, "cross", TGT)
 
 
+def _as_pattern(p: Pattern | str) -> Pattern:
+    return patterns.parse(p) if isinstance(p, str) else p
+
+
 class GraphPool:
     """Builds and caches the per-length graphs of one attention structure.
 
     Args:
-        enc_pattern: encoder self-attention pattern, ``(n, n) -> edges``.
-        dec_pattern: decoder self-attention pattern, ``(m, m) -> edges``; must be causal.
-        cross_pattern: source -> target pattern, ``(n, m) -> edges``.
+        enc: encoder self-attention pattern (a spec string such as ``"window:8"`` or a function).
+        dec: decoder self-attention pattern; must be causal.
+        cross: source -> target pattern.
         cache_size: how many (n, m) graphs to keep.
     """
 
-    def __init__(
-        self,
-        enc_pattern: Pattern = patterns.full,
-        dec_pattern: Pattern = patterns.causal,
-        cross_pattern: Pattern = patterns.full,
-        cache_size: int = 4096,
-    ):
-        self.enc_pattern = enc_pattern
-        self.dec_pattern = dec_pattern
-        self.cross_pattern = cross_pattern
+    def __init__(self, enc: Pattern | str = "full", dec: Pattern | str = "causal",
+                 cross: Pattern | str = "full", cache_size: int = 4096):
+        self.enc, self.dec, self.cross = _as_pattern(enc), _as_pattern(dec), _as_pattern(cross)
+        self.cross_is_full = self.cross is patterns.full
         self.graph = lru_cache(maxsize=cache_size)(self._build)
+        self.incoming = lru_cache(maxsize=cache_size)(self._incoming)
+
+    def _edges(self, relation, n_keys: int, n_queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if n_queries == 0:
+            empty = torch.zeros(0, dtype=torch.int64)
+            return empty, empty
+        pattern = {ENC: self.enc, DEC: self.dec, CROSS: self.cross}[relation]
+        u, v = pattern(n_keys, n_queries)
+        name = getattr(pattern, "spec", getattr(pattern, "__name__", "custom"))
+        if relation == DEC and bool((u > v).any()):
+            raise UserError(f"decoder self-attention pattern {name!r} has an edge from a later target token; "
+                            "use a causal one (causal, causal-window:W, ...)")
+        if len(u) and (int(u.min()) < 0 or int(u.max()) >= n_keys or int(v.min()) < 0 or int(v.max()) >= n_queries):
+            raise UserError(f"attention pattern {name!r} returned node ids outside the sequence")
+        starved = torch.bincount(v, minlength=n_queries) == 0
+        if bool(starved.any()):
+            j = int(starved.nonzero()[0])
+            raise UserError(f"attention pattern {name!r} ({relation[1]}) gives query {j} no key "
+                            f"(keys={n_keys}, queries={n_queries}); widen it or add +full / +global:1")
+        return u, v
 
     def _build(self, n: int, m: int) -> dgl.DGLGraph:
         """The heterograph of one sample with n source and m target tokens (m may be 0)."""
         if n < 1:
             raise ValueError("empty source sequence: every sample needs at least one source token")
         g = dgl.heterograph(
-            {
-                ENC: self.enc_pattern(n, n),
-                DEC: self.dec_pattern(m, m) if m else _no_edges(),
-                CROSS: self.cross_pattern(n, m) if m else _no_edges(),
-            },
+            {ENC: self._edges(ENC, n, n), DEC: self._edges(DEC, m, m), CROSS: self._edges(CROSS, n, m)},
             num_nodes_dict={SRC: n, TGT: m},
             idtype=torch.int64,
         )
@@ -66,11 +84,12 @@ class GraphPool:
         g.nodes[TGT].data["pos"] = torch.arange(m)
         return g
 
+    def _incoming(self, relation, n_keys: int, query: int) -> torch.Tensor:
+        """Key positions of target ``query`` (DEC: n_keys = query + 1, CROSS: the source length).
+        Patterns are prefix-stable, so this is exactly what the training graph holds."""
+        u, v = self._edges(relation, n_keys, query + 1)
+        return u[v == query]
+
     def batch(self, lengths: list[tuple[int, int]]) -> dgl.DGLGraph:
         """The batched graph of samples with the given (n, m) lengths, in order."""
         return dgl.batch([self.graph(n, m) for n, m in lengths])
-
-
-def _no_edges() -> tuple[torch.Tensor, torch.Tensor]:
-    empty = torch.zeros(0, dtype=torch.int64)
-    return empty, empty

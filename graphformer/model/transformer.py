@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import nn
 
-from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
+from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool, patterns
 from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding
 from graphformer.model.layers import DecoderLayer, EncoderLayer
 
@@ -40,6 +40,9 @@ class ModelConfig:
     positions: str = "sinusoidal"
     max_len: int = 512
     tie: str = "none"
+    enc_attention: str = "full"       # attention patterns (graphformer.graphs.patterns syntax)
+    dec_attention: str = "causal"
+    cross_attention: str = "full"
 
     def __post_init__(self):
         if self.layers < 1:
@@ -58,6 +61,8 @@ class ModelConfig:
             raise ValueError(f"unknown tie {self.tie!r}; choose one of {TYING}")
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ValueError("tie='all' needs one vocabulary for source and target (equal sizes)")
+        for spec in (self.enc_attention, self.dec_attention, self.cross_attention):
+            patterns.parse(spec)  # fails early, with the pattern's own message
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,6 +134,10 @@ class GraphTransformer(nn.Module):
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
+
+    def make_pool(self) -> GraphPool:
+        """A graph pool with this model's attention patterns."""
+        return GraphPool(self.cfg.enc_attention, self.cfg.dec_attention, self.cfg.cross_attention)
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output (the memory)."""

@@ -60,5 +60,22 @@ def all_reduce_sum(value: float, ctx: Context) -> float:
 
 
 def teardown(ctx: Context) -> None:
+    """Leave the process group together: a rank that exits while another still talks to it
+    can leave that one waiting for ever."""
     if ctx.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
+
+
+def parameter_digests(model: torch.nn.Module, ctx: Context) -> list[str]:
+    """SHA-256 of every rank's parameters, gathered on all ranks (all equal when in sync)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    if not ctx.distributed:
+        return [digest.hexdigest()]
+    gathered: list = [None] * ctx.world
+    dist.all_gather_object(gathered, digest.hexdigest())
+    return gathered

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from graphformer.data.batching import plan_batches, shard
 from graphformer.data.text import write_lines_atomic
 from graphformer.errors import UserError
-from graphformer.graphs import GraphPool, make_batch
+from graphformer.graphs import make_batch
 from graphformer.model import GraphTransformer, ModelConfig
 from graphformer.training import checkpoint, distributed
 from graphformer.training.config import TrainConfig
@@ -42,7 +42,6 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.ctx = distributed.setup(train_cfg.device)
         self.show_progress = show_progress and self.ctx.is_main
-        self.pool = GraphPool()
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best_valid_loss": None}
         self._stop_requested = False
         if resume:
@@ -64,6 +63,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         self.model = GraphTransformer(model_cfg)
+        self.pool = self.model.make_pool()
         if self.ctx.is_main:
             save_run_files(self.run_dir, model_cfg, cfg, self.src_vocab, self.tgt_vocab)
         self._build_optimizer()
@@ -82,6 +82,7 @@ class Trainer:
         self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
         self._encode()
         self.model = build_model(state, path)
+        self.pool = self.model.make_pool()
         self._build_optimizer()
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
@@ -181,8 +182,10 @@ class Trainer:
         try:
             while self.progress["epoch"] < self.cfg.epochs:
                 if not self._train_epoch():
-                    return metrics
+                    break
                 metrics = self._end_epoch()
+            if self.ctx.distributed:
+                self._check_ranks_in_sync()
             return metrics
         finally:
             if previous is not None:
@@ -244,6 +247,19 @@ class Trainer:
         if self.show_progress:
             tqdm.write(json.dumps(metrics))
         return metrics
+
+    def close(self):
+        """Release the DDP wrapper before the process group it uses, then leave the group."""
+        self.net = self.model
+        distributed.teardown(self.ctx)
+
+    def _check_ranks_in_sync(self):
+        """DDP keeps replicas identical by construction; verify it and record the digests."""
+        digests = distributed.parameter_digests(self.model, self.ctx)
+        if self.ctx.is_main:
+            (self.run_dir / "ranks.json").write_text(json.dumps({"parameter_sha256": digests}) + "\n")
+        if len(set(digests)) != 1:
+            raise RuntimeError(f"parameters differ across ranks after training: {digests}")
 
     def _log(self, name: str, record: dict):
         if self.ctx.is_main:

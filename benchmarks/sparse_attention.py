@@ -1,0 +1,141 @@
+"""Sparse graph attention against dense masked attention: forward+backward time and peak memory.
+
+The attention operator alone (no projections), 8 heads of 64 dims, one sequence of length L
+attending to itself. ``window:W`` lets query j see keys j-W..j+W. Dense baselines get the same
+window as a boolean mask: an explicit softmax, and torch's scaled_dot_product_attention.
+
+Each (method, L) runs in a fresh process so its peak resident memory can be read cleanly
+(peak RSS during the timed work minus RSS before it).
+
+    python benchmarks/sparse_attention.py [--lengths 256 1024 4096 8192] [--out benchmarks/results]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+METHODS = ["graph window:64", "graph window:128", "dense softmax (window:128 mask)", "sdpa (window:128 mask)"]
+HEADS, DIM = 8, 64
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measure(method: str, L: int, repeats: int) -> dict:
+    """Runs inside the child process."""
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    import torch
+
+    from graphformer.attention import graph_attention
+    from graphformer.graphs import patterns
+    from graphformer.decoding.steppers import bipartite
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(L, HEADS, DIM, requires_grad=True) for _ in range(3))
+    w = int(method.split("window:")[1].split()[0].rstrip(")"))
+    u, dst = patterns.window(w)(L, L)
+    if method.startswith("graph"):
+        graph = bipartite(u, dst, L, L)
+
+        def run():
+            graph_attention(graph, q, k, v).sum().backward()
+    else:
+        blocked = torch.ones(L, L, dtype=torch.bool)
+        blocked[dst, u] = False
+        allowed = ~blocked
+        qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # (H, L, d) views
+
+        if method.startswith("dense"):
+            def run():
+                scores = (qh @ kh.transpose(1, 2)) / DIM ** 0.5
+                scores = scores.masked_fill(blocked, float("-inf"))
+                (torch.softmax(scores, -1) @ vh).sum().backward()
+        else:
+            def run():
+                torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed).sum().backward()
+        del u, dst
+    before = rss_bytes()
+    run()  # first run: warms up and sets the peak
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    times = []
+    for _ in range(repeats):
+        for t in (q, k, v):
+            t.grad = None
+        tic = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - tic)
+    return {"method": method, "L": L, "edges_per_head": (2 * w + 1) * L - w * (w + 1),
+            "seconds": statistics.median(times), "peak_bytes": max(peak, 0), "repeats": repeats}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096, 8192])
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--child", nargs=3, metavar=("METHOD", "L", "REPEATS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child[0], int(args.child[1]), int(args.child[2]))))
+        return
+
+    import torch
+    rows = []
+    for L in args.lengths:
+        for method in METHODS:
+            repeats = 3 if L >= 4096 else 5
+            proc = subprocess.run([sys.executable, __file__, "--child", method, str(L), str(repeats)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                rows.append({"method": method, "L": L, "error": proc.stderr.strip().splitlines()[-1]})
+            else:
+                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            r = rows[-1]
+            print(f"L={L:5d} {method:34s} " + (f"{r['seconds'] * 1e3:9.1f} ms {r['peak_bytes'] / 2**20:9.1f} MiB"
+                                              if "error" not in r else r["error"]), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "heads": HEADS, "dim": DIM, "rows": rows,
+    }
+    (out / "sparse_attention.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(rows, out / "sparse_attention.png")
+    print(f"wrote {out / 'sparse_attention.json'} and {out / 'sparse_attention.png'}")
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for method in METHODS:
+        pts = [r for r in rows if r["method"] == method and "error" not in r]
+        axes[0].plot([r["L"] for r in pts], [r["seconds"] * 1e3 for r in pts], "o-", label=method)
+        axes[1].plot([r["L"] for r in pts], [r["peak_bytes"] / 2**20 for r in pts], "o-", label=method)
+    for ax, label in zip(axes, ("forward + backward (ms)", "peak memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length L")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Attention operator, 8 heads x 64 dims")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Sparse attention patterns: structure (property tests), parsing, and equality with dense masks."""
+import networkx as nx
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphformer import GraphPool, make_model
+from graphformer.errors import UserError
+from graphformer.graphs import make_batch, patterns
+from graphformer.decoding import translate_ids
+from helpers import random_pairs
+from reference import dense_copy, dense_log_probs, pattern_mask
+
+lengths = st.integers(min_value=1, max_value=40)
+sizes = st.integers(min_value=1, max_value=12)
+SPECS = ["full", "window:3", "dilated:2,3", "global:2", "block:4", "random:3,7", "window:1+global:1"]
+
+
+def causal_spec(spec):
+    """causal- applies to one term: prefix every term of a union."""
+    return "+".join("causal-" + term for term in spec.split("+"))
+
+
+def edge_set(pattern, nk, nq):
+    u, v = pattern(nk, nq)
+    return set(zip(u.tolist(), v.tolist()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=lengths, spec=st.sampled_from(SPECS + ["random:2"]))
+def test_causal_patterns_have_no_future_edge(n, spec):
+    u, v = patterns.parse(causal_spec(spec))(n, n)
+    assert bool((u <= v).all())
+    GraphPool(dec=causal_spec(spec)).graph(3, n)  # accepted as a decoder pattern, every query has a key
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=lengths, w=sizes)
+def test_window_edge_count(n, w):
+    assert len(patterns.parse(f"window:{w}")(n, n)[0]) == sum(min(j, w) + min(n - 1 - j, w) + 1 for j in range(n))
+    assert len(patterns.parse(f"causal-window:{w}")(n, n)[0]) == sum(min(j, w) + 1 for j in range(n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=lengths, w=sizes, d=sizes)
+def test_dilated_edge_count(n, w, d):
+    expected = sum(1 + min(w, j // d) + min(w, (n - 1 - j) // d) for j in range(n))
+    assert len(patterns.parse(f"dilated:{w},{d}")(n, n)[0]) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=lengths, g=sizes)
+def test_global_edge_count(n, g):
+    k = min(g, n)
+    assert len(patterns.parse(f"global:{g}")(n, n)[0]) == n * n - (n - k) ** 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(nk=lengths, nq=lengths, a=st.sampled_from(SPECS), b=st.sampled_from(SPECS))
+def test_union_is_idempotent_and_commutative(nk, nq, a, b):
+    pa, pb = patterns.parse(a), patterns.parse(b)
+    assert edge_set(patterns.union(pa, pa), nk, nq) == edge_set(pa, nk, nq)
+    assert edge_set(patterns.parse(f"{a}+{b}"), nk, nq) == edge_set(patterns.parse(f"{b}+{a}"), nk, nq)
+    assert edge_set(patterns.parse(f"{a}+{b}"), nk, nq) == edge_set(pa, nk, nq) | edge_set(pb, nk, nq)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=lengths, m=lengths, spec=st.sampled_from(SPECS))
+def test_patterns_are_prefix_stable(n, m, spec):
+    """Keys of query j never depend on the number of queries (incremental decoding relies on it)."""
+    p = patterns.parse(causal_spec(spec))
+    longer = edge_set(p, m + 3, m + 3)
+    assert {(i, j) for i, j in longer if j < m} == edge_set(p, m, m)
+    c = patterns.parse(spec)
+    assert {(i, j) for i, j in edge_set(c, n, m + 3) if j < m} == edge_set(c, n, m)
+
+
+def test_random_links_are_reproducible_and_seeded():
+    a, b, c = (patterns.parse(s) for s in ("random:3,1", "random:3,1", "random:3,2"))
+    assert edge_set(a, 20, 20) == edge_set(b, 20, 20) != edge_set(c, 20, 20)
+    assert all(count == 3 for count in torch.bincount(a(20, 20)[1]).tolist())
+
+
+def test_user_defined_patterns():
+    edges = patterns.from_edges([(0, 0), (0, 1), (1, 1), (2, 2), (1, 2)])
+    assert edge_set(edges, 3, 3) == {(0, 0), (0, 1), (1, 1), (2, 2), (1, 2)}
+    chain = patterns.from_networkx(nx.path_graph(5))
+    assert (1, 2) in edge_set(chain, 5, 5) and (2, 1) in edge_set(chain, 5, 5)
+    pool = GraphPool(enc=patterns.union(chain, patterns.parse("block:1")), dec=lambda nk, nq: patterns.causal(nk, nq))
+    assert pool.graph(5, 2).num_edges("enc") == 8 + 5
+
+
+def test_query_without_keys_is_a_clear_error():
+    with pytest.raises(UserError, match="gives query 3 no key"):
+        GraphPool(cross="window:1").graph(2, 5)
+    with pytest.raises(UserError, match="later target token"):
+        GraphPool(dec="window:2").graph(2, 5)
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("windw:3", "unknown attention pattern 'windw:3'"),
+    ("window:0", "must be a positive integer"),
+    ("window:-2", "must be a positive integer"),
+    ("window", "takes 1 integer argument"),
+    ("window:a", "arguments must be integers"),
+    ("window:2++full", "empty term"),
+    ("", "empty attention pattern"),
+])
+def test_bad_specs(spec, msg):
+    with pytest.raises(UserError, match=msg):
+        patterns.parse(spec)
+
+
+def test_full_pattern_is_the_core_model():
+    src, tgt = random_pairs(6, 19, max_len=15)
+    model = make_model(19, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0).double().eval()
+    explicit = GraphPool("full", "causal-full", "full")
+    with torch.no_grad():
+        torch.testing.assert_close(model(make_batch(explicit, src, tgt)), model(make_batch(GraphPool(), src, tgt)),
+                                   atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("enc,dec,cross", [("window:2", "causal-window:3", "window:4"),
+                                           ("dilated:2,2+global:1", "causal-block:3", "block:5")])
+def test_sparse_model_equals_dense_masked_transformer(enc, dec, cross):
+    model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0,
+                       enc_attention=enc, dec_attention=dec, cross_attention=cross).double().eval()
+    dense = dense_copy(model)
+    src, tgt = [[5 + i % 13 for i in range(11)]] * 2, [[4 + i % 9 for i in range(8)], [7] * 8]
+    n, m = 12, 9  # 11 source tokens and </s>
+    masks = (pattern_mask(patterns.parse(enc), n, n), pattern_mask(patterns.parse(dec), m, m),
+             pattern_mask(patterns.parse(cross), n, m))
+    with torch.no_grad():
+        graph_out = model(make_batch(model.make_pool(), src, tgt))
+        torch.testing.assert_close(graph_out, dense_log_probs(model, dense, src, tgt, masks), atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_incremental_decoding_with_sparse_patterns(beam):
+    model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="window:2",
+                       dec_attention="causal-window:2+causal-random:1,3", cross_attention="window:3+global:1")
+    model = model.double().eval()
+    src, _ = random_pairs(7, 21, max_len=10, seed=9)
+    kw = dict(beam=beam, extra_len=5, batch_size=3)
+    fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
+    assert [h.tokens for h in fast] == [h.tokens for h in slow]
+    assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)
