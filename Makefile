@@ -23,7 +23,7 @@ test-fast: install
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow" tests
 
 demo: install
-	$(BIN)/python examples/forward_pass.py
+	BIN=$(BIN) bash examples/copy/demo.sh
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -28,7 +28,9 @@ def _train_parser(sub):
     data.add_argument("--min-count", type=int, default=1, help="drop tokens seen fewer times in training data")
     data.add_argument("--separate-vocab", action="store_true", help="one vocabulary per side instead of a shared one")
     model = p.add_argument_group("model")
-    model.add_argument("--layers", type=int, default=2)
+    model.add_argument("--model", choices=("transformer", "universal"), default="transformer",
+                       help="universal: one shared layer per side, repeated with adaptive computation time")
+    model.add_argument("--layers", type=int, default=2, help="layers per side (transformer)")
     model.add_argument("--d-model", type=int, default=128)
     model.add_argument("--heads", type=int, default=4)
     model.add_argument("--d-ff", type=int, default=512)
@@ -38,6 +40,10 @@ def _train_parser(sub):
     model.add_argument("--max-len", type=int, default=256, help="longest sequence the positional table holds")
     model.add_argument("--tie", choices=("none", "decoder", "all"), default="none",
                        help="share target embedding and generator (decoder), and the source embedding too (all)")
+    act = p.add_argument_group("adaptive computation time (--model universal)")
+    act.add_argument("--max-depth", type=int, help="most steps per token (default 8)")
+    act.add_argument("--act-threshold", type=float, help="halt once the summed halting probability exceeds this (default 0.99)")
+    act.add_argument("--ponder-weight", type=float, help="weight of the ponder cost in the loss (default 0.01)")
     attn = p.add_argument_group("attention patterns",
                                 "NAME[:ARGS] terms joined by + (union); causal-NAME keeps key <= query. "
                                 "Names: full, causal, window:W, dilated:W,D, global:G, block:B, random:R[,SEED]")
@@ -59,6 +65,8 @@ def _train_parser(sub):
     run.add_argument("--valid-beam", type=int, default=1, help="beam for the per-epoch exact-match check")
     run.add_argument("--save-every", type=int, help="also write checkpoint_last.pt every N steps")
     run.add_argument("--max-steps", type=int, help="stop with a checkpoint after this many steps")
+    run.add_argument("--select-by", choices=("loss", "token_accuracy", "exact_match"),
+                     help="validation metric that picks checkpoint_best.pt (default: exact_match for copy/sort, else loss)")
     run.add_argument("--threads", type=int, help="torch CPU threads")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
@@ -119,14 +127,15 @@ def cmd_train(args) -> int:
         batch_tokens=args.batch_tokens, accumulate=args.accumulate, clip_norm=args.clip_norm, warmup=args.warmup,
         lr_factor=args.lr_factor, label_smoothing=args.label_smoothing, min_count=args.min_count,
         shared_vocab=not args.separate_vocab, device=args.device, valid_beam=args.valid_beam,
-        save_every=args.save_every, max_steps=args.max_steps)
+        save_every=args.save_every, max_steps=args.max_steps, select_by=args.select_by)
     model_cfg = None
     if not args.resume:
         model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, layers=args.layers, d_model=args.d_model, heads=args.heads,
                                 d_ff=args.d_ff, dropout=args.dropout, norm_first=args.norm == "pre",
                                 positions=args.positions, max_len=args.max_len, tie=args.tie,
                                 enc_attention=args.enc_attention, dec_attention=args.dec_attention,
-                                cross_attention=args.cross_attention)
+                                cross_attention=args.cross_attention, model=args.model, max_depth=args.max_depth,
+                                act_threshold=args.act_threshold, ponder_weight=args.ponder_weight)
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
     try:
         metrics = trainer.run()

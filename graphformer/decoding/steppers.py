@@ -9,8 +9,8 @@ Two implementations give the same numbers:
 
 * :class:`IncrementalStepper` - graph decoding proper. At step t only the H newest target nodes
   are computed. Each layer's keys and values of earlier target nodes are kept as node state, so
-  the only messages sent are along the in-edges of the new nodes: t + 1 decoder self-attention
-  edges and n_src cross-attention edges per hypothesis.
+  the only messages sent are along the in-edges of the new nodes: for full attention t + 1
+  decoder self-attention edges and n_src cross-attention edges per hypothesis.
 * :class:`RecomputeStepper` - rebuilds each hypothesis's whole prefix as a training batch every
   step. Slow (quadratic work), kept as the reference the incremental one is tested against.
 """
@@ -36,43 +36,50 @@ class IncrementalStepper:
     Args:
         model: the model (used in eval mode under no_grad by the caller).
         batch: an inference batch of B source sentences (``make_batch(pool, src)``).
-        pool: the graph pool of the model's attention patterns; the edges into each new node
-            are read from it.
         hyps_per_sentence: k hypotheses per sentence (1 for greedy, the beam size for beam search);
             hypothesis h belongs to sentence h // k.
         max_steps: most target nodes any hypothesis will have.
+        pool: the graph pool of the model's attention patterns; the edges into each new node
+            are read from it.
+
+    Target node j of hypothesis h is cached under id ``h * max_steps + j``; the caches hold one
+    slice of keys and values per layer (per step, for the Universal Transformer).
     """
 
     def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int, pool: GraphPool | None = None):
         self.model = model
         self.pool = pool or model.make_pool()
-        self.device = device = batch.src_tokens.device
+        self.device = batch.src_tokens.device
         memory = model.encode(batch)
         self.num_memory = len(memory)
-        self.memory_kv = [layer.memory_kv(memory) for layer in model.decoder.layers]
-        k = hyps_per_sentence
-        self.num_hyps = batch.size * k
-        sentence = torch.arange(batch.size, device=device).repeat_interleave(k)
+        self.memory_kv = self._memory_kv(memory)
+        self.num_hyps = batch.size * hyps_per_sentence
+        sentence = torch.arange(batch.size, device=self.device).repeat_interleave(hyps_per_sentence)
         self.src_lengths = batch.src_lengths[sentence].tolist()
         self.src_offsets = batch.src_offsets[sentence].tolist()
         # With full cross-attention the edges never change: build them once.
         self.fixed_cross_graph = self._cross_graph(None) if self.pool.cross_is_full else None
         cfg = model.cfg
-        shape = (cfg.layers, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
+        shape = (self._cache_depth(), self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
         self.keys = memory.new_zeros(shape)
         self.values = memory.new_zeros(shape)
         self.max_steps = max_steps
         self.t = 0
 
-    def _self_graph(self) -> dgl.DGLGraph:
-        """Edges from the cached target nodes of each hypothesis to its new node t (for the
-        causal pattern: nodes 0..t). Cached node (h, j) has id h * max_steps + j."""
-        t, T, H = self.t, self.max_steps, self.num_hyps
-        device = self.device
-        keys = self.pool.incoming(DEC, t + 1, t).to(device)
-        hyp = torch.arange(H, device=device).repeat_interleave(len(keys))
-        u = hyp * T + keys.repeat(H)
-        return bipartite(u, hyp, H * T, H)
+    def _memory_kv(self, memory):
+        return [layer.memory_kv(memory) for layer in self.model.decoder.layers]
+
+    def _cache_depth(self) -> int:
+        return self.model.cfg.layers
+
+    def _self_graph(self, hyps: torch.Tensor) -> dgl.DGLGraph:
+        """Edges from the cached target nodes of the given hypotheses to their new node t (for the
+        causal pattern: nodes 0..t); query i of the graph is hypothesis hyps[i]."""
+        t, T = self.t, self.max_steps
+        keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
+        query = torch.arange(len(hyps), device=self.device).repeat_interleave(len(keys))
+        u = hyps.repeat_interleave(len(keys)) * T + keys.repeat(len(hyps))
+        return bipartite(u, query, self.num_hyps * T, len(hyps))
 
     def _cross_graph(self, t: int | None) -> dgl.DGLGraph:
         """Edges from source nodes to each hypothesis's new node t (all source nodes if t is None)."""
@@ -84,20 +91,25 @@ class IncrementalStepper:
         u, v = torch.cat(u).to(self.device), torch.cat(v).to(self.device)
         return bipartite(u, v, self.num_memory, self.num_hyps)
 
+    def cross_graph(self) -> dgl.DGLGraph:
+        return self.fixed_cross_graph if self.fixed_cross_graph is not None else self._cross_graph(self.t)
+
+    def _cached(self, cache: torch.Tensor, depth: int) -> torch.Tensor:
+        """(num_hyps * max_steps, heads, d_head) view of one layer's (or step's) cache."""
+        return cache[depth].reshape((-1,) + cache.shape[3:])
+
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
         model, t = self.model, self.t
-        positions = torch.full_like(tokens, t)
-        x = model.tgt_embed(tokens, positions)
-        self_graph = self._self_graph()
-        cross_graph = self.fixed_cross_graph if self.fixed_cross_graph is not None else self._cross_graph(t)
-        cache_shape = (-1,) + self.keys.shape[3:]
+        x = model.tgt_embed(tokens, torch.full_like(tokens, t))
+        everyone = torch.arange(self.num_hyps, device=self.device)
+        self_graph, cross_graph = self._self_graph(everyone), self.cross_graph()
         for i, layer in enumerate(model.decoder.layers):
             q, k, v = layer.self_pre(x)
             self.keys[i, :, t] = k
             self.values[i, :, t] = v
-            o = graph_attention(self_graph, q, self.keys[i].reshape(cache_shape), self.values[i].reshape(cache_shape))
+            o = graph_attention(self_graph, q, self._cached(self.keys, i), self._cached(self.values, i))
             x = layer.self_post(x, o)
             mem_k, mem_v = self.memory_kv[i]
             x = layer.cross_post(x, graph_attention(cross_graph, layer.cross_pre(x), mem_k, mem_v))

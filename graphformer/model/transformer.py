@@ -10,6 +10,7 @@ otherwise); post-norm stacks already end normalised and have none.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Optional
 
 import torch
 from torch import nn
@@ -19,6 +20,7 @@ from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding
 from graphformer.model.layers import DecoderLayer, EncoderLayer
 
 TYING = ("none", "decoder", "all")
+MODELS = ("transformer", "universal")
 
 
 @dataclass
@@ -43,6 +45,10 @@ class ModelConfig:
     enc_attention: str = "full"       # attention patterns (graphformer.graphs.patterns syntax)
     dec_attention: str = "causal"
     cross_attention: str = "full"
+    model: str = "transformer"        # or "universal": one shared layer per side with ACT
+    max_depth: Optional[int] = None   # universal only (default 8): most steps per token
+    act_threshold: Optional[float] = None  # universal only (default 0.99): halt when sum p > it
+    ponder_weight: Optional[float] = None  # universal only (default 0.01): weight of the ponder cost
 
     def __post_init__(self):
         if self.layers < 1:
@@ -63,6 +69,23 @@ class ModelConfig:
             raise ValueError("tie='all' needs one vocabulary for source and target (equal sizes)")
         for spec in (self.enc_attention, self.dec_attention, self.cross_attention):
             patterns.parse(spec)  # fails early, with the pattern's own message
+        act = {"max_depth": 8, "act_threshold": 0.99, "ponder_weight": 0.01}
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; choose one of {MODELS}")
+        if self.model == "transformer":
+            given = [name for name in act if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply only to the universal model (model='universal')")
+            return
+        for name, default in act.items():
+            if getattr(self, name) is None:
+                setattr(self, name, default)
+        if self.max_depth < 1:
+            raise ValueError(f"max_depth must be at least 1, got {self.max_depth}")
+        if not 0.0 < self.act_threshold <= 1.0:
+            raise ValueError(f"act_threshold must be in (0, 1], got {self.act_threshold}")
+        if self.ponder_weight < 0:
+            raise ValueError(f"ponder_weight must be at least 0, got {self.ponder_weight}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,8 +138,12 @@ class Generator(nn.Module):
 class GraphTransformer(nn.Module):
     """Encoder-decoder Transformer whose attention runs on the edges of a :class:`GraphBatch`."""
 
+    aux_loss = None  # the Transformer has no loss besides the likelihood
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        if cfg.model != "transformer":
+            raise ValueError(f"GraphTransformer needs model='transformer', got {cfg.model!r}; use build_model")
         self.cfg = cfg
         positions = POSITIONS[cfg.positions]
         src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
@@ -152,7 +179,21 @@ class GraphTransformer(nn.Module):
         """(N_tgt, tgt_vocab) log-probabilities of the next token at every target node."""
         return self.generator(self.decode(batch, self.encode(batch)))
 
+    def incremental_stepper(self, batch, hyps_per_sentence: int, max_steps: int, pool):
+        from graphformer.decoding.steppers import IncrementalStepper
+        return IncrementalStepper(self, batch, hyps_per_sentence, max_steps, pool)
 
-def make_model(src_vocab: int, tgt_vocab: int | None = None, **hyper) -> GraphTransformer:
-    """Build a :class:`GraphTransformer`; ``hyper`` are :class:`ModelConfig` fields."""
-    return GraphTransformer(ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper))
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """The model class that ``cfg.model`` names."""
+    if cfg.model == "universal":
+        from graphformer.model.universal import UniversalTransformer
+        return UniversalTransformer(cfg)
+    return GraphTransformer(cfg)
+
+
+def make_model(src_vocab: int, tgt_vocab: int | None = None, **hyper) -> nn.Module:
+    """Build a :class:`GraphTransformer` (or, with ``model="universal"``, a
+    :class:`~graphformer.model.universal.UniversalTransformer`); ``hyper`` are
+    :class:`ModelConfig` fields."""
+    return build_model(ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper))

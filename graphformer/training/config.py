@@ -7,6 +7,8 @@ from typing import Optional
 from graphformer.errors import UserError
 
 TASKS = ("copy", "sort", "parallel")
+# metric -> True when larger is better
+SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 
 
 @dataclass
@@ -28,6 +30,8 @@ class TrainConfig:
     valid_beam: int = 1                 # beam for the per-epoch exact-match check (1 = greedy)
     save_every: Optional[int] = None    # also write checkpoint_last.pt every N steps
     max_steps: Optional[int] = None     # stop (with a checkpoint) after this many optimizer steps
+    select_by: Optional[str] = None     # validation metric of the best checkpoint (default: exact_match
+                                        # for copy/sort, loss otherwise)
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -47,6 +51,10 @@ class TrainConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise UserError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.select_by is None:
+            self.select_by = "exact_match" if self.task in ("copy", "sort") else "loss"
+        if self.select_by not in SELECT_BY:
+            raise UserError(f"unknown --select-by {self.select_by!r}; choose one of {', '.join(SELECT_BY)}")
         if self.clip_norm is not None and self.clip_norm <= 0:
             raise UserError(f"--clip-norm must be positive, got {self.clip_norm}")
 

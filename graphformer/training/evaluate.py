@@ -17,6 +17,7 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
     model.eval()
     device = next(model.parameters()).device
     total_loss, correct, total = 0.0, 0, 0
+    ponder = PonderTally()
     plan = plan_batches([len(s) for s in split.src], [len(t) for t in split.tgt],
                         batch_tokens=batch_tokens, shuffle=False)
     for idx in plan:
@@ -25,8 +26,31 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
         total_loss += float(label_smoothed_nll(log_probs, batch.gold, 0.0))
         c, n = token_accuracy_counts(log_probs, batch.gold)
         correct, total = correct + c, total + n
+        ponder.add(model)
     model.train(was_training)
-    return {"loss": total_loss / total, "token_accuracy": correct / total}
+    return {"loss": total_loss / total, "token_accuracy": correct / total, **ponder.summary()}
+
+
+class PonderTally:
+    """Universal Transformer only: how many tokens enter each ACT step, and mean ponder steps."""
+
+    def __init__(self):
+        self.entering: dict[str, list[int]] = {}
+        self.steps: dict[str, list[int]] = {}
+
+    def add(self, model) -> None:
+        for side, stats in getattr(model, "stats", {}).items():
+            entering = self.entering.setdefault(side, [0] * model.cfg.max_depth)
+            for s, n in enumerate(stats.active_nodes):
+                entering[s] += n
+            self.steps.setdefault(side, []).extend(stats.steps.tolist())
+
+    def summary(self) -> dict:
+        out = {}
+        for side, entering in self.entering.items():
+            out[f"{side}_step_fraction"] = [n / entering[0] for n in entering]
+            out[f"{side}_mean_ponder"] = sum(self.steps[side]) / len(self.steps[side])
+        return out
 
 
 def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6) -> tuple[float, list]:

@@ -17,7 +17,8 @@ from pathlib import Path
 from graphformer.data import tasks
 from graphformer.data.corpus import Split, build_vocabs, read_split
 from graphformer.errors import UserError
-from graphformer.model import GraphTransformer, ModelConfig
+from graphformer.model import ModelConfig
+from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint
 from graphformer.training.config import TrainConfig
 from graphformer.vocab import Vocab
@@ -92,8 +93,8 @@ class LoadedRun:
         return read_split(data_dir, name).encode(self.src_vocab, self.tgt_vocab)
 
 
-def build_model(state: dict, path: Path) -> GraphTransformer:
-    model = GraphTransformer(ModelConfig.from_dict(state["model_config"]))
+def build_model(state: dict, path: Path):
+    model = model_from_config(ModelConfig.from_dict(state["model_config"]))
     try:
         model.load_state_dict(state["model"])
     except RuntimeError:

@@ -21,9 +21,10 @@ from graphformer.data.batching import plan_batches, shard
 from graphformer.data.text import write_lines_atomic
 from graphformer.errors import UserError
 from graphformer.graphs import make_batch
-from graphformer.model import GraphTransformer, ModelConfig
+from graphformer.model import ModelConfig
+from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint, distributed
-from graphformer.training.config import TrainConfig
+from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.run import (build_model, check_matches_run, data_dir_of, prepare_data, read_splits,
@@ -42,7 +43,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.ctx = distributed.setup(train_cfg.device)
         self.show_progress = show_progress and self.ctx.is_main
-        self.progress = {"epoch": 0, "batch": 0, "step": 0, "best_valid_loss": None}
+        self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
         self._stop_requested = False
         if resume:
             self._resume(train_cfg)
@@ -62,7 +63,7 @@ class Trainer:
         ModelConfig.__post_init__(model_cfg)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        self.model = GraphTransformer(model_cfg)
+        self.model = model_from_config(model_cfg)
         self.pool = self.model.make_pool()
         if self.ctx.is_main:
             save_run_files(self.run_dir, model_cfg, cfg, self.src_vocab, self.tgt_vocab)
@@ -118,7 +119,6 @@ class Trainer:
     # ---- checkpoints ------------------------------------------------------------------------
     def state(self) -> dict:
         return {
-            "model_kind": "transformer",
             "model_config": self.model.cfg.to_dict(),
             "train_config": self.cfg.to_dict(),
             "model": self.model.state_dict(),
@@ -166,7 +166,10 @@ class Trainer:
             sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
             with sync:
                 loss = label_smoothed_nll(self.net(batch), batch.gold, self.cfg.label_smoothing)
-                (loss * (self.ctx.world / global_tokens)).backward()
+                objective = loss * (self.ctx.world / global_tokens)
+                if self.model.aux_loss is not None:  # the Universal Transformer's ponder cost
+                    objective = objective + self.model.aux_loss * (self.ctx.world * len(batch.gold) / global_tokens)
+                objective.backward()
             total += float(loss)
         if self.cfg.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
@@ -238,10 +241,9 @@ class Trainer:
             metrics["lr"] = self.schedule.get_last_lr()[0]
         self.progress["epoch"] = epoch + 1
         self.progress["batch"] = 0
-        best = self.progress["best_valid_loss"]
-        is_best = self.ctx.is_main and (best is None or metrics["valid_loss"] < best)
+        is_best = self.ctx.is_main and self._improves(metrics)
         if is_best:
-            self.progress["best_valid_loss"] = metrics["valid_loss"]
+            self.progress["best"] = metrics[f"valid_{self.cfg.select_by}"]
         self._log("metrics.jsonl", metrics)
         self.save(best=is_best)
         if self.show_progress:
@@ -260,6 +262,11 @@ class Trainer:
             (self.run_dir / "ranks.json").write_text(json.dumps({"parameter_sha256": digests}) + "\n")
         if len(set(digests)) != 1:
             raise RuntimeError(f"parameters differ across ranks after training: {digests}")
+
+    def _improves(self, metrics: dict) -> bool:
+        best, value = self.progress["best"], metrics[f"valid_{self.cfg.select_by}"]
+        larger_is_better = SELECT_BY[self.cfg.select_by]
+        return best is None or (value > best if larger_is_better else value < best)
 
     def _log(self, name: str, record: dict):
         if self.ctx.is_main:

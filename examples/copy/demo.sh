@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The main job (make demo): train the copy task on CPU, then report test exact match and examples.
+set -euo pipefail
+BIN=${BIN:-.venv/bin}
+RUN=${RUN:-runs/demo-copy}
+if [ -e "$RUN" ]; then
+    echo "$RUN exists from an earlier demo; remove it to train again (rm -r $RUN)" >&2
+else
+    "$BIN/graphformer" train --task copy --out "$RUN" \
+        --layers 2 --d-model 128 --heads 4 --d-ff 256 --dropout 0.1 \
+        --lr-factor 0.5 --warmup 400 --batch-size 64 --epochs 10 --seed 1
+fi
+echo
+"$BIN/graphformer" evaluate "$RUN" --split test
+echo
+echo "a few test sentences (source => decoded):"
+head -n 5 "$RUN/data/test.src" > "$RUN/examples.src"
+"$BIN/graphformer" translate "$RUN" --input "$RUN/examples.src" > "$RUN/examples.out"
+paste -d '\t' "$RUN/examples.src" "$RUN/examples.out" | sed 's/\t/   =>   /'

@@ -1,0 +1,215 @@
+r"""The Adaptive Universal Transformer on graphs (Dehghani et al., 2018; Graves, 2016).
+
+One shared encoder layer and one shared decoder layer are applied up to ``max_depth`` times. At
+step s every token's state gets its position and the step encoded (the same sinusoids over
+positions and over steps), and a halting unit says how sure the token is that it is done:
+
+    p_s   = sigmoid(w_h . LN(h_s) + b_h)                          per token, per step
+    halt at the first step S where  p_1 + ... + p_S > threshold   (or at s = max_depth)
+    w_s   = p_s for s < S,   w_S = R = 1 - (p_1 + ... + p_{S-1})     (the weights sum to 1)
+    out   = sum_s w_s h_s                                         the halting-weighted state
+    ponder cost = S + R, averaged over tokens and added to the loss with weight ``ponder_weight``
+
+Halted tokens drop out of the graph: each step's pre functions, messages and post functions run
+only on the tokens still active and their incoming edges. A halted token keeps serving as key and
+value with the keys and values of its last step, so its state never changes again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import dgl
+import torch
+from torch import nn
+
+from graphformer.attention import graph_attention
+from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
+from graphformer.model.embedding import POSITIONS, Embedder, SinusoidalPositions, TokenEmbedding
+from graphformer.model.layers import DecoderLayer, EncoderLayer
+from graphformer.model.transformer import Generator, ModelConfig
+
+
+@dataclass
+class ACTStats:
+    """What one ACT pass did, for one side (source or target)."""
+
+    steps: torch.Tensor                               # (N,) steps each token took (1..max_depth)
+    remainders: torch.Tensor                          # (N,) R of each token
+    weights: torch.Tensor                             # (N, max_depth) halting weights w_s
+    active_nodes: list[int] = field(default_factory=list)   # tokens updated at each step
+    active_edges: list[int] = field(default_factory=list)   # messages sent at each step (all attentions)
+    states: list[torch.Tensor] = field(default_factory=list)  # (N, d) after each step, if recorded
+
+    @property
+    def ponder_cost(self) -> torch.Tensor:
+        return (self.steps.to(self.remainders.dtype) + self.remainders).mean()
+
+
+def restrict_to_destinations(graph: dgl.DGLGraph, active: torch.Tensor) -> tuple[dgl.DGLGraph, int]:
+    """The in-edges of the ``active`` destinations (bool mask), as a graph from all source nodes
+    to the active destinations only (renumbered 0..n_active-1)."""
+    u, v = graph.edges()
+    keep = active[v]
+    new_id = torch.cumsum(active, 0) - 1
+    num_src = graph.num_src_nodes()
+    sub = dgl.heterograph({("key", "attends", "query"): (u[keep], new_id[v[keep]])},
+                          num_nodes_dict={"key": num_src, "query": int(active.sum())},
+                          idtype=torch.int64, device=u.device)
+    return sub, int(keep.sum())
+
+
+class HaltingUnit(nn.Module):
+    def __init__(self, d_model: int, init_bias: float = 1.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.proj = nn.Linear(d_model, 1)
+        nn.init.constant_(self.proj.bias, init_bias)  # start by pondering for a few steps (as in UT)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.proj(self.norm(h))).squeeze(-1)
+
+
+class ACT:
+    """Bookkeeping of adaptive computation time for N tokens; ``step`` returns the active mask."""
+
+    def __init__(self, n: int, max_depth: int, threshold: float, like: torch.Tensor):
+        self.max_depth, self.threshold = max_depth, threshold
+        self.cumulative = like.new_zeros(n)
+        self.weights = like.new_zeros(n, max_depth)
+        self.steps = torch.zeros(n, dtype=torch.int64, device=like.device)
+        self.remainders = like.new_zeros(n)
+        self.running = torch.ones(n, dtype=torch.bool, device=like.device)
+
+    def weigh(self, s: int, p: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Halting weights of step s for the active tokens (p: their halting probabilities)."""
+        last = s == self.max_depth - 1
+        halts = (self.cumulative[active] + p > self.threshold) | last
+        remainder = 1.0 - self.cumulative[active]
+        w = torch.where(halts, remainder, p)
+        self.weights = self.weights.index_put((active.nonzero().squeeze(1), torch.full_like(p, s, dtype=torch.int64)), w)
+        self.cumulative = self.cumulative.index_put((active,), self.cumulative[active] + w)
+        self.steps[active] += 1
+        ids = active.nonzero().squeeze(1)
+        self.remainders = self.remainders.index_put((ids[halts],), remainder[halts])
+        self.running = self.running.clone()
+        self.running[ids[halts]] = False
+        return w
+
+    def finish(self, stats: ACTStats) -> ACTStats:
+        stats.steps, stats.remainders, stats.weights = self.steps, self.remainders, self.weights
+        return stats
+
+
+class UniversalTransformer(nn.Module):
+    """Encoder-decoder Universal Transformer with ACT, on the same graph batches as the Transformer."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.model != "universal":
+            raise ValueError("UniversalTransformer needs a config with model='universal'")
+        self.cfg = cfg
+        positions = POSITIONS[cfg.positions]
+        src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
+        tgt_tokens = src_tokens if cfg.tie == "all" else TokenEmbedding(cfg.tgt_vocab, cfg.d_model)
+        self.src_embed = Embedder(src_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout)
+        self.tgt_embed = Embedder(tgt_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout)
+        self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
+        self.encoder_layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
+        self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
+        self.encoder_halt = HaltingUnit(cfg.d_model)
+        self.decoder_halt = HaltingUnit(cfg.d_model)
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
+        for name, p in self.named_parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        if cfg.tie != "none":
+            self.generator.proj.weight = tgt_tokens.table.weight
+        self.stats: dict[str, ACTStats] = {}
+        self.aux_loss = None
+        self.record_states = False  # keep every step's states in ``stats`` (for plots and tests)
+
+    def make_pool(self):
+        from graphformer.graphs import GraphPool
+        return GraphPool(self.cfg.enc_attention, self.cfg.dec_attention, self.cfg.cross_attention)
+
+    def _timing(self, positions: torch.Tensor, s: int, embedder: Embedder) -> torch.Tensor:
+        depth = self.depth.table[s].to(embedder.tokens.table.weight.dtype)
+        return embedder.positions(positions).to(depth.dtype) + depth
+
+    def encode(self, batch: GraphBatch) -> torch.Tensor:
+        """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
+        h = self.src_embed(batch.src_tokens, batch.src_pos)
+        graph = batch.relation(ENC)
+        layer, halt = self.encoder_layer, self.encoder_halt
+        act = ACT(len(h), self.cfg.max_depth, self.cfg.act_threshold, h.new_zeros(()))
+        out = torch.zeros_like(h)
+        keys = values = None
+        stats = ACTStats(act.steps, act.remainders, act.weights)
+        for s in range(self.cfg.max_depth):
+            active = act.running
+            if not bool(active.any()):
+                break
+            x = h[active] + self._timing(batch.src_pos[active], s, self.src_embed)
+            q, k, v = layer.pre(x)
+            keys = _scatter(keys, active, k)
+            values = _scatter(values, active, v)
+            sub, n_edges = restrict_to_destinations(graph, active)
+            new = layer.post(x, graph_attention(sub, q, keys, values))
+            w = act.weigh(s, halt(new), active)
+            h = h.index_put((active,), new)
+            out = out.index_put((active,), out[active] + w[:, None] * new)
+            self._record(stats, active, n_edges, h)
+        self.stats["src"] = act.finish(stats)
+        return self.encoder_norm(out)
+
+    def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:
+        h = self.tgt_embed(batch.tgt_tokens, batch.tgt_pos)
+        self_graph, cross_graph = batch.relation(DEC), batch.relation(CROSS)
+        layer, halt = self.decoder_layer, self.decoder_halt
+        mem_k, mem_v = layer.memory_kv(memory)
+        act = ACT(len(h), self.cfg.max_depth, self.cfg.act_threshold, h.new_zeros(()))
+        out = torch.zeros_like(h)
+        keys = values = None
+        stats = ACTStats(act.steps, act.remainders, act.weights)
+        for s in range(self.cfg.max_depth):
+            active = act.running
+            if not bool(active.any()):
+                break
+            x = h[active] + self._timing(batch.tgt_pos[active], s, self.tgt_embed)
+            q, k, v = layer.self_pre(x)
+            keys = _scatter(keys, active, k)
+            values = _scatter(values, active, v)
+            sub_self, e_self = restrict_to_destinations(self_graph, active)
+            x = layer.self_post(x, graph_attention(sub_self, q, keys, values))
+            sub_cross, e_cross = restrict_to_destinations(cross_graph, active)
+            new = layer.cross_post(x, graph_attention(sub_cross, layer.cross_pre(x), mem_k, mem_v))
+            w = act.weigh(s, halt(new), active)
+            h = h.index_put((active,), new)
+            out = out.index_put((active,), out[active] + w[:, None] * new)
+            self._record(stats, active, e_self + e_cross, h)
+        self.stats["tgt"] = act.finish(stats)
+        return self.decoder_norm(out)
+
+    def _record(self, stats: ACTStats, active: torch.Tensor, n_edges: int, h: torch.Tensor) -> None:
+        stats.active_nodes.append(int(active.sum()))
+        stats.active_edges.append(n_edges)
+        if self.record_states:
+            stats.states.append(h.detach().clone())
+
+    def forward(self, batch: GraphBatch) -> torch.Tensor:
+        log_probs = self.generator(self.decode(batch, self.encode(batch)))
+        self.aux_loss = self.cfg.ponder_weight * (self.stats["src"].ponder_cost + self.stats["tgt"].ponder_cost)
+        return log_probs
+
+    def incremental_stepper(self, batch, hyps_per_sentence, max_steps, pool):
+        from graphformer.decoding.universal import UniversalStepper
+        return UniversalStepper(self, batch, hyps_per_sentence, max_steps, pool)
+
+
+def _scatter(table, active: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``table`` with the rows of the active tokens replaced (created on the first step)."""
+    if table is None:
+        table = rows.new_zeros((len(active),) + rows.shape[1:])
+    return table.index_put((active,), rows)

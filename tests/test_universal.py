@@ -1,0 +1,165 @@
+"""The Adaptive Universal Transformer: ACT invariants, shrinking steps, decoding, bad input."""
+import pytest
+import torch
+from torch import nn
+
+from graphformer import GraphPool, make_model
+from graphformer.cli import main
+from graphformer.decoding import translate_ids
+from graphformer.graphs import ENC, make_batch
+from graphformer.training.loss import label_smoothed_nll
+from helpers import TINY_MODEL, random_pairs, small_copy_data
+
+VOCAB = 17
+
+
+def universal(max_depth=4, threshold=0.99, **kw):
+    torch.manual_seed(0)
+    return make_model(VOCAB, model="universal", d_model=16, heads=2, d_ff=32, dropout=0.0,
+                      max_depth=max_depth, act_threshold=threshold, **kw).double()
+
+
+def batch(n=7, seed=0, max_len=12):
+    src, tgt = random_pairs(n, VOCAB, max_len=max_len, seed=seed)
+    return make_batch(GraphPool(), src, tgt)
+
+
+def set_halting_bias(model, value):
+    with torch.no_grad():
+        for unit in (model.encoder_halt, model.decoder_halt):
+            unit.proj.weight.zero_()
+            unit.proj.bias.fill_(value)
+
+
+def test_halting_weights_sum_to_one_and_stop_at_the_halting_step():
+    model = universal(max_depth=6)
+    model(batch())
+    for side in ("src", "tgt"):
+        stats = model.stats[side]
+        torch.testing.assert_close(stats.weights.sum(1), torch.ones(len(stats.steps), dtype=torch.float64))
+        after = torch.arange(6)[None, :] >= stats.steps[:, None]
+        assert bool((stats.weights[after] == 0).all())
+        assert len(set(stats.steps.tolist())) > 1, "tokens should halt at different steps"
+
+
+def test_a_halted_token_never_changes_and_is_never_a_destination_again():
+    model = universal(max_depth=6)
+    model.record_states = True
+    b = batch()
+    model(b)
+    for side, etype in (("src", ENC), ("tgt", ("tgt", "dec", "tgt"))):
+        stats = model.stats[side]
+        steps = stats.steps
+        in_degree = b.graph.in_degrees(etype=etype)
+        for s, state in enumerate(stats.states):
+            running = steps > s
+            assert stats.active_nodes[s] == int(running.sum())
+            halted = steps <= s
+            final = torch.stack([stats.states[k - 1][i] for i, k in enumerate(steps.tolist())])
+            torch.testing.assert_close(state[halted], final[halted], atol=0, rtol=0)
+            if side == "src":
+                assert stats.active_edges[s] == int(in_degree[running].sum())
+
+
+def test_threshold_reached_at_first_step_means_one_step():
+    model = universal(max_depth=5)
+    set_halting_bias(model, 1e4)  # p = 1 > 0.99 at once
+    model(batch())
+    for side in ("src", "tgt"):
+        assert model.stats[side].steps.tolist() == [1] * len(model.stats[side].steps)
+        assert len(model.stats[side].active_nodes) == 1
+
+
+def test_halting_disabled_is_a_fixed_depth_shared_weight_transformer():
+    depth = 4
+    model = universal(max_depth=depth).eval()
+    set_halting_bias(model, -1e4)  # p = 0: the threshold is never reached
+    b = batch()
+    with torch.no_grad():
+        got = model(b)
+        # reference: the shared layers applied `depth` times on the full graphs, no ACT
+        h = model.src_embed(b.src_tokens, b.src_pos)
+        for s in range(depth):
+            h = model.encoder_layer(b.relation(ENC), h + model._timing(b.src_pos, s, model.src_embed))
+        memory = model.encoder_norm(h)
+        mem_kv = model.decoder_layer.memory_kv(memory)
+        x = model.tgt_embed(b.tgt_tokens, b.tgt_pos)
+        for s in range(depth):
+            x = model.decoder_layer(b.relation(("tgt", "dec", "tgt")), b.relation(("src", "cross", "tgt")),
+                                    x + model._timing(b.tgt_pos, s, model.tgt_embed), mem_kv)
+        expected = model.generator(model.decoder_norm(x))
+    assert model.stats["src"].steps.tolist() == [depth] * len(b.src_tokens)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+
+
+def test_gradients_reach_the_halting_units():
+    model = universal()
+    b = batch()
+    (label_smoothed_nll(model(b), b.gold) + model.aux_loss).backward()
+    for unit in (model.encoder_halt, model.decoder_halt):
+        assert unit.proj.weight.grad is not None and float(unit.proj.weight.grad.abs().sum()) > 0
+
+
+class HaltEvenTokensFirst(nn.Module):
+    """p = 1 for the even-numbered tokens at the first step, 0.3 everywhere else."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, h):
+        p = torch.full((len(h),), 0.3, dtype=h.dtype)
+        if self.calls == 0:
+            p[0::2] = 1.0
+        self.calls += 1
+        return p
+
+
+def test_steps_really_shrink():
+    model = universal(max_depth=4)
+    model.encoder_halt = HaltEvenTokensFirst()
+    b = batch(n=5, seed=3)
+    model.encode(b)
+    stats = model.stats["src"]
+    n = len(b.src_tokens)
+    odd = torch.arange(n) % 2 == 1
+    assert stats.active_nodes[:2] == [n, int(odd.sum())]
+    in_degree = b.graph.in_degrees(etype=ENC)
+    assert stats.active_edges[:2] == [int(in_degree.sum()), int(in_degree[odd].sum())]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_incremental_decoding_equals_recompute(beam):
+    model = universal(max_depth=5).eval()
+    with torch.no_grad():  # spread halting over steps
+        model.decoder_halt.proj.bias.fill_(-1.0)
+    src, _ = random_pairs(6, VOCAB, max_len=9, seed=4)
+    kw = dict(beam=beam, extra_len=5, batch_size=3)
+    fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
+    assert [h.tokens for h in fast] == [h.tokens for h in slow]
+    assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"model": "universal", "max_depth": 0}, "max_depth must be at least 1"),
+    ({"model": "universal", "act_threshold": 0.0}, r"act_threshold must be in \(0, 1\]"),
+    ({"model": "universal", "act_threshold": 1.5}, r"act_threshold must be in \(0, 1\]"),
+    ({"max_depth": 4}, "apply only to the universal model"),
+    ({"act_threshold": 0.5}, "apply only to the universal model"),
+])
+def test_bad_act_options(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        make_model(VOCAB, d_model=16, heads=2, **kw)
+
+
+def test_cli_trains_a_universal_model_and_rejects_act_options_elsewhere(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data")
+    run = tmp_path / "run"
+    assert main(["train", "--model", "universal", "--max-depth", "3", "--task", "parallel", "--data-dir", str(data),
+                 "--out", str(run), "--epochs", "1", "--batch-size", "16", *TINY_MODEL]) == 0
+    from helpers import read_jsonl
+    metrics = read_jsonl(run / "metrics.jsonl")[0]
+    assert len(metrics["valid_src_step_fraction"]) == 3 and metrics["valid_src_step_fraction"][0] == 1.0
+    assert 1.0 <= metrics["valid_tgt_mean_ponder"] <= 3.0
+    assert main(["train", "--max-depth", "3", "--out", str(tmp_path / "r2"), *TINY_MODEL]) == 2
+    assert "apply only to the universal model" in capsys.readouterr().err
