@@ -68,6 +68,7 @@ def _train_parser(sub):
     run.add_argument("--select-by", choices=("loss", "token_accuracy", "exact_match"),
                      help="validation metric that picks checkpoint_best.pt (default: exact_match for copy/sort, else loss)")
     run.add_argument("--threads", type=int, help="torch CPU threads")
+    _backend_option(run)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
@@ -82,6 +83,7 @@ def _eval_parser(sub):
     p.add_argument("--checkpoint", choices=("best", "last"), default="best")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _backend_option(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -94,7 +96,13 @@ def _translate_parser(sub):
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
     p.add_argument("--checkpoint", choices=("best", "last"), default="best")
     p.add_argument("--device", default="cpu")
+    _backend_option(p)
     p.set_defaults(func=cmd_translate)
+
+
+def _backend_option(group):
+    group.add_argument("--attention-backend", choices=("dgl", "blocked"), default="dgl",
+                       help="dgl: edge-wise DGL kernels; blocked: block-sparse tiles in PyTorch (same results)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -207,6 +215,8 @@ def cmd_translate(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from graphformer.attention import set_backend
+    set_backend(args.attention_backend)
     try:
         return args.func(args)
     except (UserError, ValueError) as err:

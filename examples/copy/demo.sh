@@ -8,7 +8,7 @@ if [ -e "$RUN" ]; then
 else
     "$BIN/graphformer" train --task copy --out "$RUN" \
         --layers 2 --d-model 128 --heads 4 --d-ff 256 --dropout 0.1 \
-        --lr-factor 0.5 --warmup 400 --batch-size 64 --epochs 10 --seed 1
+        --lr-factor 0.5 --warmup 400 --batch-size 64 --epochs 12 --seed 1
 fi
 echo
 "$BIN/graphformer" evaluate "$RUN" --split test

@@ -1,14 +1,21 @@
 """Graph attention behind one entry point.
 
+Two backends compute the same thing:
+
+* ``dgl`` (default): edge-wise SDDMM/SpMM kernels, the message-passing formulation itself.
+* ``blocked``: block-sparse tiles in plain PyTorch (BLAS matmuls, chunked, recomputed in the
+  backward pass); much faster and leaner on long sequences with local patterns.
+
+
 Layers call :func:`graph_attention` and never the kernels themselves, so another
 implementation (plain PyTorch scatter ops, say, for CUDA without a DGL CUDA build) can be
 registered in ``BACKENDS`` and chosen with :func:`set_backend` without touching the layers.
 """
 from __future__ import annotations
 
-from graphformer.attention import dgl_ops
+from graphformer.attention import blocked, dgl_ops
 
-BACKENDS = {"dgl": dgl_ops.attend}
+BACKENDS = {"dgl": dgl_ops.attend, "blocked": blocked.attend}
 _active = {"name": "dgl"}
 
 

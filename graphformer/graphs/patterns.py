@@ -57,16 +57,24 @@ def causal(num_keys: int, num_queries: int) -> EdgeList:
     return _where(num_keys, num_queries, lambda i, j: i <= j)
 
 
+def _offsets(nk: int, nq: int, offsets: torch.Tensor) -> EdgeList:
+    """Keys j + offset for each query j, those inside the sequence: O(edges), not O(n^2)."""
+    j = torch.arange(nq)
+    u = (j[:, None] + offsets[None, :]).reshape(-1)
+    v = j.repeat_interleave(len(offsets))
+    keep = (u >= 0) & (u < nk)
+    return u[keep], v[keep]
+
+
 def window(w: int) -> Pattern:
     _positive("window", w)
-    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: (i - j).abs() <= w), f"window:{w}")
+    return _named(lambda nk, nq: _offsets(nk, nq, torch.arange(-w, w + 1)), f"window:{w}")
 
 
 def dilated(w: int, d: int) -> Pattern:
     _positive("dilated", w)
     _positive("dilated", d)
-    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: ((i - j) % d == 0) & ((i - j).abs() <= w * d)),
-                  f"dilated:{w},{d}")
+    return _named(lambda nk, nq: _offsets(nk, nq, torch.arange(-w, w + 1) * d), f"dilated:{w},{d}")
 
 
 def global_tokens(g: int) -> Pattern:
