@@ -64,6 +64,7 @@ def _train_parser(sub):
     run.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     run.add_argument("--valid-beam", type=int, default=1, help="beam for the per-epoch exact-match check")
     run.add_argument("--save-every", type=int, help="also write checkpoint_last.pt every N steps")
+    run.add_argument("--viz-every", type=int, help="record attention maps of a validation sample every N epochs")
     run.add_argument("--max-steps", type=int, help="stop with a checkpoint after this many steps")
     run.add_argument("--select-by", choices=("loss", "token_accuracy", "exact_match"),
                      help="validation metric that picks checkpoint_best.pt (default: exact_match for copy/sort, else loss)")
@@ -112,12 +113,38 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
+def _viz_options(p):
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
+    p.add_argument("--relation", choices=("enc", "dec", "cross"), default="cross")
+    p.add_argument("--layer", type=int, default=-1, help="layer index (negative counts from the last)")
+    p.add_argument("--head", type=int, default=0)
+    p.add_argument("-o", "--output", required=True, help="file to write")
+
+
+def _animate_parser(sub):
+    p = sub.add_parser("animate", help="animate recorded attention maps across epochs",
+                       description="One frame per recorded epoch: a GIF for .gif, an HTML/JS player otherwise.")
+    _viz_options(p)
+    p.set_defaults(func=cmd_animate)
+
+
+def _heatmap_parser(sub):
+    p = sub.add_parser("heatmap", help="draw one recorded attention map",
+                       description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded epoch.")
+    _viz_options(p)
+    p.add_argument("--epoch", default="last", help="recorded epoch number, or 'last'")
+    p.add_argument("--graph", action="store_true", help="draw the attention as a graph (edge width = weight)")
+    p.set_defaults(func=cmd_heatmap)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphformer", description="The Transformer as message passing on graphs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     _train_parser(sub)
     _eval_parser(sub)
     _translate_parser(sub)
+    _animate_parser(sub)
+    _heatmap_parser(sub)
     return parser
 
 
@@ -135,7 +162,8 @@ def cmd_train(args) -> int:
         batch_tokens=args.batch_tokens, accumulate=args.accumulate, clip_norm=args.clip_norm, warmup=args.warmup,
         lr_factor=args.lr_factor, label_smoothing=args.label_smoothing, min_count=args.min_count,
         shared_vocab=not args.separate_vocab, device=args.device, valid_beam=args.valid_beam,
-        save_every=args.save_every, max_steps=args.max_steps, select_by=args.select_by)
+        save_every=args.save_every, max_steps=args.max_steps, select_by=args.select_by,
+        viz_every=args.viz_every)
     model_cfg = None
     if not args.resume:
         model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, layers=args.layers, d_model=args.d_model, heads=args.heads,
@@ -213,10 +241,52 @@ def cmd_translate(args) -> int:
     return 0
 
 
+def _pick(record: dict, args):
+    maps = record["maps"][args.relation]
+    layers, heads = maps.shape[:2]
+    if not -layers <= args.layer < layers:
+        raise UserError(f"--layer {args.layer} is out of range: the model has {layers} layers")
+    if not 0 <= args.head < heads:
+        raise UserError(f"--head {args.head} is out of range: the model has {heads} heads")
+    keys = record["src_labels"] if args.relation in ("enc", "cross") else record["tgt_labels"]
+    queries = record["tgt_labels"] if args.relation in ("dec", "cross") else record["src_labels"]
+    title = f"{args.relation} layer {args.layer % layers} head {args.head}, epoch {record['epoch']}"
+    return maps[args.layer, args.head], keys, queries, title
+
+
+def cmd_animate(args) -> int:
+    from graphformer.viz.plots import animate
+    from graphformer.viz.recording import load_records
+
+    records = load_records(args.run_dir)
+    picked = [_pick(r, args) for r in records]
+    n = animate([p[0] for p in picked], picked[0][1], picked[0][2], [p[3] for p in picked], args.output)
+    print(f"wrote {args.output}: {n} frames (epochs {records[0]['epoch']}..{records[-1]['epoch']})")
+    return 0
+
+
+def cmd_heatmap(args) -> int:
+    from graphformer.viz.plots import bipartite_graph, save_heatmap
+    from graphformer.viz.recording import load_records
+
+    records = load_records(args.run_dir)
+    if args.epoch == "last":
+        record = records[-1]
+    else:
+        chosen = [r for r in records if str(r["epoch"]) == args.epoch]
+        if not chosen:
+            raise UserError(f"epoch {args.epoch} was not recorded; recorded: {', '.join(str(r['epoch']) for r in records)}")
+        record = chosen[0]
+    weights, keys, queries, title = _pick(record, args)
+    (bipartite_graph if args.graph else save_heatmap)(weights, keys, queries, args.output, title)
+    print(f"wrote {args.output}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from graphformer.attention import set_backend
-    set_backend(args.attention_backend)
+    set_backend(getattr(args, "attention_backend", "dgl"))
     try:
         return args.func(args)
     except (UserError, ValueError) as err:

@@ -13,6 +13,8 @@ registered in ``BACKENDS`` and chosen with :func:`set_backend` without touching 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from graphformer.attention import blocked, dgl_ops
 
 BACKENDS = {"dgl": dgl_ops.attend, "blocked": blocked.attend}
@@ -25,10 +27,34 @@ def set_backend(name: str) -> None:
     _active["name"] = name
 
 
-def graph_attention(graph, q, k, v, return_weights: bool = False):
+_recorders: list[list] = []
+
+
+@contextmanager
+def record_attention():
+    """Collect ``(name, graph, weights)`` for every named attention call made inside the block;
+    weights are (E, H, 1), normalised over each destination's in-edges."""
+    records: list = []
+    _recorders.append(records)
+    try:
+        yield records
+    finally:
+        _recorders.remove(records)
+
+
+def graph_attention(graph, q, k, v, return_weights: bool = False, name: str | None = None):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
-    along the edges of ``graph``; returns (N_dst, H, d) [and (E, H, 1) weights]."""
-    return BACKENDS[_active["name"]](graph, q, k, v, return_weights=return_weights)
+    along the edges of ``graph``; returns (N_dst, H, d) [and (E, H, 1) weights].
+
+    ``name`` ('enc', 'dec', 'cross') labels the call for :func:`record_attention`.
+    """
+    attend = BACKENDS[_active["name"]]
+    if not (_recorders and name):
+        return attend(graph, q, k, v, return_weights=return_weights)
+    out, weights = attend(graph, q, k, v, return_weights=True)
+    for records in _recorders:
+        records.append((name, graph, weights.detach()))
+    return (out, weights) if return_weights else out
 
 
-__all__ = ["graph_attention", "set_backend", "BACKENDS"]
+__all__ = ["graph_attention", "record_attention", "set_backend", "BACKENDS"]

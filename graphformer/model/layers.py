@@ -76,7 +76,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.pre(x)
-        return self.post(x, graph_attention(graph, q, k, v))
+        return self.post(x, graph_attention(graph, q, k, v, name="enc"))
 
 
 class DecoderLayer(nn.Module):
@@ -110,6 +110,6 @@ class DecoderLayer(nn.Module):
 
     def forward(self, self_graph, cross_graph, x: torch.Tensor, memory_kv) -> torch.Tensor:
         q, k, v = self.self_pre(x)
-        x = self.self_post(x, graph_attention(self_graph, q, k, v))
+        x = self.self_post(x, graph_attention(self_graph, q, k, v, name="dec"))
         mem_k, mem_v = memory_kv
-        return self.cross_post(x, graph_attention(cross_graph, self.cross_pre(x), mem_k, mem_v))
+        return self.cross_post(x, graph_attention(cross_graph, self.cross_pre(x), mem_k, mem_v, name="cross"))

@@ -30,6 +30,7 @@ class TrainConfig:
     valid_beam: int = 1                 # beam for the per-epoch exact-match check (1 = greedy)
     save_every: Optional[int] = None    # also write checkpoint_last.pt every N steps
     max_steps: Optional[int] = None     # stop (with a checkpoint) after this many optimizer steps
+    viz_every: Optional[int] = None     # record attention maps of a validation sample every N epochs
     select_by: Optional[str] = None     # validation metric of the best checkpoint (default: exact_match
                                         # for copy/sort, loss otherwise)
 
@@ -45,7 +46,7 @@ class TrainConfig:
         for name in ("epochs", "accumulate", "warmup", "min_count", "valid_beam"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("batch_size", "batch_tokens", "save_every", "max_steps"):
+        for name in ("batch_size", "batch_tokens", "save_every", "max_steps", "viz_every"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

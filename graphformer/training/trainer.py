@@ -245,6 +245,8 @@ class Trainer:
         if is_best:
             self.progress["best"] = metrics[f"valid_{self.cfg.select_by}"]
         self._log("metrics.jsonl", metrics)
+        if self.ctx.is_main and self.cfg.viz_every and (epoch + 1) % self.cfg.viz_every == 0:
+            self._record_attention(epoch + 1)
         self.save(best=is_best)
         if self.show_progress:
             tqdm.write(json.dumps(metrics))
@@ -262,6 +264,12 @@ class Trainer:
             (self.run_dir / "ranks.json").write_text(json.dumps({"parameter_sha256": digests}) + "\n")
         if len(set(digests)) != 1:
             raise RuntimeError(f"parameters differ across ranks after training: {digests}")
+
+    def _record_attention(self, epoch: int) -> None:
+        """Maps of the first validation sample, for ``graphformer animate``."""
+        from graphformer.viz.recording import record_epoch
+        record_epoch(self.model, self.splits["valid"], self.pool, self.src_vocab, self.tgt_vocab,
+                     self.run_dir, epoch)
 
     def _improves(self, metrics: dict) -> bool:
         best, value = self.progress["best"], metrics[f"valid_{self.cfg.select_by}"]

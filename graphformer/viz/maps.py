@@ -1,0 +1,56 @@
+"""Attention maps: the normalised edge weights of one sample, as dense (layers, heads, queries, keys).
+
+The forward pass records every layer's edge weights a_uv / z_v (see
+:func:`graphformer.attention.record_attention`); the edges of the chosen sample are picked out
+of the batched graph by their node-id range and scattered into a dense array in one indexing
+operation. Pairs without an edge (the future in the decoder, anything a sparse pattern leaves
+out) are NaN, so a plot shows the pattern itself.
+"""
+from __future__ import annotations
+
+import torch
+
+from graphformer.attention import record_attention
+from graphformer.graphs import GraphBatch
+
+RELATIONS = ("enc", "dec", "cross")
+
+
+def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, int, int]:
+    """(first key id, number of keys, first query id, number of queries) of the sample."""
+    src_first = int(batch.src_offsets[sample])
+    tgt_offsets = torch.cumsum(batch.tgt_lengths, 0) - batch.tgt_lengths
+    tgt_first = int(tgt_offsets[sample])
+    n, m = int(batch.src_lengths[sample]), int(batch.tgt_lengths[sample])
+    return {"enc": (src_first, n, src_first, n), "dec": (tgt_first, m, tgt_first, m),
+            "cross": (src_first, n, tgt_first, m)}[relation]
+
+
+@torch.no_grad()
+def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: int = 0) -> torch.Tensor:
+    """(layers, heads, queries, keys) attention weights of one sample; NaN where there is no edge.
+
+    Works for the Transformer (one map per layer). ``batch`` must have targets for 'dec'/'cross'.
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"unknown relation {relation!r}; choose one of {RELATIONS}")
+    if not 0 <= sample < batch.size:
+        raise ValueError(f"sample {sample} is outside the batch of {batch.size}")
+    was_training = model.training
+    model.eval()
+    try:
+        with record_attention() as records:
+            model(batch)
+    finally:
+        model.train(was_training)
+    key_first, n_keys, query_first, n_queries = _ranges(batch, relation, sample)
+    maps = []
+    for name, graph, weights in records:
+        if name != relation:
+            continue
+        u, v = graph.edges()
+        mine = (v >= query_first) & (v < query_first + n_queries)
+        dense = weights.new_full((weights.shape[1], n_queries, n_keys), float("nan"))
+        dense[:, v[mine] - query_first, u[mine] - key_first] = weights[mine, :, 0].T
+        maps.append(dense)
+    return torch.stack(maps).cpu()
