@@ -25,5 +25,10 @@ test-fast: install
 demo: install
 	BIN=$(BIN) bash examples/copy/demo.sh
 
+bench: install
+	$(BIN)/python benchmarks/sparse_attention.py
+	$(BIN)/python benchmarks/training_throughput.py
+	$(BIN)/python benchmarks/decoding.py
+
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

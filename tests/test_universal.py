@@ -163,3 +163,16 @@ def test_cli_trains_a_universal_model_and_rejects_act_options_elsewhere(tmp_path
     assert 1.0 <= metrics["valid_tgt_mean_ponder"] <= 3.0
     assert main(["train", "--max-depth", "3", "--out", str(tmp_path / "r2"), *TINY_MODEL]) == 2
     assert "apply only to the universal model" in capsys.readouterr().err
+
+
+def test_universal_transformer_with_a_sparse_pattern_decodes_like_recompute():
+    model = universal(max_depth=4, enc_attention="window:2", dec_attention="causal-window:2",
+                      cross_attention="window:3+global:1").eval()
+    src, _ = random_pairs(5, VOCAB, max_len=9, seed=8)
+    kw = dict(beam=2, extra_len=4, batch_size=5)
+    fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
+    assert [h.tokens for h in fast] == [h.tokens for h in slow]
+    b = make_batch(model.make_pool(), src, [[4, 5]] * 5)
+    model(b)
+    in_degree = b.graph.in_degrees(etype=ENC)
+    assert model.stats["src"].active_edges[0] == int(in_degree.sum()) < len(b.src_tokens) ** 2

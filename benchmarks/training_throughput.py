@@ -1,0 +1,166 @@
+"""Training throughput: graphformer against a dense peer on torch.nn.Transformer, same work.
+
+Both models get the same hyper-parameters, the same length-bucketed batches of the copy task,
+the same Adam + Noam optimizer and label-smoothed loss. Runs alternate in one process (graph
+dgl, graph blocked, dense, and again), so the ratios share the machine's conditions. Also
+measured: graph building + batching as a share of a step, sgemm GFLOP/s and model FLOP
+utilisation (6 x matmul parameters x tokens + attention, over time, over measured peak).
+
+    python benchmarks/training_throughput.py [--steps 20] [--rounds 2] [--out benchmarks/results]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from graphformer import make_model
+from graphformer.attention import set_backend
+from graphformer.data import tasks
+from graphformer.data.batching import plan_batches
+from graphformer.data.corpus import build_vocabs, read_split
+from graphformer.graphs import make_batch
+from graphformer.training.loss import label_smoothed_nll
+from graphformer.training.schedule import make_optimizer
+from graphformer.vocab import EOS, PAD, SOS
+
+CONFIG = dict(layers=1, d_model=512, heads=8, d_ff=2048, dropout=0.1)
+
+
+class DensePeer(nn.Module):
+    """The same Transformer on padded tensors with masks, built on torch.nn.Transformer."""
+
+    def __init__(self, vocab: int, layers: int, d_model: int, heads: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.d_model = d_model
+        self.embed = nn.Embedding(vocab, d_model)
+        self.register_buffer("pos", make_model(vocab, d_model=d_model, heads=heads).src_embed.positions.table)
+        self.core = nn.Transformer(d_model, heads, layers, layers, d_ff, dropout, batch_first=True, norm_first=True)
+        self.out = nn.Linear(d_model, vocab)
+
+    def forward(self, src, tgt_in):
+        def emb(x):
+            return self.embed(x) * self.d_model ** 0.5 + self.pos[: x.shape[1]]
+        causal = torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool).triu(1)
+        h = self.core(emb(src), emb(tgt_in), tgt_mask=causal, src_key_padding_mask=src == PAD,
+                      tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src == PAD)
+        return torch.log_softmax(self.out(h), -1)
+
+
+def pad(seqs):
+    width = max(len(s) for s in seqs)
+    return torch.tensor([s + [PAD] * (width - len(s)) for s in seqs])
+
+
+def sgemm_gflops(n=2048, repeats=5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    tic = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n ** 3 * repeats / (time.perf_counter() - tic) / 1e9
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    data = tasks.write_task("copy", Path(tempfile.mkdtemp()) / "copy", seed=1)
+    train = read_split(data, "train")
+    vocab, _ = build_vocabs(train)
+    train.encode(vocab, vocab)
+    plan = plan_batches([len(s) for s in train.src], [len(t) for t in train.tgt], batch_size=args.batch_size, seed=0)
+    batches = [plan[i % len(plan)] for i in range(args.steps)]
+
+    graph = make_model(len(vocab), **CONFIG)
+    dense = DensePeer(len(vocab), **CONFIG)
+    systems = {"graph (dgl)": graph, "graph (blocked)": graph, "dense nn.Transformer": dense}
+    optimizers = {name: make_optimizer(m.parameters(), CONFIG["d_model"], 400, 1.0) for name, m in systems.items()}
+    pool = graph.make_pool()
+    src_b = [[train.src[i] for i in b] for b in batches]
+    tgt_b = [[train.tgt[i] for i in b] for b in batches]
+    tokens = sum(len(t) + 1 for b in tgt_b for t in b)
+
+    def graph_step(i):
+        batch = make_batch(pool, src_b[i], tgt_b[i])
+        return label_smoothed_nll(graph(batch), batch.gold, 0.1), len(batch.gold)
+
+    def dense_step(i):
+        src = pad([s + [EOS] for s in src_b[i]])
+        tgt_in, gold = pad([[SOS] + t for t in tgt_b[i]]), pad([t + [EOS] for t in tgt_b[i]])
+        logp = dense(src, tgt_in).reshape(-1, len(vocab))
+        gold = gold.reshape(-1)
+        return label_smoothed_nll(logp, gold, 0.1), int((gold != PAD).sum())
+
+    def run(name):
+        set_backend("blocked" if "blocked" in name else "dgl")
+        step = dense_step if name.startswith("dense") else graph_step
+        optimizer, schedule = optimizers[name]
+        step(0)[0].backward()  # warm-up
+        optimizer.zero_grad()
+        tic = time.perf_counter()
+        for i in range(args.steps):
+            loss, n = step(i)
+            (loss / n).backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+        return time.perf_counter() - tic
+
+    seconds = {name: [] for name in systems}
+    for _ in range(args.rounds):
+        for name in systems:
+            seconds[name].append(run(name))
+    set_backend("dgl")
+    tic = time.perf_counter()
+    for i in range(args.steps):
+        make_batch(pool, src_b[i], tgt_b[i])
+    batching = (time.perf_counter() - tic) / args.steps
+
+    peak = sgemm_gflops()
+    matmul_params = sum(p.numel() for n, p in graph.named_parameters() if p.dim() == 2 and "embed" not in n)
+    src_tokens = sum(len(s) + 1 for b in src_b for s in b)
+    attention = 0  # 2 matmuls (scores, weighted sum) x 3 (forward + backward) per edge and model dim
+    for b_src, b_tgt in zip(src_b, tgt_b):
+        for s, t in zip(b_src, b_tgt):
+            n, m = len(s) + 1, len(t) + 1
+            attention += 2 * 2 * 3 * CONFIG["d_model"] * (n * n + m * (m + 1) // 2 + n * m) * CONFIG["layers"]
+    flops = 6 * matmul_params * (src_tokens + tokens) / 2 + attention  # each token passes half the matmuls
+    rows = []
+    for name, times in seconds.items():
+        best = min(times)
+        rows.append({"system": name, "tokens_per_s": tokens / best, "seconds": best,
+                     "mfu": flops / best / (peak * 1e9)})
+    dense_rate = rows[-1]["tokens_per_s"]
+    for r in rows:
+        r["ratio_to_dense"] = r["tokens_per_s"] / dense_rate
+        print(f"{r['system']:22s} {r['tokens_per_s']:9.0f} target tokens/s  x{r['ratio_to_dense']:.2f} of dense  "
+              f"MFU {100 * r['mfu']:.1f} %")
+    graph_step_time = min(seconds["graph (dgl)"]) / args.steps
+    print(f"sgemm peak {peak:.1f} GFLOP/s; graph building + batching {1e3 * batching:.1f} ms per batch = "
+          f"{100 * batching / graph_step_time:.1f} % of a graph (dgl) training step")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"command": "python benchmarks/training_throughput.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
+              "config": {**CONFIG, "batch_size": args.batch_size, "task": "copy"}, "steps": args.steps,
+              "rounds": args.rounds, "target_tokens": tokens, "rows": rows, "sgemm_gflops": peak,
+              "batching_seconds_per_batch": batching, "batching_share_of_step": batching / graph_step_time,
+              "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
+              "versions": {"torch": torch.__version__, "python": platform.python_version()}}
+    (out / "training_throughput.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out / 'training_throughput.json'}")
+
+
+if __name__ == "__main__":
+    main()

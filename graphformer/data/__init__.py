@@ -1,0 +1,1 @@
+"""Data: synthetic tasks, parallel text, vocabularies and length-bucketed batching."""

@@ -1,0 +1,60 @@
+"""Length-bucketed, shuffled mini-batches, deterministic for a (seed, epoch).
+
+Samples are sorted by length (ties broken at random), cut into batches of similar lengths, and the
+batches are shuffled. Sorting keeps each batch's graphs alike in size; shuffling the batches keeps
+the order of training random. A batch is limited by a sentence count or by a token budget
+(source + target tokens, the number of nodes in the batched graph).
+"""
+from __future__ import annotations
+
+import random
+from typing import Optional, Sequence
+
+
+def plan_batches(
+    src_lengths: Sequence[int],
+    tgt_lengths: Sequence[int],
+    batch_size: Optional[int] = None,
+    batch_tokens: Optional[int] = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+) -> list[list[int]]:
+    """Lists of sample indices, one per batch. Give exactly one of batch_size and batch_tokens."""
+    if (batch_size is None) == (batch_tokens is None):
+        raise ValueError("give exactly one of batch_size and batch_tokens")
+    if (batch_size or batch_tokens) < 1:
+        raise ValueError("batch_size and batch_tokens must be positive")
+    rng = random.Random(f"{seed}-{epoch}")
+    order = list(range(len(src_lengths)))
+    if shuffle:
+        rng.shuffle(order)
+    order.sort(key=lambda i: (src_lengths[i], tgt_lengths[i]))  # stable: ties stay in random order
+
+    batches, current, tokens = [], [], 0
+    for i in order:
+        size = src_lengths[i] + tgt_lengths[i] + 1  # +1: the <s>/</s> node of the target
+        full = len(current) == batch_size if batch_size else tokens + size > batch_tokens
+        if current and full:
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(i)
+        tokens += size
+    if current:
+        batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def shard(plan: list[list[int]], rank: int, world: int) -> list[list[int]]:
+    """This rank's batches: step s of rank r is batch s * world + r (the tail that would leave
+    some rank without a batch is dropped, so every rank takes the same number of steps)."""
+    steps = len(plan) // world
+    return [plan[s * world + rank] for s in range(steps)]
+
+
+def merge_shards(plan: list[list[int]], world: int) -> list[list[int]]:
+    """The global batches that ``world`` ranks train on together, one per step."""
+    steps = len(plan) // world
+    return [sum(plan[s * world:(s + 1) * world], []) for s in range(steps)]

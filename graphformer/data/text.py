@@ -1,0 +1,44 @@
+"""Aligned parallel text: line i of the source file translates to line i of the target file.
+
+Files are read strictly: UTF-8 only, equal line counts, no empty file. Tokens are separated by
+white space (tasks that need a real tokenizer, such as Multi30k, tokenize before this point).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from graphformer.errors import UserError
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, without line endings."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; check the path or the --data-dir layout")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise UserError(f"{path}: line {line} is not valid UTF-8; convert the file to UTF-8") from None
+    return text.splitlines()
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[list[str]], list[list[str]]]:
+    """Whitespace-tokenized sentence pairs from two aligned files."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    for path, lines in ((src_path, src), (tgt_path, tgt)):
+        if not lines:
+            raise UserError(f"{path}: the file is empty; give at least one sentence")
+    if len(src) != len(tgt):
+        raise UserError(
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; the files must be aligned line by line"
+        )
+    return [line.split() for line in src], [line.split() for line in tgt]
+
+
+def write_lines_atomic(path: Path, lines: list[str]) -> None:
+    """Write lines so that the file is either complete or absent, never half-written."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(tmp, path)
