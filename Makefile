@@ -30,5 +30,8 @@ bench: install
 	$(BIN)/python benchmarks/training_throughput.py
 	$(BIN)/python benchmarks/decoding.py
 
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

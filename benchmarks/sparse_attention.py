@@ -139,6 +139,9 @@ def main():
     }
     (out / "sparse_attention.json").write_text(json.dumps(result, indent=1) + "\n")
     plot(rows, out / "sparse_attention.png")
+    figures = Path(__file__).resolve().parent.parent / "docs" / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    plot(rows, figures / "sparse_attention.png")
     print(f"wrote {out / 'sparse_attention.json'} and {out / 'sparse_attention.png'}")
 
 

@@ -20,7 +20,7 @@ import dgl
 import torch
 
 from graphformer.attention import graph_attention
-from graphformer.graphs import CROSS, DEC, GraphPool, make_batch
+from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch
 
 
 def bipartite(u: torch.Tensor, v: torch.Tensor, num_src: int, num_dst: int) -> dgl.DGLGraph:
@@ -46,7 +46,8 @@ class IncrementalStepper:
     slice of keys and values per layer (per step, for the Universal Transformer).
     """
 
-    def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int, pool: GraphPool | None = None):
+    def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
+                 pool: GraphPool | None = None):
         self.model = model
         self.pool = pool or model.make_pool()
         self.device = batch.src_tokens.device

@@ -96,6 +96,15 @@ class ModelConfig:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def make_embedders(cfg: ModelConfig) -> tuple[Embedder, Embedder]:
+    """Source and target embedders; with tie='all' they share one token table."""
+    positions = POSITIONS[cfg.positions]
+    src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
+    tgt_tokens = src_tokens if cfg.tie == "all" else TokenEmbedding(cfg.tgt_vocab, cfg.d_model)
+    return (Embedder(src_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout),
+            Embedder(tgt_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout))
+
+
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -145,17 +154,13 @@ class GraphTransformer(nn.Module):
         if cfg.model != "transformer":
             raise ValueError(f"GraphTransformer needs model='transformer', got {cfg.model!r}; use build_model")
         self.cfg = cfg
-        positions = POSITIONS[cfg.positions]
-        src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
-        tgt_tokens = src_tokens if cfg.tie == "all" else TokenEmbedding(cfg.tgt_vocab, cfg.d_model)
-        self.src_embed = Embedder(src_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout)
-        self.tgt_embed = Embedder(tgt_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout)
+        self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
         self._init_weights()
         if cfg.tie != "none":
-            self.generator.proj.weight = tgt_tokens.table.weight
+            self.generator.proj.weight = self.tgt_embed.tokens.table.weight
 
     def _init_weights(self):
         for p in self.parameters():

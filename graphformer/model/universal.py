@@ -24,9 +24,9 @@ from torch import nn
 
 from graphformer.attention import graph_attention
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
-from graphformer.model.embedding import POSITIONS, Embedder, SinusoidalPositions, TokenEmbedding
+from graphformer.model.embedding import Embedder, SinusoidalPositions
 from graphformer.model.layers import DecoderLayer, EncoderLayer
-from graphformer.model.transformer import Generator, ModelConfig
+from graphformer.model.transformer import Generator, ModelConfig, make_embedders
 
 
 @dataclass
@@ -108,11 +108,7 @@ class UniversalTransformer(nn.Module):
         if cfg.model != "universal":
             raise ValueError("UniversalTransformer needs a config with model='universal'")
         self.cfg = cfg
-        positions = POSITIONS[cfg.positions]
-        src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
-        tgt_tokens = src_tokens if cfg.tie == "all" else TokenEmbedding(cfg.tgt_vocab, cfg.d_model)
-        self.src_embed = Embedder(src_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout)
-        self.tgt_embed = Embedder(tgt_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout)
+        self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
         self.encoder_layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
         self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
@@ -125,7 +121,7 @@ class UniversalTransformer(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
         if cfg.tie != "none":
-            self.generator.proj.weight = tgt_tokens.table.weight
+            self.generator.proj.weight = self.tgt_embed.tokens.table.weight
         self.stats: dict[str, ACTStats] = {}
         self.aux_loss = None
         self.record_states = False  # keep every step's states in ``stats`` (for plots and tests)
@@ -138,59 +134,56 @@ class UniversalTransformer(nn.Module):
         depth = self.depth.table[s].to(embedder.tokens.table.weight.dtype)
         return embedder.positions(positions).to(depth.dtype) + depth
 
-    def encode(self, batch: GraphBatch) -> torch.Tensor:
-        """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
-        h = self.src_embed(batch.src_tokens, batch.src_pos)
-        graph = batch.relation(ENC)
-        layer, halt = self.encoder_layer, self.encoder_halt
+    def _ponder(self, side: str, h: torch.Tensor, positions: torch.Tensor, embedder: Embedder,
+                halt: HaltingUnit, update) -> torch.Tensor:
+        """The ACT loop of one side: ``update(x, active) -> (new states, messages sent)`` runs the
+        shared layer on the active tokens; returns the halting-weighted sum of states."""
         act = ACT(len(h), self.cfg.max_depth, self.cfg.act_threshold, h.new_zeros(()))
         out = torch.zeros_like(h)
-        keys = values = None
         stats = ACTStats(act.steps, act.remainders, act.weights)
         for s in range(self.cfg.max_depth):
             active = act.running
             if not bool(active.any()):
                 break
-            x = h[active] + self._timing(batch.src_pos[active], s, self.src_embed)
-            q, k, v = layer.pre(x)
-            keys = _scatter(keys, active, k)
-            values = _scatter(values, active, v)
-            sub, n_edges = restrict_to_destinations(graph, active)
-            new = layer.post(x, graph_attention(sub, q, keys, values))
+            x = h[active] + self._timing(positions[active], s, embedder)
+            new, n_edges = update(x, active)
             w = act.weigh(s, halt(new), active)
             h = h.index_put((active,), new)
             out = out.index_put((active,), out[active] + w[:, None] * new)
             self._record(stats, active, n_edges, h)
-        self.stats["src"] = act.finish(stats)
-        return self.encoder_norm(out)
+        self.stats[side] = act.finish(stats)
+        return out
+
+    def encode(self, batch: GraphBatch) -> torch.Tensor:
+        """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
+        graph, layer = batch.relation(ENC), self.encoder_layer
+        cache = {}  # keys and values of every source token, as of its last active step
+
+        def update(x, active):
+            q, k, v = layer.pre(x)
+            cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
+            sub, n_edges = restrict_to_destinations(graph, active)
+            return layer.post(x, graph_attention(sub, q, cache["k"], cache["v"])), n_edges
+
+        h = self.src_embed(batch.src_tokens, batch.src_pos)
+        return self.encoder_norm(self._ponder("src", h, batch.src_pos, self.src_embed, self.encoder_halt, update))
 
     def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:
-        h = self.tgt_embed(batch.tgt_tokens, batch.tgt_pos)
-        self_graph, cross_graph = batch.relation(DEC), batch.relation(CROSS)
-        layer, halt = self.decoder_layer, self.decoder_halt
+        self_graph, cross_graph, layer = batch.relation(DEC), batch.relation(CROSS), self.decoder_layer
         mem_k, mem_v = layer.memory_kv(memory)
-        act = ACT(len(h), self.cfg.max_depth, self.cfg.act_threshold, h.new_zeros(()))
-        out = torch.zeros_like(h)
-        keys = values = None
-        stats = ACTStats(act.steps, act.remainders, act.weights)
-        for s in range(self.cfg.max_depth):
-            active = act.running
-            if not bool(active.any()):
-                break
-            x = h[active] + self._timing(batch.tgt_pos[active], s, self.tgt_embed)
+        cache = {}
+
+        def update(x, active):
             q, k, v = layer.self_pre(x)
-            keys = _scatter(keys, active, k)
-            values = _scatter(values, active, v)
+            cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
             sub_self, e_self = restrict_to_destinations(self_graph, active)
-            x = layer.self_post(x, graph_attention(sub_self, q, keys, values))
+            x = layer.self_post(x, graph_attention(sub_self, q, cache["k"], cache["v"]))
             sub_cross, e_cross = restrict_to_destinations(cross_graph, active)
-            new = layer.cross_post(x, graph_attention(sub_cross, layer.cross_pre(x), mem_k, mem_v))
-            w = act.weigh(s, halt(new), active)
-            h = h.index_put((active,), new)
-            out = out.index_put((active,), out[active] + w[:, None] * new)
-            self._record(stats, active, e_self + e_cross, h)
-        self.stats["tgt"] = act.finish(stats)
-        return self.decoder_norm(out)
+            x = layer.cross_post(x, graph_attention(sub_cross, layer.cross_pre(x), mem_k, mem_v))
+            return x, e_self + e_cross
+
+        h = self.tgt_embed(batch.tgt_tokens, batch.tgt_pos)
+        return self.decoder_norm(self._ponder("tgt", h, batch.tgt_pos, self.tgt_embed, self.decoder_halt, update))
 
     def _record(self, stats: ACTStats, active: torch.Tensor, n_edges: int, h: torch.Tensor) -> None:
         stats.active_nodes.append(int(active.sum()))

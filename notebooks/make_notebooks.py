@@ -1,0 +1,132 @@
+"""Writes the notebooks in this folder from the cell sources below (outputs are never stored).
+
+    python notebooks/make_notebooks.py
+"""
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).parent
+
+SETUP = '''import os, subprocess, sys, json
+from pathlib import Path
+import torch
+from IPython.display import HTML, Image, display
+QUICK = os.environ.get("GRAPHFORMER_QUICK") == "1"   # CI runs the notebooks small
+WORK = Path(os.environ.get("GRAPHFORMER_NOTEBOOK_DIR", "runs/notebooks"))
+WORK.mkdir(parents=True, exist_ok=True)
+
+def graphformer(*args):
+    """Run the command-line tool and show its last lines."""
+    proc = subprocess.run([sys.executable, "-m", "graphformer", *map(str, args)], capture_output=True, text=True)
+    print(proc.stdout[-2000:], proc.stderr[-2000:])
+    assert proc.returncode == 0
+'''
+
+SMALL_DATA = '''from graphformer.data import tasks
+data = tasks.write_task("{task}", WORK / "{task}-data", seed=1,
+                        sizes={{"train": 600, "valid": 50, "test": 50}} if QUICK else tasks.SPLITS)
+'''
+
+NOTEBOOKS = {
+    "01_attention_animation.ipynb": [
+        new_markdown_cell("# Watching attention learn to copy\n\nA small Transformer learns the copy task "
+                          "(about 2 minutes on 2 CPU cores). Every epoch the cross-attention of one validation "
+                          "sentence is recorded; at the end it is a diagonal: each output token looks at the "
+                          "input token it copies."),
+        new_code_cell(SETUP),
+        new_code_cell(SMALL_DATA.format(task="copy")),
+        new_code_cell('''run = WORK / "copy-viz"
+if not (run / "checkpoint_best.pt").exists():
+    graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--epochs", 2 if QUICK else 8,
+                "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256, "--lr-factor", 0.5,
+                "--viz-every", 1, "--quiet")
+print(open(run / "metrics.jsonl").read())'''),
+        new_code_cell('''graphformer("animate", run, "--relation", "cross", "--layer", -1, "--head", 0, "-o", WORK / "cross.html")
+HTML((WORK / "cross.html").read_text())'''),
+        new_code_cell('''graphformer("heatmap", run, "--relation", "cross", "--layer", -1, "--head", 0, "-o", WORK / "cross.png")
+display(Image(WORK / "cross.png"))'''),
+    ],
+    "02_sparse_patterns.ipynb": [
+        new_markdown_cell("# Attention is a choice of edges\n\nDraw attention patterns as matrices and as "
+                          "graphs, then compare how fast the attention operator runs on them."),
+        new_code_cell(SETUP),
+        new_code_cell('''import matplotlib.pyplot as plt
+import networkx as nx
+from graphformer.graphs import patterns
+
+specs = ["full", "causal", "window:2", "dilated:2,3", "global:1+window:1", "block:4", "random:2,0"]
+n = 16
+fig, axes = plt.subplots(1, len(specs), figsize=(2.2 * len(specs), 2.4))
+for ax, spec in zip(axes, specs):
+    u, v = patterns.parse(spec)(n, n)
+    matrix = torch.zeros(n, n)
+    matrix[v, u] = 1
+    ax.imshow(matrix, cmap="Greys")
+    ax.set_title(f"{spec}\\n{len(u)} edges", fontsize=8)
+    ax.axis("off")
+plt.show()'''),
+        new_code_cell('''u, v = patterns.parse("window:1+global:1")(10, 10)
+g = nx.DiGraph(list(zip(u.tolist(), v.tolist())))
+g.remove_edges_from(nx.selfloop_edges(g))
+nx.draw_circular(g, with_labels=True, node_color="tab:orange", arrowsize=8)
+plt.title("window:1+global:1 as a graph")
+plt.show()'''),
+        new_code_cell('''import time
+from graphformer.attention import BACKENDS
+from graphformer.decoding.steppers import bipartite
+L = 512 if QUICK else 2048
+q, k, v_ = (torch.randn(L, 8, 64, requires_grad=True) for _ in range(3))
+for spec in ["window:16", "window:64", "full"]:
+    u, v = patterns.parse(spec)(L, L)
+    graph = bipartite(u, v, L, L)
+    for backend in ("dgl", "blocked"):
+        BACKENDS[backend](graph, q, k, v_).sum().backward()
+        tic = time.perf_counter()
+        BACKENDS[backend](graph, q, k, v_).sum().backward()
+        print(f"{spec:10s} {backend:8s} {len(u):9d} edges  {1e3 * (time.perf_counter() - tic):8.1f} ms")'''),
+    ],
+    "03_universal_transformer.ipynb": [
+        new_markdown_cell("# The Adaptive Universal Transformer: who ponders how long\n\nOne shared layer per "
+                          "side, repeated; each token halts when its summed halting probability passes the "
+                          "threshold, and leaves the graph."),
+        new_code_cell(SETUP),
+        new_code_cell(SMALL_DATA.format(task="sort")),
+        new_code_cell('''run = WORK / "sort-ut"
+if not (run / "checkpoint_best.pt").exists():
+    graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--model", "universal",
+                "--max-depth", 6, "--epochs", 1 if QUICK else 6, "--d-model", 64, "--heads", 4, "--d-ff", 128,
+                "--lr-factor", 0.5, "--quiet")
+metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
+metrics[-1]'''),
+        new_code_cell('''import matplotlib.pyplot as plt
+for side in ("src", "tgt"):
+    plt.plot(range(1, len(metrics[-1][f"valid_{side}_step_fraction"]) + 1),
+             metrics[-1][f"valid_{side}_step_fraction"], "o-", label=side)
+plt.xlabel("ACT step"); plt.ylabel("fraction of tokens still active"); plt.legend(); plt.show()'''),
+        new_code_cell('''from graphformer.training.run import LoadedRun
+from graphformer.graphs import make_batch
+from graphformer.viz.plots import ponder_map
+loaded = LoadedRun(run)
+split = loaded.split("valid")
+batch = make_batch(loaded.model.make_pool(), split.src[:1], split.tgt[:1])
+with torch.no_grad():
+    loaded.model(batch)
+labels = split.src_tokens[0] + ["</s>"]
+ponder_map(loaded.model.stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
+display(Image(WORK / "ponder.png"))'''),
+    ],
+}
+
+
+def main():
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                "language": "python"}})
+        nbformat.write(nb, HERE / name)
+        print("wrote", HERE / name)
+
+
+if __name__ == "__main__":
+    main()
