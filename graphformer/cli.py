@@ -23,8 +23,11 @@ def _train_parser(sub):
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     data = p.add_argument_group("data")
-    data.add_argument("--task", default="copy", help="copy | sort (generated) or parallel (your files in --data-dir)")
-    data.add_argument("--data-dir", help="train/valid/test.{src,tgt} files (generated there for copy/sort; default RUN_DIR/data)")
+    data.add_argument("--task", default="copy",
+                      help="copy | sort (generated), parallel (your files in --data-dir), multi30k (English-German)")
+    data.add_argument("--data-dir", help="parallel: train/valid/test.{src,tgt} files; copy/sort: where to generate them "
+                      "(default RUN_DIR/data); multi30k: a local mirror of the raw .gz files instead of downloading")
+    data.add_argument("--train-limit", type=int, help="use only the first N training pairs")
     data.add_argument("--min-count", type=int, default=1, help="drop tokens seen fewer times in training data")
     data.add_argument("--separate-vocab", action="store_true", help="one vocabulary per side instead of a shared one")
     model = p.add_argument_group("model")
@@ -161,7 +164,7 @@ def cmd_train(args) -> int:
         task=args.task, data_dir=args.data_dir, seed=args.seed, epochs=args.epochs, batch_size=args.batch_size,
         batch_tokens=args.batch_tokens, accumulate=args.accumulate, clip_norm=args.clip_norm, warmup=args.warmup,
         lr_factor=args.lr_factor, label_smoothing=args.label_smoothing, min_count=args.min_count,
-        shared_vocab=not args.separate_vocab, device=args.device, valid_beam=args.valid_beam,
+        shared_vocab=not args.separate_vocab, train_limit=args.train_limit, device=args.device, valid_beam=args.valid_beam,
         save_every=args.save_every, max_steps=args.max_steps, select_by=args.select_by,
         viz_every=args.viz_every)
     model_cfg = None
@@ -199,13 +202,16 @@ def cmd_evaluate(args) -> int:
     if args.beam < 1:
         raise UserError(f"--beam must be at least 1, got {args.beam}")
     run = LoadedRun(args.run_dir, args.checkpoint, args.device)
-    scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=args.beam, alpha=args.alpha)
+    _, detokenize = run.pipelines()
+    scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=args.beam, alpha=args.alpha,
+                      tgt_vocab=run.tgt_vocab, references=run.references(args.split), detokenize=detokenize)
     scores.update(split=args.split, beam=args.beam, checkpoint=str(run.path))
     if args.json:
         print(json.dumps(scores))
     else:
+        bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
         print(f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
-              f"exact_match={scores['exact_match']:.4f} (beam {args.beam})")
+              f"exact_match={scores['exact_match']:.4f}{bleu} (beam {args.beam})")
     return 0
 
 
@@ -224,9 +230,10 @@ def cmd_translate(args) -> int:
         line = raw[: err.start].count(b"\n") + 1
         raise UserError(f"{name}: line {line} is not valid UTF-8; convert the input to UTF-8") from None
     limit = run.model.cfg.max_len - 1  # the source's </s> takes the last position
+    tokenize, detokenize = run.pipelines()
     src = []
     for i, line in enumerate(lines, 1):
-        ids = run.src_vocab.encode(line.split())
+        ids = run.src_vocab.encode(tokenize(line))
         if len(ids) > limit:
             print(f"graphformer: warning: line {i} has {len(ids)} tokens; translating its first {limit}",
                   file=sys.stderr)
@@ -236,7 +243,7 @@ def cmd_translate(args) -> int:
     hyps = translate_ids(run.model, [src[i] for i in nonempty], beam=args.beam, alpha=args.alpha) if nonempty else []
     out = [""] * len(src)
     for i, hyp in zip(nonempty, hyps):
-        out[i] = " ".join(run.tgt_vocab.decode(hyp.tokens))
+        out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
     sys.stdout.write("".join(line + "\n" for line in out))
     return 0
 

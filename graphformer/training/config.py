@@ -6,7 +6,7 @@ from typing import Optional
 
 from graphformer.errors import UserError
 
-TASKS = ("copy", "sort", "parallel")
+TASKS = ("copy", "sort", "parallel", "multi30k")
 # metric -> True when larger is better
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 
@@ -14,7 +14,9 @@ SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 @dataclass
 class TrainConfig:
     task: str = "copy"
-    data_dir: Optional[str] = None      # copy/sort: where the generated files go (default RUN_DIR/data)
+    data_dir: Optional[str] = None      # copy/sort: where the generated files go (default RUN_DIR/data);
+                                        # parallel: your files; multi30k: a local mirror of the raw files
+    train_limit: Optional[int] = None   # train on the first N training pairs only
     seed: int = 1
     epochs: int = 10
     batch_size: Optional[int] = None    # sentences per batch ...
@@ -46,7 +48,7 @@ class TrainConfig:
         for name in ("epochs", "accumulate", "warmup", "min_count", "valid_beam"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("batch_size", "batch_tokens", "save_every", "max_steps", "viz_every"):
+        for name in ("batch_size", "batch_tokens", "save_every", "max_steps", "viz_every", "train_limit"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

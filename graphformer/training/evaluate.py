@@ -60,8 +60,15 @@ def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: floa
     return hits / len(split), hyps
 
 
-def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6) -> dict:
+def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6,
+             tgt_vocab=None, references: list[str] | None = None, detokenize=None) -> dict:
+    """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
+    and detokenizer) also BLEU, standard and tokenized (see :mod:`graphformer.training.bleu`)."""
     scores = teacher_forced(model, split, pool)
-    scores["exact_match"], _ = exact_match(model, split, pool, beam, alpha)
+    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha)
     scores["n"] = len(split)
+    if references is not None:
+        from graphformer.training.bleu import bleu_scores
+        hyp_tokens = [tgt_vocab.decode(h.tokens) for h in hyps]
+        scores.update(bleu_scores(hyp_tokens, split.tgt_tokens, [detokenize(h) for h in hyp_tokens], references))
     return scores

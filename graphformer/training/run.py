@@ -25,14 +25,20 @@ from graphformer.vocab import Vocab
 
 
 def data_dir_of(cfg: TrainConfig, run_dir: Path) -> Path:
-    return Path(cfg.data_dir) if cfg.data_dir else run_dir / "data"
+    """Where the tokenized train/valid/test.{src,tgt} files of the run are."""
+    if cfg.task == "multi30k" or not cfg.data_dir:
+        return run_dir / "data"
+    return Path(cfg.data_dir)
 
 
 def prepare_data(cfg: TrainConfig, run_dir: Path) -> Path:
-    """The data directory, with the synthetic task generated into it when needed."""
+    """The data directory, with synthetic tasks generated and Multi30k fetched and tokenized."""
     data_dir = data_dir_of(cfg, run_dir)
     if cfg.task in tasks.TASKS:
         tasks.write_task(cfg.task, data_dir, seed=cfg.seed)
+    elif cfg.task == "multi30k":
+        from graphformer.data import multi30k
+        multi30k.prepare(data_dir, mirror=cfg.data_dir)
     elif not data_dir.is_dir():
         raise UserError(f"data directory {data_dir} does not exist")
     return data_dir
@@ -87,10 +93,20 @@ class LoadedRun:
         self.progress = state["progress"]
 
     def split(self, name: str) -> Split:
-        data_dir = data_dir_of(self.train_cfg, self.run_dir)
-        if self.train_cfg.task in tasks.TASKS:
-            tasks.write_task(self.train_cfg.task, data_dir, seed=self.train_cfg.seed)
+        data_dir = prepare_data(self.train_cfg, self.run_dir)
         return read_split(data_dir, name).encode(self.src_vocab, self.tgt_vocab)
+
+    def references(self, name: str) -> list[str] | None:
+        """Raw (untokenized) references of a translation task, for BLEU."""
+        path = data_dir_of(self.train_cfg, self.run_dir) / f"{name}.ref"
+        return path.read_text(encoding="utf-8").splitlines() if self.train_cfg.task == "multi30k" else None
+
+    def pipelines(self):
+        """(tokenize source line -> tokens, detokenize target tokens -> line) of the run's task."""
+        if self.train_cfg.task == "multi30k":
+            from graphformer.data.multi30k import SRC_LANG, TGT_LANG, MosesPipeline
+            return MosesPipeline(SRC_LANG).tokenize, MosesPipeline(TGT_LANG).detokenize
+        return str.split, " ".join
 
 
 def build_model(state: dict, path: Path):

@@ -102,6 +102,9 @@ class Trainer:
         if self.ctx.distributed:
             torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
         self.splits = read_splits(data_dir_of(self.cfg, self.run_dir))
+        if self.cfg.train_limit:
+            train = self.splits["train"]
+            train.src_tokens, train.tgt_tokens = train.src_tokens[:self.cfg.train_limit], train.tgt_tokens[:self.cfg.train_limit]
 
     def _encode(self):
         for split in self.splits.values():

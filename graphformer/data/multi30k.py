@@ -1,0 +1,132 @@
+"""Multi30k task 1 (WMT16 multimodal, text only): English -> German.
+
+The six raw files come from the public ``multi30k/dataset`` repository at a pinned commit, are
+checked against pinned SHA-256 sums, and are kept in a cache (``$GRAPHFORMER_CACHE`` or
+``~/.cache/graphformer``). A local mirror directory holding the same files can be given instead
+of the network. A file is written to the cache under a temporary name and renamed only once its
+checksum is right, so a failed or corrupt download never leaves a file that looks good.
+
+Text is tokenized with the Moses tokenizer (sacremoses; aggressive hyphen splitting, cased) and
+detokenized for output, as in the original DGL example.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from graphformer.data.text import write_lines_atomic
+from graphformer.errors import UserError
+
+COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
+BASE_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{COMMIT}/data/task1/raw"
+SHA256 = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+}
+SPLIT_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+SRC_LANG, TGT_LANG = "en", "de"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("GRAPHFORMER_CACHE") or Path.home() / ".cache" / "graphformer"
+    return Path(root) / "multi30k"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _download(url: str, target: Path, name: str) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(target, "wb") as out:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=name, leave=False) as bar:
+                for chunk in iter(lambda: response.read(1 << 16), b""):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+    except (urllib.error.URLError, OSError) as err:
+        raise UserError(f"could not download {name} from {url} ({err}); check the network "
+                        "or give a local copy with --data-dir") from None
+
+
+def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url: str = BASE_URL) -> Path:
+    """The cache directory with all six files present and verified.
+
+    Files come from ``mirror`` (a local directory) when given, otherwise from ``base_url``.
+    """
+    cache = cache or cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    for name, expected in SHA256.items():
+        final = cache / name
+        if final.is_file() and sha256_of(final) == expected:
+            continue
+        partial = cache / f".{name}.partial-{os.getpid()}"
+        try:
+            if mirror is not None:
+                source = Path(mirror) / name
+                if not source.is_file():
+                    raise UserError(f"{source} is missing; the mirror needs all six Multi30k files")
+                shutil.copyfile(source, partial)
+            else:
+                _download(f"{base_url}/{name}", partial, name)
+            got = sha256_of(partial)
+            if got != expected:
+                raise UserError(f"{name} is corrupt or truncated (sha256 {got[:12]}..., expected "
+                                f"{expected[:12]}...); delete it from the source and fetch again")
+            os.replace(partial, final)
+        finally:
+            partial.unlink(missing_ok=True)
+    return cache
+
+
+def read_gz(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+class MosesPipeline:
+    """Moses tokenization (aggressive hyphen splitting, cased) and detokenization of one language."""
+
+    def __init__(self, lang: str):
+        from sacremoses import MosesDetokenizer, MosesTokenizer
+        self.lang = lang
+        self._tok, self._detok = MosesTokenizer(lang), MosesDetokenizer(lang)
+
+    def tokenize(self, line: str) -> list[str]:
+        return self._tok.tokenize(line, aggressive_dash_splits=True, escape=False)
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return self._detok.detokenize(tokens)
+
+
+def prepare(data_dir: Path, mirror: str | Path | None = None, train_limit: int | None = None) -> Path:
+    """Fetch, tokenize, and write ``data_dir/{train,valid,test}.{src,tgt}`` (tokenized) plus the
+    raw references ``data_dir/{split}.ref`` for BLEU. Existing files are kept."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if all((data_dir / f"{s}.{side}").is_file() for s in SPLIT_FILES for side in ("src", "tgt", "ref")):
+        return data_dir
+    raw = fetch(mirror)
+    src_tok, tgt_tok = MosesPipeline(SRC_LANG), MosesPipeline(TGT_LANG)
+    for split, stem in SPLIT_FILES.items():
+        en, de = read_gz(raw / f"{stem}.{SRC_LANG}.gz"), read_gz(raw / f"{stem}.{TGT_LANG}.gz")
+        if split == "train" and train_limit:
+            en, de = en[:train_limit], de[:train_limit]
+        write_lines_atomic(data_dir / f"{split}.src", [" ".join(src_tok.tokenize(x)) for x in en])
+        write_lines_atomic(data_dir / f"{split}.tgt", [" ".join(tgt_tok.tokenize(x)) for x in de])
+        write_lines_atomic(data_dir / f"{split}.ref", de)
+    return data_dir

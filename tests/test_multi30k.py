@@ -1,0 +1,114 @@
+"""Multi30k: download with checksums (from a local HTTP server), tokenization, BLEU, training."""
+import functools
+import gzip
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from graphformer.cli import main
+from graphformer.data import multi30k
+from graphformer.errors import UserError
+from graphformer.training.bleu import bleu_scores
+from helpers import TINY_MODEL, read_jsonl
+
+MIRROR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "multi30k"
+pytestmark = pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the Multi30k mirror in ../shared/data/multi30k")
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def serve(tmp_path):
+    """Serve a directory on 127.0.0.1; returns its base URL."""
+    servers = []
+
+    def start(directory):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+def test_download_lands_in_the_cache_and_verifies(tmp_path, serve):
+    cache = multi30k.fetch(cache=tmp_path / "cache", base_url=serve(MIRROR))
+    assert sorted(p.name for p in cache.iterdir()) == sorted(multi30k.SHA256)
+    for name, digest in multi30k.SHA256.items():
+        assert multi30k.sha256_of(cache / name) == digest
+    assert len(multi30k.read_gz(cache / "val.en.gz")) == 1014
+
+
+@pytest.mark.parametrize("damage", ["truncate", "alter"])
+def test_a_bad_download_is_named_and_never_kept(tmp_path, serve, damage):
+    bad = tmp_path / "bad"
+    shutil.copytree(MIRROR, bad)
+    data = (bad / "val.de.gz").read_bytes()
+    (bad / "val.de.gz").write_bytes(data[: len(data) // 2] if damage == "truncate" else data[:-10] + b"0123456789")
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError, match="val.de.gz is corrupt or truncated"):
+        multi30k.fetch(cache=cache, base_url=serve(bad))
+    assert not (cache / "val.de.gz").exists()
+    assert not [p for p in cache.iterdir() if "partial" in p.name]
+    # files fetched before the bad one were verified and stay; a good source then completes the cache
+    multi30k.fetch(cache=cache, base_url=serve(MIRROR))
+    assert multi30k.sha256_of(cache / "val.de.gz") == multi30k.SHA256["val.de.gz"]
+
+
+def test_unreachable_server_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="could not download train.en.gz"):
+        multi30k.fetch(cache=tmp_path / "cache", base_url="http://127.0.0.1:9")
+
+
+def test_local_mirror(tmp_path):
+    cache = multi30k.fetch(mirror=MIRROR, cache=tmp_path / "cache")
+    assert (cache / "test_2016_flickr.de.gz").is_file()
+
+
+def test_tokenize_detokenize_round_trip_on_real_lines():
+    for lang in ("en", "de"):
+        pipeline = multi30k.MosesPipeline(lang)
+        lines = multi30k.read_gz(MIRROR / f"val.{lang}.gz")
+        same = sum(pipeline.detokenize(pipeline.tokenize(line)) == line.strip() for line in lines)
+        assert same / len(lines) > 0.99
+    en = multi30k.MosesPipeline("en")
+    assert en.tokenize("A well-dressed man's dog.") == ["A", "well", "@-@", "dressed", "man", "'s", "dog", "."]
+    assert en.detokenize(en.tokenize("A well-dressed man's dog.")) == "A well-dressed man's dog."
+
+
+def test_bleu_equals_sacrebleu():
+    hyps = ["Ein Mann fährt Fahrrad .", "Zwei Hunde spielen im Schnee ."]
+    refs = ["Ein Mann fährt ein Fahrrad .", "Zwei Hunde spielen im Schnee ."]
+    scores = bleu_scores([h.split() for h in hyps], [r.split() for r in refs], hyps, refs)
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert scores["bleu_tokenized"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score)
+    assert scores["bleu_signature"].startswith("nrefs:1|")
+
+
+@pytest.mark.slow
+def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GRAPHFORMER_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    assert main(["train", "--task", "multi30k", "--data-dir", str(MIRROR), "--train-limit", "400", "--out", str(run),
+                 "--epochs", "3", "--batch-size", "32", "--min-count", "2", "--warmup", "50", *TINY_MODEL]) == 0
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
+    (tmp_path / "in.txt").write_text("A man is riding a bike.\n\nTwo dogs play in the snow.\n")
+    capsys.readouterr()
+    assert main(["translate", str(run), "--input", str(tmp_path / "in.txt")]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert len(out) == 4 and out[1] == ""
+    import json
+    assert main(["evaluate", str(run), "--split", "test", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 1000 and {"bleu", "bleu_tokenized", "bleu_signature"} <= set(scores)
+    assert 0.0 <= scores["bleu"] <= 100.0
