@@ -12,7 +12,7 @@ of short sentences) keeps few tiles. The result is exactly graph attention over 
 
 Tiles are processed in chunks, forward and backward (FlashAttention-style recomputation), so
 memory stays O(nodes) plus one chunk of tiles: no (edges x heads) tensor is ever stored.
-No DGL kernel is needed, so this backend also runs on CUDA without a DGL CUDA build.
+No DGL kernel is involved: the work is plain PyTorch matmuls on whatever device q, k, v are on.
 """
 from __future__ import annotations
 
