@@ -63,7 +63,7 @@ for ax, spec in zip(axes, specs):
     u, v = patterns.parse(spec)(n, n)
     matrix = torch.zeros(n, n)
     matrix[v, u] = 1
-    ax.imshow(matrix, cmap="Greys")
+    ax.imshow(matrix, cmap="Greys", vmin=0, vmax=1)
     ax.set_title(f"{spec}\\n{len(u)} edges", fontsize=8)
     ax.axis("off")
 plt.show()'''),

@@ -33,10 +33,6 @@ from graphformer.training.schedule import make_optimizer
 from graphformer.vocab import Vocab
 
 
-class Interrupted(Exception):
-    """Raised after Ctrl-C once a checkpoint is safely written."""
-
-
 class Trainer:
     def __init__(self, run_dir: str | Path, model_cfg: ModelConfig | None, train_cfg: TrainConfig,
                  resume: bool = False, show_progress: bool = True):
@@ -45,6 +41,7 @@ class Trainer:
         self.show_progress = show_progress and self.ctx.is_main
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
         self._stop_requested = False
+        self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
         if resume:
             self._resume(train_cfg)
         else:
@@ -289,8 +286,6 @@ class Trainer:
             raise KeyboardInterrupt
         self._stop_requested = True
         tqdm.write("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort)")
-
-    interrupted = False
 
 
 def _tuplify(x):

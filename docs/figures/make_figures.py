@@ -1,0 +1,61 @@
+"""Draws the concept figures of the documentation from the library itself.
+
+    python docs/figures/make_figures.py
+"""
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import networkx as nx  # noqa: E402
+import torch  # noqa: E402
+
+from graphformer import GraphPool  # noqa: E402
+from graphformer.graphs import CROSS, DEC, ENC, patterns  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def three_graphs(n=4, m=3):
+    g = GraphPool().graph(n, m)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    layouts = {ENC: ("enc: source -> source", "s", "s"), DEC: ("dec: target -> target (causal)", "t", "t"),
+               CROSS: ("cross: source -> target", "s", "t")}
+    for ax, (etype, (title, a, b)) in zip(axes, layouts.items()):
+        u, v = g.edges(etype=etype)
+        graph = nx.DiGraph()
+        graph.add_edges_from((f"{a}{i}", f"{b}{j}") for i, j in zip(u.tolist(), v.tolist()))
+        if a == b:
+            pos = nx.circular_layout(sorted(graph.nodes))
+        else:
+            pos = {f"s{i}": (i, 1) for i in range(n)} | {f"t{j}": (j + 0.5, 0) for j in range(m)}
+        nx.draw_networkx(graph, pos, ax=ax, node_color=["tab:blue" if x[0] == "s" else "tab:orange" for x in graph.nodes],
+                         font_color="white", arrowsize=10, connectionstyle="arc3,rad=0.1")
+        ax.set_title(f"{title}: {len(u)} edges", fontsize=10)
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(HERE / "three_graphs.png", dpi=110)
+
+
+def pattern_matrices(n=16):
+    specs = ["full", "causal", "window:2", "dilated:2,3", "window:1+global:1", "block:4", "random:2,0"]
+    fig, axes = plt.subplots(1, len(specs), figsize=(2.1 * len(specs), 2.5))
+    for ax, spec in zip(axes, specs):
+        u, v = patterns.parse(spec)(n, n)
+        matrix = torch.zeros(n, n)
+        matrix[v, u] = 1
+        ax.imshow(matrix, cmap="Greys", vmin=0, vmax=1)
+        ax.set_title(f"{spec}\n{len(u)} edges", fontsize=8)
+        ax.set_xlabel("key", fontsize=7)
+        ax.set_ylabel("query", fontsize=7)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(HERE / "patterns.png", dpi=110)
+
+
+if __name__ == "__main__":
+    three_graphs()
+    pattern_matrices()
+    print("wrote", HERE / "three_graphs.png", HERE / "patterns.png")
