@@ -73,6 +73,22 @@ g.remove_edges_from(nx.selfloop_edges(g))
 nx.draw_circular(g, with_labels=True, node_color="tab:orange", arrowsize=8)
 plt.title("window:1+global:1 as a graph")
 plt.show()'''),
+        new_markdown_cell("## Accuracy: does a narrow window still copy?\n\nEach output token of the copy task "
+                          "only needs the input token at its own position, so a window of 1 around the diagonal "
+                          "in cross-attention should be enough."),
+        new_code_cell(SMALL_DATA.format(task="copy")),
+        new_code_cell('''results = {}
+for name, enc, dec, cross in [("full", "full", "causal", "full"),
+                              ("window", "window:2", "causal-window:2", "window:1")]:
+    run = WORK / f"copy-{name}"
+    if not (run / "checkpoint_best.pt").exists():
+        graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--epochs", 1 if QUICK else 6,
+                    "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256, "--lr-factor", 0.5, "--quiet",
+                    "--enc-attention", enc, "--dec-attention", dec, "--cross-attention", cross)
+    results[name] = json.loads(open(run / "metrics.jsonl").read().splitlines()[-1])
+for name, m in results.items():
+    print(f"{name:7s} valid token accuracy {m['valid_token_accuracy']:.4f}  exact match {m['valid_exact_match']:.3f}")'''),
+        new_markdown_cell("## Speed of the attention operator"),
         new_code_cell('''import time
 from graphformer.attention import BACKENDS
 from graphformer.decoding.steppers import bipartite
@@ -100,6 +116,9 @@ if not (run / "checkpoint_best.pt").exists():
                 "--lr-factor", 0.5, "--quiet")
 metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
 metrics[-1]'''),
+        new_code_cell('''from graphformer.viz.plots import ponder_distribution
+ponder_distribution(metrics, WORK / "ponder_epochs.png")
+display(Image(WORK / "ponder_epochs.png"))'''),
         new_code_cell('''import matplotlib.pyplot as plt
 for side in ("src", "tgt"):
     plt.plot(range(1, len(metrics[-1][f"valid_{side}_step_fraction"]) + 1),

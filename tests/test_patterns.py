@@ -76,6 +76,15 @@ def test_patterns_are_prefix_stable(n, m, spec):
     assert {(i, j) for i, j in edge_set(c, n, m + 3) if j < m} == edge_set(c, n, m)
 
 
+@settings(max_examples=40, deadline=None)
+@given(n=lengths, m=lengths, spec=st.sampled_from(["window:1", "dilated:1,2", "block:3"]))
+def test_cross_patterns_give_every_query_keys_when_the_target_is_longer(n, m, spec):
+    u, v = patterns.parse(spec)(n, m)
+    assert set(v.tolist()) == set(range(m))
+    if m <= n:  # inside the source the pattern is the plain one
+        assert edge_set(patterns.parse(spec), n, m) == {(i, j) for i, j in edge_set(patterns.parse(spec), max(n, m), max(n, m)) if i < n and j < m}
+
+
 def test_random_links_are_reproducible_and_seeded():
     a, b, c = (patterns.parse(s) for s in ("random:3,1", "random:3,1", "random:3,2"))
     assert edge_set(a, 20, 20) == edge_set(b, 20, 20) != edge_set(c, 20, 20)
@@ -92,8 +101,8 @@ def test_user_defined_patterns():
 
 
 def test_query_without_keys_is_a_clear_error():
-    with pytest.raises(UserError, match="gives query 3 no key"):
-        GraphPool(cross="window:1").graph(2, 5)
+    with pytest.raises(UserError, match="gives query 1 no key"):
+        GraphPool(cross=patterns.from_edges([(0, 0), (1, 2)])).graph(2, 5)
     with pytest.raises(UserError, match="later target token"):
         GraphPool(dec="window:2").graph(2, 5)
 

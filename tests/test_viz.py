@@ -76,3 +76,12 @@ def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):
     assert main(["animate", str(run), "-o", str(tmp_path / "a.gif")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no attention maps recorded" in err and "--viz-every" in err
+
+
+def test_ponder_plots(tmp_path):
+    from graphformer.viz.plots import ponder_distribution, ponder_map
+    metrics = [{"valid_src_step_fraction": [1.0, 0.5, 0.0], "valid_tgt_step_fraction": [1.0, 0.9, 0.2 * e]}
+               for e in range(4)]
+    ponder_distribution(metrics, tmp_path / "dist.png")
+    ponder_map([1, 3, 2], ["a", "b", "</s>"], tmp_path / "map.png")
+    assert Image.open(tmp_path / "dist.png").size[0] > 300 and Image.open(tmp_path / "map.png").size[0] > 100

@@ -7,12 +7,14 @@ queries target positions. Every pattern below is a set of (key i, query j) pairs
 
     full                every pair                                  n_k * n_q edges
     causal              i <= j                                      n(n+1)/2
-    window:w            |i - j| <= w
-    dilated:w,d         i - j = k*d for |k| <= w   (Sparse Transformer's strided pattern)
+    window:w            |i - c(j)| <= w
+    dilated:w,d         i - c(j) = k*d for |k| <= w   (Sparse Transformer's strided pattern)
     global:g            i < g or j < g   (the first g tokens see and are seen by all; Longformer)
     random:r[,seed]     r keys per query, drawn with a seeded RNG (BigBird)
-    block:b             i // b == j // b                            (block-local)
+    block:b             i // b == c(j) // b                         (block-local)
 
+c(j) is j itself, or the last key for a query past the end of a shorter key sequence
+(cross-attention when the output is longer than the input), so no query is ever left without keys.
 ``causal-NAME`` keeps only the pairs with i <= j of NAME: decoder self-attention must be causal.
 Patterns combine by union with ``+``: ``window:8+global:1``. :func:`parse` turns such a string into
 a pattern; :func:`from_edges`, :func:`from_networkx` and plain Python functions make patterns too.
@@ -57,11 +59,17 @@ def causal(num_keys: int, num_queries: int) -> EdgeList:
     return _where(num_keys, num_queries, lambda i, j: i <= j)
 
 
+def _centres(nk: int, nq: int) -> torch.Tensor:
+    """Where each query sits among the keys: its own position, or the last key for queries past
+    the end (cross-attention to a shorter source), so that no query is left without keys."""
+    return torch.arange(nq).clamp(max=max(nk - 1, 0))
+
+
 def _offsets(nk: int, nq: int, offsets: torch.Tensor) -> EdgeList:
-    """Keys j + offset for each query j, those inside the sequence: O(edges), not O(n^2)."""
-    j = torch.arange(nq)
-    u = (j[:, None] + offsets[None, :]).reshape(-1)
-    v = j.repeat_interleave(len(offsets))
+    """Keys centre + offset for each query, those inside the sequence: O(edges), not O(n^2)."""
+    centre = _centres(nk, nq)
+    u = (centre[:, None] + offsets[None, :]).reshape(-1)
+    v = torch.arange(nq).repeat_interleave(len(offsets))
     keep = (u >= 0) & (u < nk)
     return u[keep], v[keep]
 
@@ -84,7 +92,11 @@ def global_tokens(g: int) -> Pattern:
 
 def block(b: int) -> Pattern:
     _positive("block", b)
-    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: i // b == j // b), f"block:{b}")
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        centre = _centres(nk, nq)
+        return _where(nk, nq, lambda i, j: i // b == centre[j] // b)
+    return _named(pattern, f"block:{b}")
 
 
 def random_links(r: int, seed: int = 0) -> Pattern:

@@ -92,3 +92,21 @@ def ponder_map(steps, labels, path: str | Path, title: str = "ponder steps per t
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def ponder_distribution(metrics: list[dict], path: str | Path) -> None:
+    """Universal Transformer: the share of tokens entering each ACT step, epoch by epoch
+    (from ``metrics.jsonl`` records), for source and target tokens."""
+    sides = [side for side in ("src", "tgt") if f"valid_{side}_step_fraction" in metrics[0]]
+    fig, axes = plt.subplots(1, len(sides), figsize=(5 * len(sides), 3.2), squeeze=False)
+    for ax, side in zip(axes[0], sides):
+        grid = np.array([m[f"valid_{side}_step_fraction"] for m in metrics])
+        image = ax.imshow(grid.T, aspect="auto", origin="lower", cmap="magma", vmin=0, vmax=1,
+                          extent=(0.5, len(metrics) + 0.5, 0.5, grid.shape[1] + 0.5))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("ACT step")
+        ax.set_title(f"{side}: share of tokens entering each step", fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
