@@ -55,17 +55,9 @@ display(Image(WORK / "cross.png"))'''),
         new_code_cell('''import matplotlib.pyplot as plt
 import networkx as nx
 from graphformer.graphs import patterns
+from graphformer.viz.plots import pattern_matrices
 
-specs = ["full", "causal", "window:2", "dilated:2,3", "global:1+window:1", "block:4", "random:2,0"]
-n = 16
-fig, axes = plt.subplots(1, len(specs), figsize=(2.2 * len(specs), 2.4))
-for ax, spec in zip(axes, specs):
-    u, v = patterns.parse(spec)(n, n)
-    matrix = torch.zeros(n, n)
-    matrix[v, u] = 1
-    ax.imshow(matrix, cmap="Greys", vmin=0, vmax=1)
-    ax.set_title(f"{spec}\\n{len(u)} edges", fontsize=8)
-    ax.axis("off")
+pattern_matrices(["full", "causal", "window:2", "dilated:2,3", "global:1+window:1", "block:4", "random:2,0"], n=16)
 plt.show()'''),
         new_code_cell('''u, v = patterns.parse("window:1+global:1")(10, 10)
 g = nx.DiGraph(list(zip(u.tolist(), v.tolist())))

@@ -9,10 +9,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
-import torch  # noqa: E402
 
 from graphformer import GraphPool  # noqa: E402
-from graphformer.graphs import CROSS, DEC, ENC, patterns  # noqa: E402
+from graphformer.graphs import CROSS, DEC, ENC  # noqa: E402
+from graphformer.viz.plots import pattern_matrices  # noqa: E402
 
 HERE = Path(__file__).parent
 
@@ -38,24 +38,8 @@ def three_graphs(n=4, m=3):
     fig.savefig(HERE / "three_graphs.png", dpi=110)
 
 
-def pattern_matrices(n=16):
-    specs = ["full", "causal", "window:2", "dilated:2,3", "window:1+global:1", "block:4", "random:2,0"]
-    fig, axes = plt.subplots(1, len(specs), figsize=(2.1 * len(specs), 2.5))
-    for ax, spec in zip(axes, specs):
-        u, v = patterns.parse(spec)(n, n)
-        matrix = torch.zeros(n, n)
-        matrix[v, u] = 1
-        ax.imshow(matrix, cmap="Greys", vmin=0, vmax=1)
-        ax.set_title(f"{spec}\n{len(u)} edges", fontsize=8)
-        ax.set_xlabel("key", fontsize=7)
-        ax.set_ylabel("query", fontsize=7)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.tight_layout()
-    fig.savefig(HERE / "patterns.png", dpi=110)
-
-
 if __name__ == "__main__":
     three_graphs()
-    pattern_matrices()
+    pattern_matrices(["full", "causal", "window:2", "dilated:2,3", "window:1+global:1", "block:4", "random:2,0"],
+                     n=16, path=HERE / "patterns.png")
     print("wrote", HERE / "three_graphs.png", HERE / "patterns.png")

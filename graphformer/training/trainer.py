@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -200,7 +201,8 @@ class Trainer:
         steps, global_steps = self.epoch_plan(epoch)
         train = self.splits["train"]
         bar = tqdm(total=len(steps), initial=self.progress["batch"], desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
-                   disable=not self.show_progress, dynamic_ncols=True, leave=False)
+                   disable=not self.show_progress, dynamic_ncols=True, leave=False,
+                   mininterval=0.1 if sys.stderr.isatty() else 30.0)  # a log file gets a line every 30 s
         tic, tokens_seen = time.perf_counter(), 0
         for s in range(self.progress["batch"], len(steps)):
             global_tokens = sum(len(train.tgt[j]) + 1 for b in global_steps[s] for j in b)

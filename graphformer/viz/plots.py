@@ -110,3 +110,25 @@ def ponder_distribution(metrics: list[dict], path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def pattern_matrices(specs: list[str], n: int = 16, path: str | Path | None = None):
+    """Each attention pattern spec drawn as its (query, key) matrix for a sequence of n tokens;
+    saved to ``path`` when given, and returned as a figure."""
+    from graphformer.graphs import patterns
+
+    fig, axes = plt.subplots(1, len(specs), figsize=(2.1 * len(specs), 2.5), squeeze=False)
+    for ax, spec in zip(axes[0], specs):
+        u, v = patterns.parse(spec)(n, n)
+        matrix = np.zeros((n, n))
+        matrix[v.numpy(), u.numpy()] = 1
+        ax.imshow(matrix, cmap="Greys", vmin=0, vmax=1)
+        ax.set_title(f"{spec}\n{len(u)} edges", fontsize=8)
+        ax.set_xlabel("key", fontsize=7)
+        ax.set_ylabel("query", fontsize=7)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
