@@ -9,12 +9,13 @@ otherwise); post-norm stacks already end normalised and have none.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import nn
 
+from graphformer.config_io import DictConfig
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool, patterns
 from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding
 from graphformer.model.layers import DecoderLayer, EncoderLayer
@@ -24,7 +25,7 @@ MODELS = ("transformer", "universal")
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(DictConfig):
     """Hyper-parameters of a :class:`GraphTransformer` (saved with every checkpoint).
 
     tie: 'none'; 'decoder' shares the target embedding with the generator; 'all' also shares
@@ -87,13 +88,9 @@ class ModelConfig:
         if self.ponder_weight < 0:
             raise ValueError(f"ponder_weight must be at least 0, got {self.ponder_weight}")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+    def graph_pool(self) -> GraphPool:
+        """A graph pool with these attention patterns."""
+        return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention)
 
 
 def make_embedders(cfg: ModelConfig) -> tuple[Embedder, Embedder]:
@@ -169,7 +166,7 @@ class GraphTransformer(nn.Module):
 
     def make_pool(self) -> GraphPool:
         """A graph pool with this model's attention patterns."""
-        return GraphPool(self.cfg.enc_attention, self.cfg.dec_attention, self.cfg.cross_attention)
+        return self.cfg.graph_pool()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output (the memory)."""

@@ -127,8 +127,8 @@ class UniversalTransformer(nn.Module):
         self.record_states = False  # keep every step's states in ``stats`` (for plots and tests)
 
     def make_pool(self):
-        from graphformer.graphs import GraphPool
-        return GraphPool(self.cfg.enc_attention, self.cfg.dec_attention, self.cfg.cross_attention)
+        """A graph pool with this model's attention patterns."""
+        return self.cfg.graph_pool()
 
     def _timing(self, positions: torch.Tensor, s: int, embedder: Embedder) -> torch.Tensor:
         depth = self.depth.table[s].to(embedder.tokens.table.weight.dtype)

@@ -1,9 +1,10 @@
 """Training options, saved with the run (``RUN_DIR/config.json`` and every checkpoint)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Optional
 
+from graphformer.config_io import DictConfig
 from graphformer.errors import UserError
 
 TASKS = ("copy", "sort", "parallel", "multi30k")
@@ -12,7 +13,7 @@ SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(DictConfig):
     task: str = "copy"
     data_dir: Optional[str] = None      # copy/sort: where the generated files go (default RUN_DIR/data);
                                         # parallel: your files; multi30k: a local mirror of the raw files
@@ -60,11 +61,3 @@ class TrainConfig:
             raise UserError(f"unknown --select-by {self.select_by!r}; choose one of {', '.join(SELECT_BY)}")
         if self.clip_norm is not None and self.clip_norm <= 0:
             raise UserError(f"--clip-norm must be positive, got {self.clip_norm}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})

@@ -6,6 +6,7 @@ run stopped after k steps and resumed computes the same losses as one that never
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import signal
@@ -57,8 +58,7 @@ class Trainer:
         self._load_data()
         self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], cfg)
         self._encode()
-        model_cfg.src_vocab, model_cfg.tgt_vocab = len(self.src_vocab), len(self.tgt_vocab)
-        ModelConfig.__post_init__(model_cfg)
+        model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         self.model = model_from_config(model_cfg)
