@@ -34,6 +34,8 @@ def generate_pairs(task: str, n: int, rng: random.Random) -> list[tuple[str, str
 def write_task(task: str, data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS) -> Path:
     """Generate the task's splits into ``data_dir`` (files already there are left untouched)."""
     data_dir = Path(data_dir)
+    if all((data_dir / f"{split}.{side}").exists() for split in sizes for side in ("src", "tgt")):
+        return data_dir  # evaluation and resumed runs call this every time: nothing to draw
     data_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"{task}-{seed}")
     for split, n in sizes.items():
