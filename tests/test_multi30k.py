@@ -1,6 +1,5 @@
 """Multi30k: download with checksums (from a local HTTP server), tokenization, BLEU, training."""
 import functools
-import gzip
 import http.server
 import shutil
 import threading

@@ -1,5 +1,4 @@
 """Every notebook runs top to bottom (small settings: GRAPHFORMER_QUICK=1)."""
-import os
 from pathlib import Path
 
 import nbformat

@@ -4,7 +4,7 @@ import math
 import torch
 from PIL import Image
 
-from graphformer import GraphPool, make_model
+from graphformer import make_model
 from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.viz import attention_maps

@@ -24,7 +24,6 @@ come after it, so incremental decoding sees exactly the edges that training saw.
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from typing import Callable, Iterable
 
