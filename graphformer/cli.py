@@ -255,8 +255,9 @@ def _pick(record: dict, args):
         raise UserError(f"--layer {args.layer} is out of range: the model has {layers} layers")
     if not 0 <= args.head < heads:
         raise UserError(f"--head {args.head} is out of range: the model has {heads} heads")
-    keys = record["src_labels"] if args.relation in ("enc", "cross") else record["tgt_labels"]
-    queries = record["tgt_labels"] if args.relation in ("dec", "cross") else record["src_labels"]
+    src = record["src_labels"]
+    keys, queries = {"enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
+                     "dec": (record["tgt_labels"],) * 2, "cross": (src, record["tgt_labels"])}[args.relation]
     title = f"{args.relation} layer {args.layer % layers} head {args.head}, epoch {record['epoch']}"
     return maps[args.layer, args.head], keys, queries, title
 

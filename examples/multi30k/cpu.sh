@@ -7,7 +7,7 @@ RUN=${RUN:-runs/multi30k-cpu}
 MIRROR=${1:-}
 "$BIN/graphformer" train --task multi30k ${MIRROR:+--data-dir "$MIRROR"} --out "$RUN" \
     --layers 3 --d-model 256 --heads 4 --d-ff 1024 --dropout 0.1 --tie all --min-count 2 \
-    --batch-tokens 6000 --warmup 2000 --lr-factor 1.0 --label-smoothing 0.1 --epochs 30 --max-len 256 \
+    --batch-tokens 6000 --warmup 1000 --lr-factor 1.0 --label-smoothing 0.1 --epochs 20 --max-len 256 \
     --attention-backend blocked
 "$BIN/graphformer" evaluate "$RUN" --split valid --beam 5 --alpha 0.6 --json
 "$BIN/graphformer" evaluate "$RUN" --split test --beam 5 --alpha 0.6 --json

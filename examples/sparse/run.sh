@@ -17,3 +17,4 @@ run copy-window    copy window:2 causal-window:2   window:1
 run sort-full      sort full     causal            full
 run sort-window    sort window:2 causal-window:2   window:1
 run sort-win+glob  sort window:2+global:1 causal-window:2+causal-global:1 window:1+global:1
+run sort-tree      sort tree:1   causal-window:2   window:1

@@ -21,8 +21,8 @@ from typing import Optional, Sequence
 import dgl
 import torch
 
-from graphformer.graphs.pool import CROSS, DEC, ENC, SRC, TGT, GraphPool
-from graphformer.vocab import EOS, SOS
+from graphformer.graphs.pool import CROSS, DEC, ENC, SPAN, SRC, TGT, GraphPool
+from graphformer.vocab import EOS, PAD, SOS
 
 
 @dataclass
@@ -35,6 +35,8 @@ class GraphBatch:
         tgt_tokens, tgt_pos: (N_tgt,) decoder input token and position of each target node.
         gold: (N_tgt,) the token each target node must predict; ``None`` for inference batches.
         src_lengths, tgt_lengths: (B,) tokens per sample.
+        src_nodes: (B,) source nodes per sample: its tokens, then the span nodes a tree encoder
+            pattern adds (equal to ``src_lengths`` for every other pattern).
     """
 
     graph: dgl.DGLGraph
@@ -45,6 +47,7 @@ class GraphBatch:
     gold: Optional[torch.Tensor]
     src_lengths: torch.Tensor
     tgt_lengths: torch.Tensor
+    src_nodes: torch.Tensor
     _relations: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -56,20 +59,24 @@ class GraphBatch:
         return len(self.tgt_tokens)
 
     def relation(self, etype: tuple[str, str, str]) -> dgl.DGLGraph:
-        """The single-relation graph of ``ENC``, ``DEC`` or ``CROSS`` (sliced once, then cached)."""
+        """The single-relation graph of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` (sliced once, then cached)."""
         if etype not in self._relations:
             self._relations[etype] = self.graph[etype]
         return self._relations[etype]
 
+    @property
+    def has_spans(self) -> bool:
+        return SPAN in self.graph.canonical_etypes
+
     @cached_property
     def src_offsets(self) -> torch.Tensor:
         """(B,) id of each sample's first source node."""
-        return torch.cumsum(self.src_lengths, 0) - self.src_lengths
+        return torch.cumsum(self.src_nodes, 0) - self.src_nodes
 
     def to(self, device: torch.device | str) -> "GraphBatch":
         moved = {
             name: getattr(self, name).to(device)
-            for name in ("src_tokens", "src_pos", "tgt_tokens", "tgt_pos", "src_lengths", "tgt_lengths")
+            for name in ("src_tokens", "src_pos", "tgt_tokens", "tgt_pos", "src_lengths", "tgt_lengths", "src_nodes")
         }
         gold = None if self.gold is None else self.gold.to(device)
         return replace(self, graph=self.graph.to(device), gold=gold, _relations={}, **moved)
@@ -95,7 +102,9 @@ def make_batch(
         raise ValueError(f"{len(src)} source sequences but {len(tgt)} target sequences")
 
     src_lengths = torch.tensor([len(s) + 1 for s in src])
-    src_tokens = torch.tensor([t for s in src for t in (*s, EOS)], dtype=torch.int64)
+    spans = [pool.span_nodes(len(s) + 1) for s in src]
+    # Span nodes (tree patterns) carry <pad>: their inputs are pooled from their tokens instead.
+    src_tokens = torch.tensor([t for s, k in zip(src, spans) for t in (*s, EOS, *[PAD] * k)], dtype=torch.int64)
     if tgt is None:
         tgt_lengths = torch.zeros(len(src), dtype=torch.int64)
         tgt_tokens = torch.zeros(0, dtype=torch.int64)
@@ -115,7 +124,8 @@ def make_batch(
         gold=gold,
         src_lengths=src_lengths,
         tgt_lengths=tgt_lengths,
+        src_nodes=src_lengths + torch.tensor(spans, dtype=torch.int64),
     )
 
 
-__all__ = ["GraphBatch", "make_batch", "ENC", "DEC", "CROSS", "SRC", "TGT"]
+__all__ = ["GraphBatch", "make_batch", "ENC", "DEC", "CROSS", "SPAN", "SRC", "TGT"]

@@ -12,6 +12,8 @@ queries target positions. Every pattern below is a set of (key i, query j) pairs
     global:g            i < g or j < g   (the first g tokens see and are seen by all; Longformer)
     random:r[,seed]     r keys per query, drawn with a seeded RNG (BigBird)
     block:b             i // b == c(j) // b                         (block-local)
+    tree:k              a binary-partition tree with span nodes (BP-Transformer, encoder only;
+                        see graphformer.graphs.tree): O(k n log n) edges
 
 c(j) is j itself, or the last key for a query past the end of a shorter key sequence
 (cross-attention when the output is longer than the input), so no query is ever left without keys.
@@ -30,6 +32,7 @@ from typing import Callable, Iterable
 import torch
 
 from graphformer.errors import UserError
+from graphformer.graphs import tree as tree_graph
 
 EdgeList = tuple[torch.Tensor, torch.Tensor]
 Pattern = Callable[[int, int], EdgeList]
@@ -131,6 +134,25 @@ def _random_causal(r: int, seed: int = 0) -> Pattern:
     return _named(pattern, f"causal-random:{r},{seed}")
 
 
+def tree(k: int) -> Pattern:
+    """BP-Transformer's binary-partition graph: each token attends to k spans per level and side;
+    the graph gains span nodes, numbered after the tokens (:mod:`graphformer.graphs.tree`)."""
+    _positive("tree", k)
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        if nk != nq:
+            raise UserError(f"attention pattern tree:{k} adds span nodes to the source and serves "
+                            "--enc-attention only")
+        return tree_graph.edges(nk, k)
+    pattern.adds_span_nodes = True
+    return _named(pattern, f"tree:{k}")
+
+
+def adds_span_nodes(pattern: Pattern) -> bool:
+    """Whether the pattern's graph has span nodes besides the tokens (``tree``)."""
+    return getattr(pattern, "adds_span_nodes", False)
+
+
 def make_causal(pattern: Pattern) -> Pattern:
     """The pairs of ``pattern`` with key <= query."""
     def causal_pattern(nk: int, nq: int) -> EdgeList:
@@ -142,11 +164,17 @@ def make_causal(pattern: Pattern) -> Pattern:
 
 def union(*patterns: Pattern) -> Pattern:
     """Edges in any of the patterns (each pair once)."""
+    if sum(adds_span_nodes(p) for p in patterns) > 1:
+        raise UserError("a union may hold one tree pattern at most (each would add its own span nodes)")
+
     def combined(nk: int, nq: int) -> EdgeList:
-        u = torch.cat([p(nk, nq)[0] for p in patterns])
-        v = torch.cat([p(nk, nq)[1] for p in patterns])
-        ids = torch.unique(v * max(nk, 1) + u)  # sorted by query, then key
-        return ids % max(nk, 1), ids // max(nk, 1)
+        pairs = [p(nk, nq) for p in patterns]
+        u = torch.cat([e[0] for e in pairs])
+        v = torch.cat([e[1] for e in pairs])
+        width = max(nk, int(u.max()) + 1 if len(u) else 1)  # span nodes come after the keys
+        ids = torch.unique(v * width + u)  # sorted by query, then key
+        return ids % width, ids // width
+    combined.adds_span_nodes = any(adds_span_nodes(p) for p in patterns)
     return _named(combined, "+".join(getattr(p, "spec", "custom") for p in patterns))
 
 
@@ -183,7 +211,7 @@ full.spec, causal.spec = "full", "causal"
 
 _BUILDERS = {
     "window": (window, 1), "dilated": (dilated, 2), "global": (global_tokens, 1),
-    "block": (block, 1), "random": (random_links, (1, 2)),
+    "block": (block, 1), "random": (random_links, (1, 2)), "tree": (tree, 1),
 }
 _PLAIN = {"full": full, "causal": causal}
 NAMES = sorted([*_BUILDERS, *_PLAIN])
@@ -206,6 +234,9 @@ def _parse_one(term: str) -> Pattern:
                             f"integer argument(s), e.g. {name}:{','.join(['4'] * allowed[0])}")
         if name == "random" and causal_prefix:
             return _random_causal(*values)
+        if name == "tree" and causal_prefix:
+            raise UserError(f"attention pattern {term!r}: tree adds span nodes to the source and serves "
+                            "--enc-attention only; it has no causal form")
         base = builder(*values)
     else:
         raise UserError(f"unknown attention pattern {term!r}; known: {', '.join(NAMES)} "

@@ -12,7 +12,9 @@ relations and lets ``dgl.batch`` offset all of them in one call. Node features h
 token ids are per sample and are attached after batching.
 
 Which edges each relation has is an attention pattern (:mod:`graphformer.graphs.patterns`);
-the defaults give the original Transformer.
+the defaults give the original Transformer. A tree encoder pattern (:mod:`graphformer.graphs.tree`)
+adds span nodes after each sample's n source tokens and a fourth relation, ('src', 'span', 'src'),
+from every token to the spans that hold it, which builds the span nodes' inputs.
 """
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ import dgl
 import torch
 
 from graphformer.errors import UserError
-from graphformer.graphs import patterns
+from graphformer.graphs import patterns, tree
 from graphformer.graphs.patterns import Pattern
 
 SRC, TGT = "src", "tgt"
 ENC = (SRC, "enc", SRC)
 DEC = (TGT, "dec", TGT)
 CROSS = (SRC, "cross", TGT)
+SPAN = (SRC, "span", SRC)
 
 
 def _as_pattern(p: Pattern | str) -> Pattern:
@@ -48,9 +51,18 @@ class GraphPool:
     def __init__(self, enc: Pattern | str = "full", dec: Pattern | str = "causal",
                  cross: Pattern | str = "full", cache_size: int = 4096):
         self.enc, self.dec, self.cross = _as_pattern(enc), _as_pattern(dec), _as_pattern(cross)
+        for relation, pattern in (("--dec-attention", self.dec), ("--cross-attention", self.cross)):
+            if patterns.adds_span_nodes(pattern):
+                raise UserError(f"{relation} {pattern.spec!r}: tree patterns add span nodes to the source "
+                                "and serve --enc-attention only")
+        self.has_spans = patterns.adds_span_nodes(self.enc)
         self.cross_is_full = self.cross is patterns.full
         self.graph = lru_cache(maxsize=cache_size)(self._build)
         self.incoming = lru_cache(maxsize=cache_size)(self._incoming)
+
+    def span_nodes(self, n: int) -> int:
+        """Span nodes the encoder pattern adds to a source of n tokens (0 but for tree patterns)."""
+        return tree.span_count(n) if self.has_spans else 0
 
     def _edges(self, relation, n_keys: int, n_queries: int) -> tuple[torch.Tensor, torch.Tensor]:
         if n_queries == 0:
@@ -58,6 +70,8 @@ class GraphPool:
             return empty, empty
         pattern = {ENC: self.enc, DEC: self.dec, CROSS: self.cross}[relation]
         u, v = pattern(n_keys, n_queries)
+        if relation == ENC:  # span nodes are keys and queries too
+            n_keys = n_queries = n_keys + self.span_nodes(n_keys)
         name = getattr(pattern, "spec", getattr(pattern, "__name__", "custom"))
         if relation == DEC and bool((u > v).any()):
             raise UserError(f"decoder self-attention pattern {name!r} has an edge from a later target token; "
@@ -75,12 +89,13 @@ class GraphPool:
         """The heterograph of one sample with n source and m target tokens (m may be 0)."""
         if n < 1:
             raise ValueError("empty source sequence: every sample needs at least one source token")
-        g = dgl.heterograph(
-            {ENC: self._edges(ENC, n, n), DEC: self._edges(DEC, m, m), CROSS: self._edges(CROSS, n, m)},
-            num_nodes_dict={SRC: n, TGT: m},
-            idtype=torch.int64,
-        )
-        g.nodes[SRC].data["pos"] = torch.arange(n)
+        relations = {ENC: self._edges(ENC, n, n), DEC: self._edges(DEC, m, m), CROSS: self._edges(CROSS, n, m)}
+        if self.has_spans:
+            relations[SPAN] = tree.members(n)
+        g = dgl.heterograph(relations, num_nodes_dict={SRC: n + self.span_nodes(n), TGT: m}, idtype=torch.int64)
+        # A span node's position is its first token's (the Universal Transformer re-adds positions).
+        spans_first = tree.first_tokens(n) if self.has_spans else torch.zeros(0, dtype=torch.int64)
+        g.nodes[SRC].data["pos"] = torch.cat([torch.arange(n), spans_first])
         g.nodes[TGT].data["pos"] = torch.arange(m)
         return g
 

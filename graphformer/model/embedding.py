@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import dgl
 import torch
 from torch import nn
 
@@ -88,3 +89,18 @@ class Embedder(nn.Module):
             )
         x = self.tokens(tokens) + self.positions(positions).to(self.tokens.table.weight.dtype)
         return self.dropout(x)
+
+
+def embed_source(embedder: Embedder, batch) -> torch.Tensor:
+    """(N_src, d_model) inputs of the source nodes of a :class:`~graphformer.graphs.GraphBatch`.
+
+    Token nodes get ``embedder(token, position)``. Span nodes, which a tree encoder pattern adds,
+    start as the mean of the inputs of the tokens they hold (messages along the 'span' relation).
+    """
+    x = embedder(batch.src_tokens, batch.src_pos)
+    if not batch.has_spans:
+        return x
+    from graphformer.graphs import SPAN
+    members = batch.relation(SPAN)
+    is_span = (members.in_degrees() > 0)[:, None]
+    return torch.where(is_span, dgl.ops.copy_u_mean(members, x), x)

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from graphformer.config_io import DictConfig
-from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool, patterns
-from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding
+from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool
+from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, embed_source
 from graphformer.model.layers import DecoderLayer, EncoderLayer
 
 TYING = ("none", "decoder", "all")
@@ -68,8 +68,7 @@ class ModelConfig(DictConfig):
             raise ValueError(f"unknown tie {self.tie!r}; choose one of {TYING}")
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ValueError("tie='all' needs one vocabulary for source and target (equal sizes)")
-        for spec in (self.enc_attention, self.dec_attention, self.cross_attention):
-            patterns.parse(spec)  # fails early, with the pattern's own message
+        self.graph_pool()  # parses and checks the attention patterns: fails early, with their own message
         act = {"max_depth": 8, "act_threshold": 0.99, "ponder_weight": 0.01}
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r}; choose one of {MODELS}")
@@ -170,7 +169,7 @@ class GraphTransformer(nn.Module):
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output (the memory)."""
-        return self.encoder(batch.relation(ENC), self.src_embed(batch.src_tokens, batch.src_pos))
+        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch))
 
     def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:
         """(N_tgt, d_model) decoder output for the batch's target nodes."""

@@ -24,7 +24,7 @@ from torch import nn
 
 from graphformer.attention import graph_attention
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
-from graphformer.model.embedding import Embedder, SinusoidalPositions
+from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source
 from graphformer.model.layers import DecoderLayer, EncoderLayer
 from graphformer.model.transformer import Generator, ModelConfig, make_embedders
 
@@ -165,7 +165,7 @@ class UniversalTransformer(nn.Module):
             sub, n_edges = restrict_to_destinations(graph, active)
             return layer.post(x, graph_attention(sub, q, cache["k"], cache["v"])), n_edges
 
-        h = self.src_embed(batch.src_tokens, batch.src_pos)
+        h = embed_source(self.src_embed, batch)
         return self.encoder_norm(self._ponder("src", h, batch.src_pos, self.src_embed, self.encoder_halt, update))
 
     def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:

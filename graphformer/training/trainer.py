@@ -213,7 +213,7 @@ class Trainer:
             tokens_seen += global_tokens
             rate = tokens_seen / max(time.perf_counter() - tic, 1e-9)
             loss = loss_sum / global_tokens
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}")
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}", refresh=False)  # update() redraws, at most every mininterval
             bar.update()
             self._log("steps.jsonl", {"step": self.progress["step"], "epoch": epoch, "loss": loss,
                                       "lr": lr, "tokens": global_tokens})

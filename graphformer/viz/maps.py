@@ -22,7 +22,8 @@ def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, in
     tgt_offsets = torch.cumsum(batch.tgt_lengths, 0) - batch.tgt_lengths
     tgt_first = int(tgt_offsets[sample])
     n, m = int(batch.src_lengths[sample]), int(batch.tgt_lengths[sample])
-    return {"enc": (src_first, n, src_first, n), "dec": (tgt_first, m, tgt_first, m),
+    nodes = int(batch.src_nodes[sample])  # n tokens, then any span nodes of a tree pattern
+    return {"enc": (src_first, nodes, src_first, nodes), "dec": (tgt_first, m, tgt_first, m),
             "cross": (src_first, n, tgt_first, m)}[relation]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from graphformer.errors import UserError
-from graphformer.graphs import make_batch
+from graphformer.graphs import make_batch, tree
 from graphformer.training.checkpoint import save_atomic
 from graphformer.viz.maps import RELATIONS, attention_maps
 from graphformer.vocab import EOS, SOS
@@ -18,9 +18,13 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
         return None  # the Universal Transformer's per-step subgraphs are plotted as ponder maps instead
     src, tgt = split.src[0], split.tgt[0]
     batch = make_batch(pool, [src], [tgt]).to(next(model.parameters()).device)
+    src_labels = [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
+    n = len(src_labels)
+    spans = [tree.span_range(n, node) for node in range(n, n + pool.span_nodes(n))]  # tree patterns only
     record = {
         "epoch": epoch,
-        "src_labels": [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]],
+        "src_labels": src_labels,
+        "enc_labels": src_labels + [f"[{first}:{end})" for first, end in spans],
         "tgt_labels": [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt],
         "maps": {rel: attention_maps(model, batch, rel) for rel in RELATIONS},
     }
