@@ -6,6 +6,8 @@ STAMP  := $(VENV)/.installed-stamp
 # Tests run in 2 processes; one thread each keeps 2 cores from being oversubscribed.
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DGLBACKEND=pytorch
 
+MULTI30K ?= ../shared/data/multi30k
+
 .PHONY: install test test-fast demo bench docs clean
 
 install: $(STAMP)
@@ -28,6 +30,7 @@ demo: install
 bench: install
 	$(BIN)/python benchmarks/sparse_attention.py
 	$(BIN)/python benchmarks/training_throughput.py
+	$(BIN)/python benchmarks/training_throughput.py --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
 	$(BIN)/python benchmarks/decoding.py
 
 docs: install

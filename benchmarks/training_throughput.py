@@ -2,11 +2,15 @@
 
 Both models get the same hyper-parameters, the same length-bucketed batches of the copy task,
 the same Adam + Noam optimizer and label-smoothed loss. Runs alternate in one process (graph
-dgl, graph blocked, dense, and again), so the ratios share the machine's conditions. Also
+with each attention backend, dense, and again), so the ratios share the machine's conditions. Also
 measured: graph building + batching as a share of a step, sgemm GFLOP/s and model FLOP
 utilisation (6 x matmul parameters x tokens + attention, over time, over measured peak).
 
-    python benchmarks/training_throughput.py [--steps 20] [--rounds 2] [--out benchmarks/results]
+Two configurations: ``--task copy`` (1 layer, d_model 512, 8 heads, d_ff 2048, batches of 128
+sentences) and ``--task multi30k`` (the CPU example's 3 layers, d_model 256, 4 heads, d_ff 1024,
+batches of 6000 tokens; needs the raw files, from ``--data-dir MIRROR`` or the download cache).
+
+    python benchmarks/training_throughput.py [--task copy] [--steps 20] [--rounds 2] [--out benchmarks/results]
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from torch import nn
 
 from graphformer import make_model
 from graphformer.attention import set_backend
-from graphformer.data import tasks
+from graphformer.data import multi30k, tasks
 from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import build_vocabs, read_split
 from graphformer.graphs import make_batch
@@ -31,7 +35,10 @@ from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.schedule import make_optimizer
 from graphformer.vocab import EOS, PAD, SOS
 
-CONFIG = dict(layers=1, d_model=512, heads=8, d_ff=2048, dropout=0.1)
+CONFIGS = {
+    "copy": dict(layers=1, d_model=512, heads=8, d_ff=2048, dropout=0.1),
+    "multi30k": dict(layers=3, d_model=256, heads=4, d_ff=1024, dropout=0.1),
+}
 
 
 class DensePeer(nn.Module):
@@ -70,22 +77,32 @@ def sgemm_gflops(n=2048, repeats=5) -> float:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(CONFIGS), default="copy")
+    parser.add_argument("--data-dir", help="multi30k: a local mirror of the raw files")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=128, help="copy: sentences per batch")
+    parser.add_argument("--batch-tokens", type=int, default=6000, help="multi30k: tokens per batch")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     torch.manual_seed(0)
-    data = tasks.write_task("copy", Path(tempfile.mkdtemp()) / "copy", seed=1)
+    CONFIG = CONFIGS[args.task]
+    scratch = Path(tempfile.mkdtemp())
+    if args.task == "copy":
+        data = tasks.write_task("copy", scratch / "copy", seed=1)
+        sizing = {"batch_size": args.batch_size}
+    else:
+        data = multi30k.prepare(scratch / "multi30k", mirror=args.data_dir)
+        sizing = {"batch_tokens": args.batch_tokens}
     train = read_split(data, "train")
-    vocab, _ = build_vocabs(train)
+    vocab, _ = build_vocabs(train, min_count=2 if args.task == "multi30k" else 1)
     train.encode(vocab, vocab)
-    plan = plan_batches([len(s) for s in train.src], [len(t) for t in train.tgt], batch_size=args.batch_size, seed=0)
+    plan = plan_batches([len(s) for s in train.src], [len(t) for t in train.tgt], seed=0, **sizing)
     batches = [plan[i % len(plan)] for i in range(args.steps)]
 
     graph = make_model(len(vocab), **CONFIG)
     dense = DensePeer(len(vocab), **CONFIG)
-    systems = {"graph (dgl)": graph, "graph (blocked)": graph, "dense nn.Transformer": dense}
+    systems = {"graph (dgl)": graph, "graph (blocked)": graph, "graph (padded)": graph, "dense nn.Transformer": dense}
     optimizers = {name: make_optimizer(m.parameters(), CONFIG["d_model"], 400, 1.0) for name, m in systems.items()}
     pool = graph.make_pool()
     src_b = [[train.src[i] for i in b] for b in batches]
@@ -104,7 +121,7 @@ def main():
         return label_smoothed_nll(logp, gold, 0.1), int((gold != PAD).sum())
 
     def run(name):
-        set_backend("blocked" if "blocked" in name else "dgl")
+        set_backend(name[len("graph ("):-1] if name.startswith("graph") else "dgl")
         step = dense_step if name.startswith("dense") else graph_step
         optimizer, schedule = optimizers[name]
         step(0)[0].backward()  # warm-up
@@ -152,14 +169,16 @@ def main():
           f"{100 * batching / graph_step_time:.1f} % of a graph (dgl) training step")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"command": "python benchmarks/training_throughput.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
-              "config": {**CONFIG, "batch_size": args.batch_size, "task": "copy"}, "steps": args.steps,
+    shown = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir") and v is not None}
+    result = {"command": "python benchmarks/training_throughput.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in shown.items()),
+              "config": {**CONFIG, **sizing, "task": args.task}, "steps": args.steps,
               "rounds": args.rounds, "target_tokens": tokens, "rows": rows, "sgemm_gflops": peak,
               "batching_seconds_per_batch": batching, "batching_share_of_step": batching / graph_step_time,
               "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
               "versions": {"torch": torch.__version__, "python": platform.python_version()}}
-    (out / "training_throughput.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out / 'training_throughput.json'}")
+    name = "training_throughput.json" if args.task == "copy" else f"training_throughput_{args.task}.json"
+    (out / name).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out / name}")
 
 
 if __name__ == "__main__":

@@ -105,8 +105,10 @@ def _translate_parser(sub):
 
 
 def _backend_option(group):
-    group.add_argument("--attention-backend", choices=("dgl", "blocked"), default="dgl",
-                       help="dgl: edge-wise DGL kernels; blocked: block-sparse tiles in PyTorch (same results)")
+    group.add_argument("--attention-backend", choices=("dgl", "blocked", "padded"), default="dgl",
+                       help="same results, different speed: dgl: edge-wise DGL kernels; blocked: block-sparse "
+                            "tiles (long sequences, local patterns); padded: one dense tile per sample "
+                            "(batches of short sentences)")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -8,44 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from graphformer.model.dense import to_torch_transformer as dense_copy  # noqa: F401 (re-exported)
 from graphformer.vocab import EOS, PAD, SOS
-
-
-def dense_copy(model) -> nn.Transformer:
-    cfg = model.cfg
-    dense = nn.Transformer(
-        d_model=cfg.d_model, nhead=cfg.heads, num_encoder_layers=cfg.layers, num_decoder_layers=cfg.layers,
-        dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True, norm_first=cfg.norm_first,
-    ).to(next(model.parameters()).dtype)
-
-    def copy(dst: nn.Module, src: nn.Module):
-        dst.load_state_dict(src.state_dict())
-
-    for mine, theirs in zip(model.encoder.layers, dense.encoder.layers):
-        theirs.self_attn.in_proj_weight.data.copy_(mine.self_attn.in_proj.weight)
-        theirs.self_attn.in_proj_bias.data.copy_(mine.self_attn.in_proj.bias)
-        copy(theirs.self_attn.out_proj, mine.self_attn.out_proj)
-        copy(theirs.linear1, mine.feed_forward.linear1)
-        copy(theirs.linear2, mine.feed_forward.linear2)
-        copy(theirs.norm1, mine.attn_block.norm)
-        copy(theirs.norm2, mine.ff_block.norm)
-    for mine, theirs in zip(model.decoder.layers, dense.decoder.layers):
-        for m_attn, t_attn in ((mine.self_attn, theirs.self_attn), (mine.cross_attn, theirs.multihead_attn)):
-            t_attn.in_proj_weight.data.copy_(m_attn.in_proj.weight)
-            t_attn.in_proj_bias.data.copy_(m_attn.in_proj.bias)
-            copy(t_attn.out_proj, m_attn.out_proj)
-        copy(theirs.linear1, mine.feed_forward.linear1)
-        copy(theirs.linear2, mine.feed_forward.linear2)
-        copy(theirs.norm1, mine.self_block.norm)
-        copy(theirs.norm2, mine.cross_block.norm)
-        copy(theirs.norm3, mine.ff_block.norm)
-    if cfg.norm_first:
-        copy(dense.encoder.norm, model.encoder.norm)
-        copy(dense.decoder.norm, model.decoder.norm)
-    else:  # the paper's post-norm stack has no final norm; nn.Transformer always adds one
-        dense.encoder.norm = nn.Identity()
-        dense.decoder.norm = nn.Identity()
-    return dense
 
 
 def pad(seqs, value=PAD) -> torch.Tensor:

@@ -102,24 +102,64 @@ def test_blocked_backend_with_extreme_scores():
     torch.testing.assert_close(out, dense_reference(q, k, v, mask)[0], atol=1e-10, rtol=0)
 
 
-def test_the_model_gives_the_same_results_with_either_backend():
+@pytest.mark.parametrize("enc,cross", [("full", "full"), ("window:2+global:1", "window:3"), ("tree:1", "full")])
+def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     from graphformer import GraphPool, make_model
-    from graphformer.attention import set_backend
+    from graphformer.attention import BACKENDS, set_backend
     from graphformer.graphs import make_batch
     from helpers import random_pairs
-    model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0).double()
+    model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention=enc,
+                       cross_attention=cross).double()
     src, tgt = random_pairs(9, 23, max_len=30)
-    batch = make_batch(GraphPool(), src, tgt)
+    pool = model.make_pool()
     results = []
     try:
-        for name in ("dgl", "blocked"):
+        for name in sorted(BACKENDS):
             set_backend(name)
             model.zero_grad()
-            out = model(batch)
-            out.gather(1, batch.gold[:, None]).sum().backward()
+            out = model(make_batch(pool, src, tgt))  # a fresh batch: no tile layout carried over
+            out.gather(1, torch.cat([torch.tensor(t + [2]) for t in tgt])[:, None]).sum().backward()
             results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
     finally:
         set_backend("dgl")
-    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-10, rtol=0)
-    for a, b in zip(results[0][1], results[1][1]):
-        torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
+    for other in results[1:]:
+        torch.testing.assert_close(results[0][0], other[0], atol=1e-10, rtol=0)
+        for a, b in zip(results[0][1], other[1]):
+            torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
+
+
+def test_padded_backend_weights_and_edges_across_samples():
+    from graphformer.attention import BACKENDS
+    from graphformer.attention.padded import Segments, mark_segments
+    # Two samples: 3 keys -> 2 queries and 4 keys -> 3 queries, random edges inside each.
+    g1, m1 = random_graph(3, 2, 0.5, seed=5)
+    g2, m2 = random_graph(4, 3, 0.5, seed=6)
+    g = dgl.batch([g1, g2])
+    mark_segments(g, torch.tensor([3, 4]), torch.tensor([2, 3]))
+    q = torch.randn(5, 2, 4, dtype=torch.float64)
+    k, v = torch.randn(7, 2, 4, dtype=torch.float64), torch.randn(7, 2, 4, dtype=torch.float64)
+    out, w = BACKENDS["padded"](g, q, k, v, return_weights=True)
+    ref, ref_w = BACKENDS["dgl"](g, q, k, v, return_weights=True)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(w, ref_w, atol=1e-12, rtol=0)
+    u, vv = g.edges()
+    with pytest.raises(ValueError, match="joins two samples"):
+        Segments.of_batch(u, vv, torch.tensor([4, 3]), torch.tensor([2, 3]))
+
+
+def test_decoding_with_the_padded_backend_equals_recompute():
+    from graphformer import make_model
+    from graphformer.attention import set_backend
+    from graphformer.decoding import translate_ids
+    from helpers import random_pairs
+    model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1",
+                       dec_attention="causal-window:2", cross_attention="window:3+global:1").double().eval()
+    src, _ = random_pairs(6, 21, max_len=11, seed=2)
+    reference = translate_ids(model, src, beam=3, extra_len=4, incremental=False)
+    set_backend("padded")
+    try:
+        fast = translate_ids(model, src, beam=3, extra_len=4, incremental=True)
+    finally:
+        set_backend("dgl")
+    assert [h.tokens for h in fast] == [h.tokens for h in reference]
+    assert [h.score for h in fast] == pytest.approx([h.score for h in reference], abs=1e-9)

@@ -5,6 +5,8 @@ Two backends compute the same thing:
 * ``dgl`` (default): edge-wise SDDMM/SpMM kernels, the message-passing formulation itself.
 * ``blocked``: block-sparse tiles in plain PyTorch (BLAS matmuls, chunked, recomputed in the
   backward pass); much faster and leaner on long sequences with local patterns.
+* ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
+  short sentences, as in translation. Graphs that are not relations of a batch use ``dgl``.
 
 
 Layers call :func:`graph_attention` and never the kernels themselves, so another
@@ -15,9 +17,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from graphformer.attention import blocked, dgl_ops
+from graphformer.attention import blocked, dgl_ops, padded
 
-BACKENDS = {"dgl": dgl_ops.attend, "blocked": blocked.attend}
+BACKENDS = {"dgl": dgl_ops.attend, "blocked": blocked.attend, "padded": padded.attend}
 _active = {"name": "dgl"}
 
 

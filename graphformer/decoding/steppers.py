@@ -20,6 +20,7 @@ import dgl
 import torch
 
 from graphformer.attention import graph_attention
+from graphformer.attention.padded import Segments
 from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch
 
 
@@ -28,6 +29,18 @@ def bipartite(u: torch.Tensor, v: torch.Tensor, num_src: int, num_dst: int) -> d
     return dgl.heterograph({("key", "attends", "query"): (u, v)},
                            num_nodes_dict={"key": num_src, "query": num_dst}, idtype=torch.int64,
                            device=u.device)
+
+
+def rows_graph(key_index: torch.Tensor, num_keys: int) -> dgl.DGLGraph:
+    """A graph whose query i attends to the key ids in row i of ``key_index`` (-1: no key).
+
+    The graph keeps this row layout, so the ``padded`` attention backend computes it with dense
+    batched matmuls; the others read its edges.
+    """
+    rows = Segments.of_rows(key_index)
+    graph = bipartite(*rows.edges(), num_keys, len(key_index))
+    graph._graphformer_segments = rows
+    return graph
 
 
 class IncrementalStepper:
@@ -42,8 +55,11 @@ class IncrementalStepper:
         pool: the graph pool of the model's attention patterns; the edges into each new node
             are read from it.
 
-    Target node j of hypothesis h is cached under id ``h * max_steps + j``; the caches hold one
-    slice of keys and values per layer (per step, for the Universal Transformer).
+    The node computed at step j for row h of the batch is cached under id ``j * num_hyps + h``
+    (one slice of keys and values per layer; per ACT step for the Universal Transformer) and never
+    moves. Beam search reorders hypotheses by re-pointing edges instead of copying caches:
+    ``lineage[h, j]`` is the row whose step-j node is hypothesis h's j-th target node, and the
+    edges into h's new node start from those ids.
     """
 
     def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
@@ -61,9 +77,10 @@ class IncrementalStepper:
         # With full cross-attention the edges never change: build them once.
         self.fixed_cross_graph = self._cross_graph(None) if self.pool.cross_is_full else None
         cfg = model.cfg
-        shape = (self._cache_depth(), self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
+        shape = (self._cache_depth(), max_steps, self.num_hyps, cfg.heads, cfg.d_model // cfg.heads)
         self.keys = memory.new_zeros(shape)
         self.values = memory.new_zeros(shape)
+        self.lineage = torch.arange(self.num_hyps, device=self.device)[:, None].repeat(1, max_steps)
         self.max_steps = max_steps
         self.t = 0
 
@@ -78,25 +95,21 @@ class IncrementalStepper:
         causal pattern: nodes 0..t); query i of the graph is hypothesis hyps[i]."""
         t, T = self.t, self.max_steps
         keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
-        query = torch.arange(len(hyps), device=self.device).repeat_interleave(len(keys))
-        u = hyps.repeat_interleave(len(keys)) * T + keys.repeat(len(hyps))
-        return bipartite(u, query, self.num_hyps * T, len(hyps))
+        return rows_graph(keys * self.num_hyps + self.lineage[hyps][:, keys], T * self.num_hyps)
 
     def _cross_graph(self, t: int | None) -> dgl.DGLGraph:
         """Edges from source nodes to each hypothesis's new node t (all source nodes if t is None)."""
-        u, v = [], []
-        for h, (n, first) in enumerate(zip(self.src_lengths, self.src_offsets)):
-            keys = torch.arange(n) if t is None else self.pool.incoming(CROSS, n, t)
-            u.append(keys + first)
-            v.append(torch.full((len(keys),), h, dtype=torch.int64))
-        u, v = torch.cat(u).to(self.device), torch.cat(v).to(self.device)
-        return bipartite(u, v, self.num_memory, self.num_hyps)
+        rows = [torch.arange(n) if t is None else self.pool.incoming(CROSS, n, t) for n in self.src_lengths]
+        key_index = torch.full((self.num_hyps, max(len(r) for r in rows)), -1, dtype=torch.int64)
+        for h, (keys, first) in enumerate(zip(rows, self.src_offsets)):
+            key_index[h, :len(keys)] = keys + first
+        return rows_graph(key_index.to(self.device), self.num_memory)
 
     def cross_graph(self) -> dgl.DGLGraph:
         return self.fixed_cross_graph if self.fixed_cross_graph is not None else self._cross_graph(self.t)
 
     def _cached(self, cache: torch.Tensor, depth: int) -> torch.Tensor:
-        """(num_hyps * max_steps, heads, d_head) view of one layer's (or step's) cache."""
+        """(max_steps * num_hyps, heads, d_head) view of one layer's (or ACT step's) cache."""
         return cache[depth].reshape((-1,) + cache.shape[3:])
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -108,8 +121,8 @@ class IncrementalStepper:
         self_graph, cross_graph = self._self_graph(everyone), self.cross_graph()
         for i, layer in enumerate(model.decoder.layers):
             q, k, v = layer.self_pre(x)
-            self.keys[i, :, t] = k
-            self.values[i, :, t] = v
+            self.keys[i, t] = k
+            self.values[i, t] = v
             o = graph_attention(self_graph, q, self._cached(self.keys, i), self._cached(self.values, i))
             x = layer.self_post(x, o)
             mem_k, mem_v = self.memory_kv[i]
@@ -118,8 +131,8 @@ class IncrementalStepper:
         return model.generator(model.decoder.norm(x))
 
     def reorder(self, parents: torch.Tensor) -> None:
-        self.keys = self.keys[:, parents]
-        self.values = self.values[:, parents]
+        self.lineage = self.lineage[parents]
+        self.lineage[:, self.t:] = torch.arange(self.num_hyps, device=self.device)[:, None]  # future nodes: own row
 
 
 class RecomputeStepper:

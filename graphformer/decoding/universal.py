@@ -38,13 +38,13 @@ class UniversalStepper(IncrementalStepper):
             if not bool(active.any()):
                 break
             if s > 0:  # halted nodes keep serving with their last keys and values
-                self.keys[s, :, t] = self.keys[s - 1, :, t]
-                self.values[s, :, t] = self.values[s - 1, :, t]
+                self.keys[s, t] = self.keys[s - 1, t]
+                self.values[s, t] = self.values[s - 1, t]
             hyps = active.nonzero().squeeze(1)
             x = h[active] + model._timing(positions[active], s, model.tgt_embed)
             q, k, v = layer.self_pre(x)
-            self.keys[s, hyps, t] = k
-            self.values[s, hyps, t] = v
+            self.keys[s, t, hyps] = k
+            self.values[s, t, hyps] = v
             o = graph_attention(self._self_graph(hyps), q, self._cached(self.keys, s), self._cached(self.values, s))
             x = layer.self_post(x, o)
             cross, _ = restrict_to_destinations(cross_all, active)
@@ -53,7 +53,7 @@ class UniversalStepper(IncrementalStepper):
             h = h.index_put((active,), new)
             out = out.index_put((active,), out[active] + w[:, None] * new)
         for s in range(act.steps.max().item(), cfg.max_depth):  # nodes that all halted early: fill deeper slices
-            self.keys[s, :, t] = self.keys[s - 1, :, t]
-            self.values[s, :, t] = self.values[s - 1, :, t]
+            self.keys[s, t] = self.keys[s - 1, t]
+            self.values[s, t] = self.values[s - 1, t]
         self.t += 1
         return model.generator(model.decoder_norm(out))

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 import dgl
 import torch
 
+from graphformer.attention.padded import mark_segments
 from graphformer.graphs.pool import CROSS, DEC, ENC, SPAN, SRC, TGT, GraphPool
 from graphformer.vocab import EOS, PAD, SOS
 
@@ -61,7 +62,12 @@ class GraphBatch:
     def relation(self, etype: tuple[str, str, str]) -> dgl.DGLGraph:
         """The single-relation graph of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` (sliced once, then cached)."""
         if etype not in self._relations:
-            self._relations[etype] = self.graph[etype]
+            graph = self.graph[etype]
+            if etype != SPAN:  # attention backends may compute each sample as one dense tile
+                keys, queries = {ENC: (self.src_nodes, self.src_nodes), DEC: (self.tgt_lengths, self.tgt_lengths),
+                                 CROSS: (self.src_nodes, self.tgt_lengths)}[etype]
+                mark_segments(graph, keys, queries)
+            self._relations[etype] = graph
         return self._relations[etype]
 
     @property

@@ -1,0 +1,50 @@
+"""The graph Transformer's dense twin: the same weights in ``torch.nn.Transformer``."""
+from __future__ import annotations
+
+from torch import nn
+
+
+def to_torch_transformer(model) -> nn.Transformer:
+    """A ``torch.nn.Transformer`` with the weights of a :class:`~graphformer.model.GraphTransformer`.
+
+    Embeddings and generator are not part of ``nn.Transformer``: keep using the graph model's
+    ``src_embed``, ``tgt_embed`` and ``generator`` around it. Dropout is 0 (for inference and
+    comparison). The tests use it as the independent dense reference: with the same weights,
+    PyTorch's own attention must give the graph model's numbers.
+    """
+    if getattr(model.cfg, "model", "transformer") != "transformer":
+        raise ValueError("only the Transformer (model='transformer') has a torch.nn.Transformer twin")
+    cfg = model.cfg
+    dense = nn.Transformer(
+        d_model=cfg.d_model, nhead=cfg.heads, num_encoder_layers=cfg.layers, num_decoder_layers=cfg.layers,
+        dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True, norm_first=cfg.norm_first,
+    ).to(next(model.parameters()).dtype)
+
+    def copy(dst: nn.Module, src: nn.Module):
+        dst.load_state_dict(src.state_dict())
+
+    for mine, theirs in zip(model.encoder.layers, dense.encoder.layers):
+        theirs.self_attn.in_proj_weight.data.copy_(mine.self_attn.in_proj.weight)
+        theirs.self_attn.in_proj_bias.data.copy_(mine.self_attn.in_proj.bias)
+        copy(theirs.self_attn.out_proj, mine.self_attn.out_proj)
+        copy(theirs.linear1, mine.feed_forward.linear1)
+        copy(theirs.linear2, mine.feed_forward.linear2)
+        copy(theirs.norm1, mine.attn_block.norm)
+        copy(theirs.norm2, mine.ff_block.norm)
+    for mine, theirs in zip(model.decoder.layers, dense.decoder.layers):
+        for m_attn, t_attn in ((mine.self_attn, theirs.self_attn), (mine.cross_attn, theirs.multihead_attn)):
+            t_attn.in_proj_weight.data.copy_(m_attn.in_proj.weight)
+            t_attn.in_proj_bias.data.copy_(m_attn.in_proj.bias)
+            copy(t_attn.out_proj, m_attn.out_proj)
+        copy(theirs.linear1, mine.feed_forward.linear1)
+        copy(theirs.linear2, mine.feed_forward.linear2)
+        copy(theirs.norm1, mine.self_block.norm)
+        copy(theirs.norm2, mine.cross_block.norm)
+        copy(theirs.norm3, mine.ff_block.norm)
+    if cfg.norm_first:
+        copy(dense.encoder.norm, model.encoder.norm)
+        copy(dense.decoder.norm, model.decoder.norm)
+    else:  # the paper's post-norm stack has no final norm; nn.Transformer always adds one
+        dense.encoder.norm = nn.Identity()
+        dense.decoder.norm = nn.Identity()
+    return dense
