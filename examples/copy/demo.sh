@@ -11,7 +11,7 @@ else
         --lr-factor 0.5 --warmup 400 --batch-size 64 --epochs 12 --seed 1
 fi
 echo
-"$BIN/graphformer" evaluate "$RUN" --split test
+"$BIN/graphformer" evaluate "$RUN" --split test --beam 1
 echo
 echo "a few test sentences (source => decoded):"
 head -n 5 "$RUN/data/test.src" > "$RUN/examples.src"
