@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from graphformer import make_model
-from graphformer.attention import set_backend
+from graphformer.attention import use_backend
 from graphformer.decoding import beam_search, greedy_search, translate_ids
 from graphformer.model.dense import to_torch_transformer
 from graphformer.vocab import EOS
@@ -98,12 +98,9 @@ def main():
 
     def graph(backend, incremental):
         def run(beam):
-            set_backend(backend)
-            try:
+            with use_backend(backend):
                 return translate_ids(model, src, beam=beam, extra_len=extra, incremental=incremental,
                                      batch_size=args.sentences)
-            finally:
-                set_backend("dgl")
         return run
 
     methods = {

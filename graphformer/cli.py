@@ -105,10 +105,10 @@ def _translate_parser(sub):
 
 
 def _backend_option(group):
-    group.add_argument("--attention-backend", choices=("dgl", "blocked", "padded"), default="dgl",
+    group.add_argument("--attention-backend", choices=("auto", "dgl", "blocked", "padded"), default="auto",
                        help="same results, different speed: dgl: edge-wise DGL kernels; blocked: block-sparse "
                             "tiles (long sequences, local patterns); padded: one dense tile per sample "
-                            "(batches of short sentences)")
+                            "(batches of short sentences); auto: padded where tiles are mostly edges, else dgl")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -296,7 +296,7 @@ def cmd_heatmap(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from graphformer.attention import set_backend
-    set_backend(getattr(args, "attention_backend", "dgl"))
+    set_backend(getattr(args, "attention_backend", "auto"))
     try:
         return args.func(args)
     except (UserError, ValueError) as err:

@@ -105,7 +105,7 @@ def test_blocked_backend_with_extreme_scores():
 @pytest.mark.parametrize("enc,cross", [("full", "full"), ("window:2+global:1", "window:3"), ("tree:1", "full")])
 def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     from graphformer import GraphPool, make_model
-    from graphformer.attention import BACKENDS, set_backend
+    from graphformer.attention import BACKENDS, use_backend
     from graphformer.graphs import make_batch
     from helpers import random_pairs
     model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention=enc,
@@ -113,15 +113,12 @@ def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     src, tgt = random_pairs(9, 23, max_len=30)
     pool = model.make_pool()
     results = []
-    try:
-        for name in sorted(BACKENDS):
-            set_backend(name)
+    for name in sorted(BACKENDS):
+        with use_backend(name):
             model.zero_grad()
             out = model(make_batch(pool, src, tgt))  # a fresh batch: no tile layout carried over
             out.gather(1, torch.cat([torch.tensor(t + [2]) for t in tgt])[:, None]).sum().backward()
             results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
-    finally:
-        set_backend("dgl")
     for other in results[1:]:
         torch.testing.assert_close(results[0][0], other[0], atol=1e-10, rtol=0)
         for a, b in zip(results[0][1], other[1]):
@@ -149,17 +146,15 @@ def test_padded_backend_weights_and_edges_across_samples():
 
 def test_decoding_with_the_padded_backend_equals_recompute():
     from graphformer import make_model
-    from graphformer.attention import set_backend
+    from graphformer.attention import use_backend
     from graphformer.decoding import translate_ids
     from helpers import random_pairs
     model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1",
                        dec_attention="causal-window:2", cross_attention="window:3+global:1").double().eval()
     src, _ = random_pairs(6, 21, max_len=11, seed=2)
-    reference = translate_ids(model, src, beam=3, extra_len=4, incremental=False)
-    set_backend("padded")
-    try:
+    with use_backend("dgl"):
+        reference = translate_ids(model, src, beam=3, extra_len=4, incremental=False)
+    with use_backend("padded"):
         fast = translate_ids(model, src, beam=3, extra_len=4, incremental=True)
-    finally:
-        set_backend("dgl")
     assert [h.tokens for h in fast] == [h.tokens for h in reference]
     assert [h.score for h in fast] == pytest.approx([h.score for h in reference], abs=1e-9)

@@ -7,6 +7,9 @@ Two backends compute the same thing:
   backward pass); much faster and leaner on long sequences with local patterns.
 * ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
   short sentences, as in translation. Graphs that are not relations of a batch use ``dgl``.
+* ``auto`` (default): ``padded`` where the per-sample tiles are mostly edges (full and causal
+  attention on length-bucketed batches), the ``dgl`` kernels everywhere else (sparse patterns,
+  the Universal Transformer's subgraphs of active nodes).
 
 
 Layers call :func:`graph_attention` and never the kernels themselves, so another
@@ -19,14 +22,32 @@ from contextlib import contextmanager
 
 from graphformer.attention import blocked, dgl_ops, padded
 
-BACKENDS = {"dgl": dgl_ops.attend, "blocked": blocked.attend, "padded": padded.attend}
-_active = {"name": "dgl"}
+
+
+def _auto(graph, q, k, v, return_weights: bool = False):
+    attend = padded.attend if padded.worth_it(graph) else dgl_ops.attend
+    return attend(graph, q, k, v, return_weights=return_weights)
+
+
+BACKENDS = {"auto": _auto, "dgl": dgl_ops.attend, "blocked": blocked.attend, "padded": padded.attend}
+_active = {"name": "auto"}
 
 
 def set_backend(name: str) -> None:
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {sorted(BACKENDS)}")
     _active["name"] = name
+
+
+@contextmanager
+def use_backend(name: str):
+    """``with use_backend("blocked"): ...`` - the backend for the block, restored afterwards."""
+    previous = _active["name"]
+    set_backend(name)
+    try:
+        yield
+    finally:
+        _active["name"] = previous
 
 
 _recorders: list[list] = []
@@ -59,4 +80,4 @@ def graph_attention(graph, q, k, v, return_weights: bool = False, name: str | No
     return (out, weights) if return_weights else out
 
 
-__all__ = ["graph_attention", "record_attention", "set_backend", "BACKENDS"]
+__all__ = ["graph_attention", "record_attention", "set_backend", "use_backend", "BACKENDS"]

@@ -93,6 +93,21 @@ def segments_of(graph) -> Segments | None:
     return cached
 
 
+def worth_it(graph, max_waste: float = 4.0) -> bool:
+    """Whether ``graph`` has a per-sample layout whose padded tiles hold at most ``max_waste``
+    slots per edge (dense patterns on similar lengths: yes; a window over long sequences: no)."""
+    counts = getattr(graph, "_graphformer_counts", None)
+    if counts is not None:
+        keys, queries = counts
+        slots = len(keys) * int(keys.max()) * int(queries.max()) if len(keys) else 0
+    else:
+        seg = getattr(graph, "_graphformer_segments", None)
+        if seg is None:
+            return False
+        slots = seg.key_index.numel() * seg.max_queries
+    return slots <= max_waste * max(graph.num_edges(), 1)
+
+
 def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """(nodes, H, D) -> (B, H, N, D) rows of ``index`` (B, N); -1 slots get node 0 (masked out)."""
     return x[index.clamp(min=0)].transpose(1, 2)
