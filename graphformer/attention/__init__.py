@@ -1,15 +1,15 @@
 """Graph attention behind one entry point.
 
-Two backends compute the same thing:
+Four backends compute the same thing:
 
-* ``dgl`` (default): edge-wise SDDMM/SpMM kernels, the message-passing formulation itself.
+* ``dgl``: edge-wise SDDMM/SpMM kernels, the message-passing formulation itself.
 * ``blocked``: block-sparse tiles in plain PyTorch (BLAS matmuls, chunked, recomputed in the
   backward pass); much faster and leaner on long sequences with local patterns.
 * ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
   short sentences, as in translation. Graphs that are not relations of a batch use ``dgl``.
-* ``auto`` (default): ``padded`` where the per-sample tiles are mostly edges (full and causal
-  attention on length-bucketed batches), the ``dgl`` kernels everywhere else (sparse patterns,
-  the Universal Transformer's subgraphs of active nodes).
+* ``auto`` (default): ``padded`` where at least a quarter of each per-sample tile is edges (full
+  and causal attention on length-bucketed batches), the ``dgl`` kernels everywhere else (sparse
+  patterns on longer sequences, the Universal Transformer's subgraphs of active nodes).
 
 
 Layers call :func:`graph_attention` and never the kernels themselves, so another

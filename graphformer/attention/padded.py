@@ -95,17 +95,22 @@ def segments_of(graph) -> Segments | None:
 
 def worth_it(graph, max_waste: float = 4.0) -> bool:
     """Whether ``graph`` has a per-sample layout whose padded tiles hold at most ``max_waste``
-    slots per edge (dense patterns on similar lengths: yes; a window over long sequences: no)."""
+    slots per edge (dense patterns on similar lengths: yes; a window over long sequences: no).
+    Decided once per graph: the counts may live on a GPU, and reading them waits for it."""
+    decided = getattr(graph, "_graphformer_padded_pays", None)
+    if decided is not None:
+        return decided
     counts = getattr(graph, "_graphformer_counts", None)
-    if counts is not None:
+    seg = getattr(graph, "_graphformer_segments", None)
+    if graph.num_edges() == 0 or (counts is None and seg is None):
+        decided = False
+    elif counts is not None:
         keys, queries = counts
-        slots = len(keys) * int(keys.max()) * int(queries.max()) if len(keys) else 0
+        decided = len(keys) * int(keys.max()) * int(queries.max()) <= max_waste * graph.num_edges()
     else:
-        seg = getattr(graph, "_graphformer_segments", None)
-        if seg is None:
-            return False
-        slots = seg.key_index.numel() * seg.max_queries
-    return slots <= max_waste * max(graph.num_edges(), 1)
+        decided = seg.key_index.numel() * seg.max_queries <= max_waste * graph.num_edges()
+    graph._graphformer_padded_pays = decided
+    return decided
 
 
 def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -115,7 +120,7 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def attend(graph, q, k, v, return_weights: bool = False):
     """Same contract as :func:`graphformer.attention.dgl_ops.attend`."""
-    seg = segments_of(graph)
+    seg = segments_of(graph) if graph.num_edges() else None
     if seg is None:
         return dgl_ops.attend(graph, q, k, v, return_weights=return_weights)
     size, m = len(seg.key_index), seg.max_queries

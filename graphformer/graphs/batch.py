@@ -1,8 +1,8 @@
 """Mini-batches as one batched heterograph plus flat per-node tensors.
 
-There is no padding anywhere: a batch of B samples with lengths (n_b, m_b) has sum(n_b)
-source nodes and sum(m_b) target nodes, numbered sample by sample, and every per-node tensor
-below is indexed by those node ids.
+There is no padding: a batch of B samples with lengths (n_b, m_b) has sum(n_b) source nodes
+and sum(m_b) target nodes, numbered sample by sample, and every per-node tensor below is indexed
+by those node ids. (A tree encoder pattern adds span nodes after each sample's source tokens.)
 
 A source sentence x_1..x_n gets n + 1 nodes, x_1 ... x_n </s>: the end marker gives the
 decoder a key to find where the source stops (without it, "the position after the last

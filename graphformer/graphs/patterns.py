@@ -155,6 +155,9 @@ def adds_span_nodes(pattern: Pattern) -> bool:
 
 def make_causal(pattern: Pattern) -> Pattern:
     """The pairs of ``pattern`` with key <= query."""
+    if adds_span_nodes(pattern):
+        raise UserError(f"attention pattern {pattern.spec!r} adds span nodes to the source and serves "
+                        "--enc-attention only; it has no causal form")
     def causal_pattern(nk: int, nq: int) -> EdgeList:
         u, v = pattern(nk, nq)
         keep = u <= v

@@ -83,7 +83,9 @@ class GraphPool:
             j = int(starved.nonzero()[0])
             raise UserError(f"attention pattern {name!r} ({relation[1]}) gives query {j} no key "
                             f"(keys={n_keys}, queries={n_queries}); widen it or add +full / +global:1")
-        return u, v
+        # An edge given twice would count twice in the edge-wise softmax (and once in a dense mask).
+        ids = torch.unique(v * n_keys + u)  # sorted by query, then key
+        return ids % n_keys, ids // n_keys
 
     def _build(self, n: int, m: int) -> dgl.DGLGraph:
         """The heterograph of one sample with n source and m target tokens (m may be 0)."""

@@ -1,10 +1,10 @@
 r"""A binary-partition tree over the source, in the manner of BP-Transformer (Ye et al., 2019).
 
 Besides its n token nodes the encoder graph gets *span nodes*: level l >= 1 cuts the sequence
-into spans of 2^l tokens (the last one may be shorter), up to the single span that holds them all.
-For n = 6::
+into spans of 2^l tokens (the last one may be shorter), up to the last level with at least two
+spans (the root, a span of everything, would overlap every token's own position, so no token
+could use it). For n = 6::
 
-    level 3   [0 ............ 6)                     node 11
     level 2   [0 ...... 4) [4 .. 6)                  nodes 9, 10
     level 1   [0, 2) [2, 4) [4, 6)                   nodes 6, 7, 8
     level 0   0  1  2  3  4  5                       the tokens, nodes 0..5
@@ -31,11 +31,11 @@ EdgeList = tuple[torch.Tensor, torch.Tensor]
 
 @lru_cache(maxsize=1024)
 def levels(n: int) -> tuple[int, ...]:
-    """Spans per level, for levels 1, 2, ...: ceil(n / 2^l) until one span holds everything."""
-    counts, count = [], n
+    """Spans per level, for levels 1, 2, ...: ceil(n / 2^l) while that is at least 2."""
+    counts, count = [], -(-n // 2)
     while count > 1:
-        count = -(-count // 2)
         counts.append(count)
+        count = -(-count // 2)
     return tuple(counts)
 
 
