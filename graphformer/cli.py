@@ -207,7 +207,7 @@ def cmd_evaluate(args) -> int:
     _, detokenize = run.pipelines()
     scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=args.beam, alpha=args.alpha,
                       tgt_vocab=run.tgt_vocab, references=run.references(args.split), detokenize=detokenize)
-    scores.update(split=args.split, beam=args.beam, checkpoint=str(run.path))
+    scores.update(split=args.split, beam=args.beam, alpha=args.alpha, checkpoint=str(run.path))
     if args.json:
         print(json.dumps(scores))
     else:
