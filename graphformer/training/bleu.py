@@ -14,7 +14,7 @@ def bleu_scores(hyp_tokens: list[list[str]], ref_tokens: list[list[str]], hyp_de
                 ref_raw: list[str]) -> dict:
     standard = sacrebleu.metrics.BLEU()
     score = standard.corpus_score(hyp_detok, [ref_raw])
-    tokenized = sacrebleu.metrics.BLEU(tokenize="none").corpus_score(
+    tokenized = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(  # tokenized on purpose
         [" ".join(h) for h in hyp_tokens], [[" ".join(r) for r in ref_tokens]])
     return {"bleu": score.score, "bleu_signature": str(standard.get_signature()),
             "bleu_tokenized": tokenized.score}
