@@ -186,7 +186,8 @@ def main():
           f"{1e3 * fixed:.1f} ms = {100 * fixed / step_time:.1f} %")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    shown = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir") and v is not None}
+    unused = ("out", "data_dir", "batch_tokens" if args.task == "copy" else "batch_size")
+    shown = {k: v for k, v in vars(args).items() if k not in unused and v is not None}
     result = {"command": "python benchmarks/training_throughput.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in shown.items()),
               "config": {**CONFIG, **sizing, "task": args.task}, "steps": args.steps,
               "rounds": args.rounds, "target_tokens": tokens, "rows": rows, "sgemm_gflops": peak,

@@ -38,8 +38,9 @@ class Segments:
     def __init__(self, key_index: torch.Tensor, query_slot: torch.Tensor, max_queries: int,
                  mask: torch.Tensor, edge_at: tuple):
         self.key_index, self.query_slot, self.max_queries = key_index, query_slot, max_queries
+        self.key_gather = key_index.clamp(min=0)  # -1 slots read node 0, then get masked out
         # Rows without keys (padding) attend to everything: finite, and their outputs are dropped.
-        self.mask = (mask | ~mask.any(-1, keepdim=True))[:, None]
+        self.no_edge = ~(mask | ~mask.any(-1, keepdim=True))[:, None]
         self.edge_at = edge_at
 
     @classmethod
@@ -114,8 +115,8 @@ def worth_it(graph, max_waste: float = 4.0) -> bool:
 
 
 def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """(nodes, H, D) -> (B, H, N, D) rows of ``index`` (B, N); -1 slots get node 0 (masked out)."""
-    return x[index.clamp(min=0)].transpose(1, 2)
+    """(nodes, H, D) -> (B, H, N, D) rows of ``index`` (B, N)."""
+    return x[index].transpose(1, 2)
 
 
 def attend(graph, q, k, v, return_weights: bool = False):
@@ -130,9 +131,9 @@ def attend(graph, q, k, v, return_weights: bool = False):
         Q = q.new_zeros(size * m, *q.shape[1:])
         Q[seg.query_slot] = q
         Q = Q.view(size, m, *q.shape[1:]).transpose(1, 2)
-    K, V = _gather(k, seg.key_index), _gather(v, seg.key_index)
-    scores = (Q @ K.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    weights = torch.softmax(scores.masked_fill(~seg.mask, float("-inf")), dim=-1)
+    K, V = _gather(k, seg.key_gather), _gather(v, seg.key_gather)
+    scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1])).masked_fill_(seg.no_edge, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
     out = (weights @ V).transpose(1, 2).reshape(-1, *q.shape[1:])[seg.query_slot]
     if return_weights:
         b, i, j = seg.edge_at
