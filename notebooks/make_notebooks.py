@@ -22,6 +22,11 @@ def graphformer(*args):
     proc = subprocess.run([sys.executable, "-m", "graphformer", *map(str, args)], capture_output=True, text=True)
     print(proc.stdout[-2000:], proc.stderr[-2000:])
     assert proc.returncode == 0
+
+def train(run, data, *args):
+    """Train on the parallel files in `data` into `run`, once: a finished run is reused."""
+    if not (run / "checkpoint_best.pt").exists():
+        graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--quiet", *args)
 '''
 
 SMALL_DATA = '''from graphformer.data import tasks
@@ -38,10 +43,8 @@ NOTEBOOKS = {
         new_code_cell(SETUP),
         new_code_cell(SMALL_DATA.format(task="copy")),
         new_code_cell('''run = WORK / "copy-viz"
-if not (run / "checkpoint_best.pt").exists():
-    graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--epochs", 2 if QUICK else 8,
-                "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256, "--lr-factor", 0.5,
-                "--viz-every", 1, "--quiet")
+train(run, data, "--epochs", 2 if QUICK else 8, "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256,
+      "--lr-factor", 0.5, "--viz-every", 1)
 print(open(run / "metrics.jsonl").read())'''),
         new_code_cell('''graphformer("animate", run, "--relation", "cross", "--layer", -1, "--head", 0, "-o", WORK / "cross.html")
 HTML((WORK / "cross.html").read_text())'''),
@@ -73,10 +76,8 @@ plt.show()'''),
 for name, enc, dec, cross in [("full", "full", "causal", "full"),
                               ("window", "window:2", "causal-window:2", "window:1")]:
     run = WORK / f"copy-{name}"
-    if not (run / "checkpoint_best.pt").exists():
-        graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--epochs", 1 if QUICK else 6,
-                    "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256, "--lr-factor", 0.5, "--quiet",
-                    "--enc-attention", enc, "--dec-attention", dec, "--cross-attention", cross)
+    train(run, data, "--epochs", 1 if QUICK else 6, "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256,
+          "--lr-factor", 0.5, "--enc-attention", enc, "--dec-attention", dec, "--cross-attention", cross)
     results[name] = json.loads(open(run / "metrics.jsonl").read().splitlines()[-1])
 for name, m in results.items():
     print(f"{name:7s} valid token accuracy {m['valid_token_accuracy']:.4f}  exact match {m['valid_exact_match']:.3f}")'''),
@@ -102,10 +103,8 @@ for spec in ["window:16", "window:64", "full"]:
         new_code_cell(SETUP),
         new_code_cell(SMALL_DATA.format(task="sort")),
         new_code_cell('''run = WORK / "sort-ut"
-if not (run / "checkpoint_best.pt").exists():
-    graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--model", "universal",
-                "--max-depth", 6, "--epochs", 1 if QUICK else 6, "--d-model", 64, "--heads", 4, "--d-ff", 128,
-                "--lr-factor", 0.5, "--quiet")
+train(run, data, "--model", "universal", "--max-depth", 6, "--epochs", 1 if QUICK else 6, "--d-model", 64,
+      "--heads", 4, "--d-ff", 128, "--lr-factor", 0.5)
 metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
 metrics[-1]'''),
         new_code_cell('''from graphformer.viz.plots import ponder_distribution

@@ -130,6 +130,10 @@ def test_query_without_keys_is_a_clear_error():
     ("window:a", "arguments must be integers"),
     ("window:2++full", "empty term"),
     ("", "empty attention pattern"),
+    ("causal-tree:1", "no causal form"),
+    ("tree:0", "must be a positive integer"),
+    ("tree:1+tree:2", "one tree pattern at most"),
+    ("tree", "takes 1 integer argument"),
 ])
 def test_bad_specs(spec, msg):
     with pytest.raises(UserError, match=msg):

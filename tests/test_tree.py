@@ -59,17 +59,6 @@ def test_pool_adds_span_nodes_and_their_membership():
     assert GraphPool("window:2").graph(6, 3).canonical_etypes == GraphPool().graph(6, 3).canonical_etypes
 
 
-@pytest.mark.parametrize("spec,msg", [
-    ("causal-tree:1", "no causal form"),
-    ("tree:0", "must be a positive integer"),
-    ("tree:1+tree:2", "one tree pattern at most"),
-    ("tree", "takes 1 integer argument"),
-])
-def test_bad_tree_specs(spec, msg):
-    with pytest.raises(UserError, match=msg):
-        patterns.parse(spec)
-
-
 def test_tree_has_no_causal_form_from_python_either():
     with pytest.raises(UserError, match="no causal form"):
         patterns.make_causal(patterns.tree(2))
