@@ -78,6 +78,11 @@ def _chunks(layout: BlockLayout, heads: int, itemsize: int):
         yield slice(start, start + step)
 
 
+def _scores(Qt: torch.Tensor, Kt: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """(tiles, H, B, B) scaled scores of query tiles Qt against key tiles Kt, -inf off the edges."""
+    return (Qt @ Kt.transpose(-1, -2) * scale).masked_fill(~mask[:, None], float("-inf"))
+
+
 class BlockedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layout: BlockLayout, q, k, v):
@@ -88,16 +93,16 @@ class BlockedAttention(torch.autograd.Function):
         H = q.shape[1]
         peak = Q.new_full((layout.query_blocks, H, B), float("-inf"))
         for c in _chunks(layout, H, q.element_size()):
-            qb, kb, mask = layout.q_block[c], layout.k_block[c], layout.mask[c][:, None]
-            S = (Q[qb] @ K[kb].transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))
+            qb, kb = layout.q_block[c], layout.k_block[c]
+            S = _scores(Q[qb], K[kb], layout.mask[c], scale)
             row_max = S.amax(-1)
             peak.scatter_reduce_(0, qb[:, None, None].expand_as(row_max), row_max, "amax")
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # padding rows
         total = torch.zeros_like(peak)
         O = torch.zeros_like(Q)
         for c in _chunks(layout, H, q.element_size()):
-            qb, kb, mask = layout.q_block[c], layout.k_block[c], layout.mask[c][:, None]
-            S = (Q[qb] @ K[kb].transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))
+            qb, kb = layout.q_block[c], layout.k_block[c]
+            S = _scores(Q[qb], K[kb], layout.mask[c], scale)
             P = torch.exp(S - peak[qb][..., None])
             total.index_add_(0, qb, P.sum(-1))
             O.index_add_(0, qb, P @ V[kb])
@@ -116,9 +121,9 @@ class BlockedAttention(torch.autograd.Function):
         delta = (dO * O).sum(-1)  # rowsum(dO * O) = sum_u P_u dP_u
         dQ, dK, dV = torch.zeros_like(Q), torch.zeros_like(K), torch.zeros_like(V)
         for c in _chunks(layout, Q.shape[1], Q.element_size()):
-            qb, kb, mask = layout.q_block[c], layout.k_block[c], layout.mask[c][:, None]
+            qb, kb = layout.q_block[c], layout.k_block[c]
             Qc, Kc, Vc, dOc = Q[qb], K[kb], V[kb], dO[qb]
-            S = (Qc @ Kc.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))
+            S = _scores(Qc, Kc, layout.mask[c], scale)
             P = torch.exp(S - lse[qb][..., None])
             dV.index_add_(0, kb, P.transpose(-1, -2) @ dOc)
             dS = P * (dOc @ Vc.transpose(-1, -2) - delta[qb][..., None])

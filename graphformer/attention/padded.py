@@ -31,14 +31,16 @@ class Segments:
     Attributes:
         key_index: (B, N) key node ids of each sample, -1 past its last key.
         query_slot: (N_dst,) where each query node sits in the (B * M) padded queries.
-        mask: (B, 1, M, N) True where an edge joins the padded query and key.
+        key_gather: ``key_index`` with -1 read as node 0 (its scores are masked out).
+        no_edge: (B, 1, M, N) True where no edge joins the padded query and key (padding rows,
+            which have no edges at all, are left unmasked so their softmax stays finite).
         edge_at: (sample, query index, key index) of each edge, to read per-edge weights.
     """
 
     def __init__(self, key_index: torch.Tensor, query_slot: torch.Tensor, max_queries: int,
                  mask: torch.Tensor, edge_at: tuple):
         self.key_index, self.query_slot, self.max_queries = key_index, query_slot, max_queries
-        self.key_gather = key_index.clamp(min=0)  # -1 slots read node 0, then get masked out
+        self.key_gather = key_index.clamp(min=0)
         # Rows without keys (padding) attend to everything: finite, and their outputs are dropped.
         self.no_edge = ~(mask | ~mask.any(-1, keepdim=True))[:, None]
         self.edge_at = edge_at
