@@ -6,6 +6,7 @@ Gloo serves CPU processes, NCCL one GPU per process.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -61,9 +62,16 @@ def all_reduce_sum(value: float, ctx: Context) -> float:
 
 def teardown(ctx: Context) -> None:
     """Leave the process group together: a rank that exits while another still talks to it
-    can leave that one waiting for ever."""
+    can leave that one waiting for ever.
+
+    Gloo's worker threads release finished work (and the Python-owned tensors it holds, which
+    needs the GIL) just after reporting it done. Destroying the group joins those threads while
+    holding the GIL, so it must wait until they are idle, or both wait for ever (seen in CI with
+    torch 2.2: the main thread in ~ProcessGroupGloo, a worker in ~AsyncBarrierWork).
+    """
     if ctx.distributed and dist.is_initialized():
         dist.barrier()
+        time.sleep(0.5)  # releases the GIL: the workers drop their finished work
         dist.destroy_process_group()
 
 
