@@ -13,81 +13,82 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
 
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
+from graphformer.model.config import ModelConfig
+from graphformer.training.config import DecodeConfig, TrainConfig, resume_config
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse's own prints the whole usage first) and no
+    abbreviated options (``--epoch 2`` must not quietly mean ``--epochs 2``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_options(group, config_class, skip=()) -> None:
+    """One option per field of a config dataclass, with the field's help, choices and default.
+
+    Options the user does not give stay absent from the parsed namespace (default SUPPRESS), so
+    that a config file or a resumed run can supply them; the field's own default is shown."""
+    for f in fields(config_class):
+        meta = f.metadata
+        if not meta.get("cli", True) or f.name in skip:
+            continue
+        help_text = meta.get("help", "")
+        if f.default is not MISSING and f.default is not None:
+            shown = ("on" if f.default else "off") if isinstance(f.default, bool) else f.default
+            help_text += f" (default: {shown})"
+        kwargs = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
+        kind = str(f.type)
+        if "bool" in kind:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = int if "int" in kind else float if "float" in kind else str
+            if meta.get("choices"):
+                kwargs["choices"] = meta["choices"]
+            kwargs["metavar"] = meta.get("metavar") or {int: "N", float: "X", str: "NAME"}[kwargs["type"]]
+        group.add_argument(flag(f.name), **kwargs)
+
+
+def given(args, config_class) -> dict:
+    """The fields of ``config_class`` that the command line set."""
+    return {f.name: getattr(args, f.name) for f in fields(config_class) if hasattr(args, f.name)}
 
 
 def _train_parser(sub):
-    p = sub.add_parser("train", help="train a model", description="Train a graph Transformer and write a run directory.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser("train", help="train a model", description="Train a graph Transformer and write a run directory. "
+                       "Attention patterns (SPEC): NAME[:ARGS] terms joined by + (union); causal-NAME keeps key <= query. "
+                       "Names: full, causal, window:W, dilated:W,D, global:G, block:B, random:R[,SEED], tree:K "
+                       "(encoder only).")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    data = p.add_argument_group("data")
-    data.add_argument("--task", default="copy",
-                      help="copy | sort (generated), parallel (your files in --data-dir), multi30k (English-German)")
-    data.add_argument("--data-dir", help="parallel: train/valid/test.{src,tgt} files; copy/sort: where to generate them "
-                      "(default RUN_DIR/data); multi30k: a local mirror of the raw .gz files instead of downloading")
-    data.add_argument("--train-limit", type=int, help="use only the first N training pairs")
-    data.add_argument("--min-count", type=int, default=1, help="drop tokens seen fewer times in training data")
-    data.add_argument("--separate-vocab", action="store_true", help="one vocabulary per side instead of a shared one")
-    model = p.add_argument_group("model")
-    model.add_argument("--model", choices=("transformer", "universal"), default="transformer",
-                       help="universal: one shared layer per side, repeated with adaptive computation time")
-    model.add_argument("--layers", type=int, default=2, help="layers per side (transformer)")
-    model.add_argument("--d-model", type=int, default=128)
-    model.add_argument("--heads", type=int, default=4)
-    model.add_argument("--d-ff", type=int, default=512)
-    model.add_argument("--dropout", type=float, default=0.1)
-    model.add_argument("--norm", choices=("pre", "post"), default="pre", help="layer-norm placement")
-    model.add_argument("--positions", choices=("sinusoidal", "learned"), default="sinusoidal")
-    model.add_argument("--max-len", type=int, default=256, help="longest sequence the positional table holds")
-    model.add_argument("--tie", choices=("none", "decoder", "all"), default="none",
-                       help="share target embedding and generator (decoder), and the source embedding too (all)")
-    act = p.add_argument_group("adaptive computation time (--model universal)")
-    act.add_argument("--max-depth", type=int, help="most steps per token (default 8)")
-    act.add_argument("--act-threshold", type=float, help="halt once the summed halting probability exceeds this (default 0.99)")
-    act.add_argument("--ponder-weight", type=float, help="weight of the ponder cost in the loss (default 0.01)")
-    attn = p.add_argument_group("attention patterns",
-                                "NAME[:ARGS] terms joined by + (union); causal-NAME keeps key <= query. "
-                                "Names: full, causal, window:W, dilated:W,D, global:G, block:B, random:R[,SEED]")
-    attn.add_argument("--enc-attention", default="full", metavar="SPEC", help="encoder self-attention, e.g. window:8+global:1")
-    attn.add_argument("--dec-attention", default="causal", metavar="SPEC", help="decoder self-attention, e.g. causal-window:8")
-    attn.add_argument("--cross-attention", default="full", metavar="SPEC", help="target -> source attention, e.g. window:2")
-    opt = p.add_argument_group("optimisation")
-    opt.add_argument("--seed", type=int, default=1)
-    opt.add_argument("--epochs", type=int, default=10)
-    opt.add_argument("--batch-size", type=int, help="sentences per batch (default 64 unless --batch-tokens)")
-    opt.add_argument("--batch-tokens", type=int, help="source + target tokens per batch")
-    opt.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
-    opt.add_argument("--clip-norm", type=float, help="clip the gradient norm to this value")
-    opt.add_argument("--warmup", type=int, default=400, help="Noam warm-up steps")
-    opt.add_argument("--lr-factor", type=float, default=1.0, help="Noam factor")
-    opt.add_argument("--label-smoothing", type=float, default=0.1)
-    run = p.add_argument_group("running")
-    run.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    run.add_argument("--valid-beam", type=int, default=1, help="beam for the per-epoch exact-match check")
-    run.add_argument("--save-every", type=int, help="also write checkpoint_last.pt every N steps")
-    run.add_argument("--viz-every", type=int, help="record attention maps of a validation sample every N epochs")
-    run.add_argument("--max-steps", type=int, help="stop with a checkpoint after this many steps")
-    run.add_argument("--select-by", choices=("loss", "token_accuracy", "exact_match"),
-                     help="validation metric that picks checkpoint_best.pt (default: exact_match for copy/sort, else loss)")
-    run.add_argument("--threads", type=int, help="torch CPU threads")
-    _backend_option(run)
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint, with "
+                   "its saved configuration (only --epochs and --max-steps, and where it runs, may change)")
+    p.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file {model: {...}, train: {...}} "
+                   "(a run's config.json is one); flags given here override it")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    add_config_options(p.add_argument_group("model"), ModelConfig)
+    add_config_options(p.add_argument_group("training"), TrainConfig)
     p.set_defaults(func=cmd_train)
 
 
 def _eval_parser(sub):
     p = sub.add_parser("evaluate", help="score a trained model on a split",
-                       description="Loss, token accuracy and exact match of a run's model on a data split.")
+                       description="Loss, token accuracy and exact match (and BLEU for translation) of a run's "
+                                   "model on a data split.")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--split", default="test", choices=("train", "valid", "test"))
-    p.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy)")
-    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
-    p.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    _backend_option(p)
+    _decoding_options(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -95,27 +96,16 @@ def _translate_parser(sub):
     p = sub.add_parser("translate", help="decode input lines with a trained model",
                        description="Read one sentence per line (stdin or --input), write one decoded line each.")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--input", help="file to read instead of stdin")
-    p.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy)")
-    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
-    p.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    p.add_argument("--device", default="cpu")
-    _backend_option(p)
+    p.add_argument("--input", metavar="FILE", help="file to read instead of standard input")
+    _decoding_options(p)
     p.set_defaults(func=cmd_translate)
 
 
-def _backend_option(group):
-    group.add_argument("--attention-backend", choices=("auto", "dgl", "blocked", "padded"), default="auto",
-                       help="same results, different speed: dgl: edge-wise DGL kernels; blocked: block-sparse "
-                            "tiles (long sequences, local patterns); padded: one dense tile per sample "
-                            "(batches of short sentences); auto: padded where tiles are mostly edges, else dgl")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (argparse's own prints the whole usage first)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+def _decoding_options(p):
+    add_config_options(p, DecodeConfig)
+    p.add_argument("--checkpoint", choices=("best", "last"), default="best", help="(default: best)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
+    add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
 
 
 def _viz_options(p):
@@ -153,30 +143,61 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_train(args) -> int:
-    import torch
+def read_config_file(path: str) -> tuple[dict, dict]:
+    """The (model, train) options of a YAML or JSON config file."""
+    import yaml
 
-    from graphformer.model import ModelConfig
-    from graphformer.training.config import TrainConfig
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"--config {path}: cannot read it ({err.__class__.__name__}); give a YAML or JSON file") from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UserError(f"--config {path} is not valid YAML or JSON ({str(err).splitlines()[0]})") from None
+    config = config or {}
+    if not isinstance(config, dict) or set(config) - {"model", "train"}:
+        raise UserError(f"--config {path} must hold a 'model' and/or a 'train' mapping, like a run's config.json")
+    model, train = config.get("model") or {}, config.get("train") or {}
+    for name, section, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise UserError(f"--config {path}: {name}.{unknown[0]} is not an option; see graphformer train --help")
+    model = {k: v for k, v in model.items() if k not in ("src_vocab", "tgt_vocab")}  # taken from the data
+    return model, train
+
+
+def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
+    """The configuration of the run to train: the dataclass defaults, then --config, then flags;
+    when resuming, the run's saved configuration, then what may change (see ``resume_config``)."""
+    model_given, train_given = given(args, ModelConfig), given(args, TrainConfig)
+    if args.config:
+        model_file, train_file = read_config_file(args.config)
+        model_given, train_given = {**model_file, **model_given}, {**train_file, **train_given}
+    if args.resume:
+        from graphformer.training.run_dir import CONFIG, RunDir
+
+        run = RunDir(args.out)
+        if not (run / CONFIG).is_file():
+            raise UserError(f"--resume: no run to continue in {args.out} (no {CONFIG}); start it without --resume")
+        model_saved, train_saved = run.read_config()
+        saved = ModelConfig.from_dict(model_saved)
+        for name, value in model_given.items():
+            if getattr(saved, name) != value:
+                raise ConfigError(name, f"is {getattr(saved, name)!r} in this run, not {value!r}: a resumed run "
+                                  "keeps its model; start a new run to change it")
+        return saved, resume_config(TrainConfig.from_dict(train_saved), train_given)
+    return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
+
+
+def cmd_train(args) -> int:
     from graphformer.training.trainer import Trainer
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    train_cfg = TrainConfig(
-        task=args.task, data_dir=args.data_dir, seed=args.seed, epochs=args.epochs, batch_size=args.batch_size,
-        batch_tokens=args.batch_tokens, accumulate=args.accumulate, clip_norm=args.clip_norm, warmup=args.warmup,
-        lr_factor=args.lr_factor, label_smoothing=args.label_smoothing, min_count=args.min_count,
-        shared_vocab=not args.separate_vocab, train_limit=args.train_limit, device=args.device, valid_beam=args.valid_beam,
-        save_every=args.save_every, max_steps=args.max_steps, select_by=args.select_by,
-        viz_every=args.viz_every)
-    model_cfg = None
-    if not args.resume:
-        model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, layers=args.layers, d_model=args.d_model, heads=args.heads,
-                                d_ff=args.d_ff, dropout=args.dropout, norm_first=args.norm == "pre",
-                                positions=args.positions, max_len=args.max_len, tie=args.tie,
-                                enc_attention=args.enc_attention, dec_attention=args.dec_attention,
-                                cross_attention=args.cross_attention, model=args.model, max_depth=args.max_depth,
-                                act_threshold=args.act_threshold, ponder_weight=args.ponder_weight)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory; choose another --out")
+    model_cfg, train_cfg = train_configs(args)
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
     try:
         metrics = trainer.run()
@@ -193,56 +214,74 @@ def cmd_train(args) -> int:
         print(f"done ({where}): valid loss {metrics['valid_loss']:.4f}, token accuracy "
               f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}")
     else:
-        print(f"stopped at {where}; checkpoint in {args.out}")
+        print(f"stopped at {where}; checkpoint in {args.out}; continue with: graphformer train --out {args.out} --resume")
     return 0
+
+
+def _load_run(args):
+    from graphformer.training.run import LoadedRun
+
+    decoding = DecodeConfig(**given(args, DecodeConfig))
+    return LoadedRun(args.run_dir, args.checkpoint, args.device), decoding
 
 
 def cmd_evaluate(args) -> int:
     from graphformer.training.evaluate import evaluate
-    from graphformer.training.run import LoadedRun
 
-    if args.beam < 1:
-        raise UserError(f"--beam must be at least 1, got {args.beam}")
-    run = LoadedRun(args.run_dir, args.checkpoint, args.device)
+    run, decoding = _load_run(args)
     _, detokenize = run.pipelines()
-    scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=args.beam, alpha=args.alpha,
+    scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
                       tgt_vocab=run.tgt_vocab, references=run.references(args.split), detokenize=detokenize)
-    scores.update(split=args.split, beam=args.beam, alpha=args.alpha, checkpoint=str(run.path))
+    scores.update(split=args.split, beam=decoding.beam, alpha=decoding.alpha, checkpoint=str(run.path))
     if args.json:
         print(json.dumps(scores))
     else:
         bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
         print(f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
-              f"exact_match={scores['exact_match']:.4f}{bleu} (beam {args.beam})")
+              f"exact_match={scores['exact_match']:.4f}{bleu} (beam {decoding.beam})")
     return 0
+
+
+def read_input(path: str | None) -> list[str]:
+    """The lines to translate, from a file or standard input."""
+    if path is not None and not Path(path).is_file():
+        what = "a directory" if Path(path).is_dir() else "not found"
+        raise UserError(f"--input {path}: {what}; give a text file with one sentence per line")
+    raw = Path(path).read_bytes() if path else sys.stdin.buffer.read()
+    try:
+        return raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise UserError(f"{path or 'standard input'}: line {line} is not valid UTF-8; convert the input to UTF-8") from None
 
 
 def cmd_translate(args) -> int:
     from graphformer.decoding import translate_ids
-    from graphformer.training.run import LoadedRun
+    from graphformer.vocab import UNK
 
-    if args.beam < 1:
-        raise UserError(f"--beam must be at least 1, got {args.beam}")
-    run = LoadedRun(args.run_dir, args.checkpoint, args.device)
-    raw = open(args.input, "rb").read() if args.input else sys.stdin.buffer.read()
-    name = args.input or "standard input"
-    try:
-        lines = raw.decode("utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise UserError(f"{name}: line {line} is not valid UTF-8; convert the input to UTF-8") from None
+    lines = read_input(args.input)
+    run, decoding = _load_run(args)
     limit = run.model.cfg.max_len - 1  # the source's </s> takes the last position
     tokenize, detokenize = run.pipelines()
-    src = []
+    src, unknown = [], {}
     for i, line in enumerate(lines, 1):
-        ids = run.src_vocab.encode(tokenize(line))
+        tokens = tokenize(line)
+        ids = run.src_vocab.encode(tokens)
+        for token, id_ in zip(tokens, ids):
+            if id_ == UNK:
+                unknown[token] = unknown.get(token, 0) + 1
         if len(ids) > limit:
             print(f"graphformer: warning: line {i} has {len(ids)} tokens; translating its first {limit}",
                   file=sys.stderr)
             ids = ids[:limit]
         src.append(ids)
+    if unknown:
+        listed = ", ".join(sorted(unknown, key=lambda t: (-unknown[t], t))[:10])
+        print(f"graphformer: warning: {sum(unknown.values())} input tokens ({len(unknown)} distinct) are not in the "
+              f"vocabulary and read as <unk>: {listed}{', ...' if len(unknown) > 10 else ''}", file=sys.stderr)
     nonempty = [i for i, s in enumerate(src) if s]
-    hyps = translate_ids(run.model, [src[i] for i in nonempty], beam=args.beam, alpha=args.alpha) if nonempty else []
+    hyps = translate_ids(run.model, [src[i] for i in nonempty], beam=decoding.beam, alpha=decoding.alpha) \
+        if nonempty else []
     out = [""] * len(src)
     for i, hyp in zip(nonempty, hyps):
         out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
@@ -299,10 +338,11 @@ def main(argv=None) -> int:
     set_backend(getattr(args, "attention_backend", "auto"))
     try:
         return args.func(args)
-    except (UserError, ValueError) as err:
+    except UserError as err:
         if os.environ.get("GRAPHFORMER_DEBUG"):
             raise
-        print(f"graphformer: error: {err}", file=sys.stderr)
+        message = f"{flag(err.name)} {err.problem}" if isinstance(err, ConfigError) else str(err)
+        print(f"graphformer: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("graphformer: interrupted", file=sys.stderr)

@@ -33,8 +33,10 @@ def test_d_model_not_divisible_by_heads():
 
 
 @pytest.mark.parametrize("kw,msg", [
-    ({"positions": "rotary"}, "unknown positions"),
-    ({"tie": "some"}, "unknown tie"),
+    ({"positions": "rotary"}, "positions must be one of sinusoidal, learned, got 'rotary'"),
+    ({"tie": "some"}, "tie must be one of none, decoder, all"),
+    ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1"),
+    ({"act_threshold": float("nan")}, "act_threshold must be a finite number"),
     ({"layers": 0}, "layers must be at least 1"),
 ])
 def test_bad_hyper_parameters(kw, msg):

@@ -89,12 +89,12 @@ def test_bad_training_files(tmp_path, capsys, files, needles):
 
 
 def test_unknown_task_and_option_values(tmp_path, capsys):
-    one_line_error(capsys, ["train", "--task", "reverse", "--out", str(tmp_path)], "unknown task 'reverse'")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--out", str(tmp_path), "--norm", "middle"])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "invalid choice: 'middle'" in err
+    for option, value in (("--task", "reverse"), ("--positions", "rotary")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["train", "--out", str(tmp_path), option, value])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"invalid choice: '{value}'" in err
     one_line_error(capsys, ["train", "--out", str(tmp_path), "--epochs", "0"], "--epochs must be at least 1")
 
 
@@ -111,7 +111,7 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
 
 
 def test_resume_without_checkpoint(tmp_path, capsys):
-    one_line_error(capsys, ["train", "--out", str(tmp_path), "--resume"], "--resume: no checkpoint")
+    one_line_error(capsys, ["train", "--out", str(tmp_path), "--resume"], "--resume: no run to continue")
 
 
 def test_checkpoint_from_another_run(trained, tmp_path, capsys):

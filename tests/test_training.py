@@ -70,7 +70,7 @@ def test_resume_continues_exactly(tmp_path):
     train([*common, "--out", str(tmp_path / "straight")])
     train([*common, "--out", str(tmp_path / "stopped"), "--max-steps", "7"])
     assert read_jsonl(tmp_path / "stopped" / "steps.jsonl")[-1]["step"] == 7
-    train(["--out", str(tmp_path / "stopped"), "--resume", "--epochs", "2", "--quiet"])
+    train(["--out", str(tmp_path / "stopped"), "--resume", "--max-steps", "1000", "--quiet"])
 
     straight = read_jsonl(tmp_path / "straight" / "steps.jsonl")
     resumed = read_jsonl(tmp_path / "stopped" / "steps.jsonl")

@@ -144,8 +144,8 @@ def test_incremental_decoding_equals_recompute(beam):
     ({"model": "universal", "max_depth": 0}, "max_depth must be at least 1"),
     ({"model": "universal", "act_threshold": 0.0}, r"act_threshold must be in \(0, 1\]"),
     ({"model": "universal", "act_threshold": 1.5}, r"act_threshold must be in \(0, 1\]"),
-    ({"max_depth": 4}, "apply only to the universal model"),
-    ({"act_threshold": 0.5}, "apply only to the universal model"),
+    ({"max_depth": 4}, "max_depth and the other adaptive computation time options apply only to the universal"),
+    ({"act_threshold": 0.5}, "act_threshold and the other adaptive computation time options apply only"),
 ])
 def test_bad_act_options(kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -162,7 +162,8 @@ def test_cli_trains_a_universal_model_and_rejects_act_options_elsewhere(tmp_path
     assert len(metrics["valid_src_step_fraction"]) == 3 and metrics["valid_src_step_fraction"][0] == 1.0
     assert 1.0 <= metrics["valid_tgt_mean_ponder"] <= 3.0
     assert main(["train", "--max-depth", "3", "--out", str(tmp_path / "r2"), *TINY_MODEL]) == 2
-    assert "apply only to the universal model" in capsys.readouterr().err
+    assert "--max-depth and the other adaptive computation time options apply only to the universal model" \
+        in capsys.readouterr().err
 
 
 def test_universal_transformer_with_a_sparse_pattern_decodes_like_recompute():

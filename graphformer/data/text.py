@@ -5,10 +5,10 @@ white space (tasks that need a real tokenizer, such as Multi30k, tokenize before
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from graphformer.errors import UserError
+from graphformer.files import write_text_atomic
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -39,6 +39,4 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[list
 
 def write_lines_atomic(path: Path, lines: list[str]) -> None:
     """Write lines so that the file is either complete or absent, never half-written."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in lines))

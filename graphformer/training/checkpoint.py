@@ -6,31 +6,21 @@ vocabularies, configs and progress counters.
 """
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 
 import torch
 
 from graphformer.errors import UserError
+from graphformer.files import write_atomic
 
 FORMAT = "graphformer-checkpoint-1"
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
 
 
 def save_atomic(state: dict, path: str | Path) -> None:
-    """Write to a temporary file in the same directory, flush it to disk, then rename over ``path``:
-    a crash at any moment leaves either the old file or the new one, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write a checkpoint so that a crash at any moment leaves the old file or the new one."""
+    write_atomic(path, lambda f: torch.save({"format": FORMAT, **state}, f))
 
 
 def load(path: str | Path) -> dict:

@@ -1,63 +1,105 @@
-"""Training options, saved with the run (``RUN_DIR/config.json`` and every checkpoint)."""
+"""Training and decoding options, declared once (see :mod:`graphformer.config_io`) and saved with
+the run (``RUN_DIR/config.json`` and every checkpoint).
+
+Resuming a run keeps its configuration: only the fields marked ``RESUME_OVERRIDES`` (how long to
+train) may be given again with another value, and ``RUNTIME`` fields (where and how fast to run)
+may differ between sessions of one run without changing what it computes.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
-from graphformer.config_io import DictConfig
-from graphformer.errors import UserError
+from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, option
+from graphformer.errors import ConfigError
 
 TASKS = ("copy", "sort", "parallel", "multi30k")
 # metric -> True when larger is better
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
+# The names of graphformer.attention's backends (kept here, free of torch, for the command line).
+ATTENTION_BACKENDS = ("auto", "dgl", "padded", "blocked")
+RESUME_OVERRIDES = ("epochs", "max_steps")
+RUNTIME = ("device", "threads", "attention_backend")
 
 
 @dataclass
 class TrainConfig(DictConfig):
-    task: str = "copy"
-    data_dir: Optional[str] = None      # copy/sort: where the generated files go (default RUN_DIR/data);
-                                        # parallel: your files; multi30k: a local mirror of the raw files
-    train_limit: Optional[int] = None   # train on the first N training pairs only
-    seed: int = 1
-    epochs: int = 10
-    batch_size: Optional[int] = None    # sentences per batch ...
-    batch_tokens: Optional[int] = None  # ... or source + target tokens per batch
-    accumulate: int = 1                 # batches per optimizer step
-    clip_norm: Optional[float] = None
-    warmup: int = 400
-    lr_factor: float = 1.0
-    label_smoothing: float = 0.1
-    min_count: int = 1
-    shared_vocab: bool = True
-    device: str = "auto"
-    valid_beam: int = 1                 # beam for the per-epoch exact-match check (1 = greedy)
-    save_every: Optional[int] = None    # also write checkpoint_last.pt every N steps
-    max_steps: Optional[int] = None     # stop (with a checkpoint) after this many optimizer steps
-    viz_every: Optional[int] = None     # record attention maps of a validation sample every N epochs
-    select_by: Optional[str] = None     # validation metric of the best checkpoint (default: exact_match
-                                        # for copy/sort, loss otherwise)
+    task: str = option("copy", "copy | sort (generated), parallel (your files in --data-dir), "
+                       "multi30k (English-German)", choices=TASKS)
+    data_dir: Optional[str] = option(None, "parallel: train/valid/test.{src,tgt} files; copy/sort: where to "
+                                     "generate them (default RUN_DIR/data); multi30k: a local mirror of the raw "
+                                     ".gz files instead of downloading", metavar="DIR")
+    train_limit: Optional[int] = option(None, "use only the first N training pairs", range=AT_LEAST_1)
+    min_count: int = option(1, "drop tokens seen fewer times in the training data", range=AT_LEAST_1)
+    shared_vocab: bool = option(True, "one vocabulary for both sides (--no-shared-vocab: one per side)")
+    seed: int = option(1, "seed of data generation, initialisation, dropout and batch order")
+    epochs: int = option(12, "passes over the training data", range=AT_LEAST_1)
+    batch_size: Optional[int] = option(None, "sentences per batch (64 unless --batch-tokens)", range=AT_LEAST_1)
+    batch_tokens: Optional[int] = option(None, "source + target tokens per batch", range=AT_LEAST_1)
+    accumulate: int = option(1, "batches per optimizer step", range=AT_LEAST_1)
+    clip_norm: Optional[float] = option(None, "clip the gradient norm to this value", range=POSITIVE)
+    warmup: int = option(400, "Noam warm-up steps", range=AT_LEAST_1)
+    lr_factor: float = option(0.5, "Noam factor: lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)",
+                              range=POSITIVE)
+    label_smoothing: float = option(0.1, "probability mass spread over the other tokens", range=PROBABILITY)
+    valid_beam: int = option(1, "beam of the per-epoch exact-match check (1 = greedy)", range=AT_LEAST_1)
+    select_by: Optional[str] = option(None, "validation metric that picks checkpoint_best.pt (default: "
+                                      "exact_match for copy/sort, loss otherwise)", choices=tuple(SELECT_BY))
+    save_every: Optional[int] = option(None, "also write checkpoint_last.pt every N steps", range=AT_LEAST_1)
+    max_steps: Optional[int] = option(None, "stop with a checkpoint after this many optimizer steps", range=AT_LEAST_1)
+    viz_every: Optional[int] = option(None, "record attention maps of a validation sample every N epochs",
+                                      range=AT_LEAST_1)
+    device: str = option("auto", "auto | cpu | cuda | cuda:N")
+    threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
+                                    "use, shared among torchrun's processes)", range=AT_LEAST_1)
+    attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; blocked: "
+                                    "block-sparse tiles (long sequences, local patterns); padded: one dense tile "
+                                    "per sample (batches of short sentences); auto: padded where tiles are mostly "
+                                    "edges, else dgl", choices=ATTENTION_BACKENDS)
 
-    def __post_init__(self):
-        if self.task not in TASKS:
-            raise UserError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
-        if self.task == "parallel" and not self.data_dir:
-            raise UserError("--task parallel needs --data-dir with train/valid/test .src/.tgt files")
+    def check(self) -> None:
         if self.batch_size is None and self.batch_tokens is None:
             self.batch_size = 64
-        if self.batch_size is not None and self.batch_tokens is not None:
-            raise UserError("give either --batch-size or --batch-tokens, not both")
-        for name in ("epochs", "accumulate", "warmup", "min_count", "valid_beam"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("batch_size", "batch_tokens", "save_every", "max_steps", "viz_every", "train_limit"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise UserError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.select_by is None:
             self.select_by = "exact_match" if self.task in ("copy", "sort") else "loss"
-        if self.select_by not in SELECT_BY:
-            raise UserError(f"unknown --select-by {self.select_by!r}; choose one of {', '.join(SELECT_BY)}")
-        if self.clip_norm is not None and self.clip_norm <= 0:
-            raise UserError(f"--clip-norm must be positive, got {self.clip_norm}")
+        super().check()
+        if self.task == "parallel" and not self.data_dir:
+            raise ConfigError("data_dir", "is needed by task 'parallel': a directory with train/valid/test .src/.tgt files")
+        if self.batch_size is not None and self.batch_tokens is not None:
+            raise ConfigError("batch_size", "and batch_tokens exclude each other: give one")
+        check_device_name(self.device)
+
+
+@dataclass
+class DecodeConfig(DictConfig):
+    """How ``evaluate`` and ``translate`` decode (choose both on the validation split, never on test)."""
+
+    beam: int = option(5, "beam size (1 = greedy)", range=AT_LEAST_1)
+    alpha: float = option(0.6, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE)
+
+
+def check_device_name(name: str) -> None:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``; whether CUDA is there is asked when a run starts."""
+    kind, _, index = name.partition(":")
+    if name in ("auto", "cpu", "cuda") or (kind == "cuda" and index.isdigit()):
+        return
+    raise ConfigError("device", f"must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
+def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
+    """The saved configuration of a run, with what ``given`` may change when it resumes.
+
+    Raises ConfigError for a given value that would make the resumed run another run.
+    """
+    values = saved.to_dict()
+    for name, value in given.items():
+        if name in RESUME_OVERRIDES or name in RUNTIME:
+            values[name] = value
+        elif value != values[name]:
+            raise ConfigError(name, f"is {values[name]!r} in this run, not {value!r}: a resumed run keeps its "
+                              f"configuration (only {', '.join(RESUME_OVERRIDES)} and {', '.join(RUNTIME)} "
+                              "may change); start a new run to change it")
+    return TrainConfig(**values)
+
+
+TRAIN_FIELDS = tuple(f.name for f in fields(TrainConfig))

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from graphformer.errors import ConfigError
+from graphformer.training.config import check_device_name
+
 
 @dataclass
 class Context:
@@ -29,14 +32,46 @@ class Context:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """The device that ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` names on this machine."""
+    check_device_name(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            from graphformer.errors import UserError
-            raise UserError("--device cuda but no CUDA device is visible; use --device cpu")
-        return torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
+            raise ConfigError("device", f"{name}: no CUDA device is visible here; use cpu")
+        device = torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
+        if device.index >= torch.cuda.device_count():
+            raise ConfigError("device", f"{name}: only {torch.cuda.device_count()} CUDA devices are visible")
+        return device
     return torch.device(name)
+
+
+def default_threads() -> int:
+    """The physical cores this process may use, shared among the processes torchrun started on
+    this machine (hyper-threads add little to BLAS kernels and contend for the same units).
+    OMP_NUM_THREADS, where set, is the user's own choice and wins."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    logical = len(os.sched_getaffinity(0))
+    per_core = max(1, os.cpu_count() // max(1, _physical_cores()))
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, logical // per_core // processes)
+
+
+def _physical_cores() -> int:
+    """Distinct (package, core) pairs in /proc/cpuinfo; the logical count where it can't be read."""
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return os.cpu_count() or 1
+    cores, package = set(), None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "physical id":
+            package = value.strip()
+        elif key.strip() == "core id":
+            cores.add((package, value.strip()))
+    return len(cores) or os.cpu_count() or 1
 
 
 def setup(device_name: str) -> Context:

@@ -1,17 +1,8 @@
-"""A run directory: what training writes, and how evaluation and translation read it back.
-
-    RUN_DIR/config.json          model and training options
-    RUN_DIR/vocab.json           {"src": [...], "tgt": [...]} tokens by id
-    RUN_DIR/checkpoint_last.pt   written every epoch (and on Ctrl-C, --max-steps, --save-every)
-    RUN_DIR/checkpoint_best.pt   the epoch with the lowest validation loss
-    RUN_DIR/metrics.jsonl        one JSON object per epoch
-    RUN_DIR/steps.jsonl          one JSON object per optimizer step
-    RUN_DIR/data/                generated copy/sort data (unless --data-dir says otherwise)
-"""
+"""Reading a run back: data preparation shared with training, and the trained model with
+everything needed to feed it (for ``evaluate``, ``translate`` and the notebooks). The files are
+described in :mod:`graphformer.training.run_dir`."""
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 from graphformer.data import tasks
@@ -21,6 +12,8 @@ from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint
 from graphformer.training.config import TrainConfig
+from graphformer.training.distributed import resolve_device
+from graphformer.training.run_dir import CONFIG, VOCAB, RunDir
 from graphformer.vocab import Vocab
 
 
@@ -52,30 +45,14 @@ def vocabs_for(train: Split, cfg: TrainConfig) -> tuple[Vocab, Vocab]:
     return build_vocabs(train, cfg.min_count, cfg.shared_vocab)
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def save_run_files(run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, src_vocab: Vocab, tgt_vocab: Vocab):
-    write_json_atomic(run_dir / "config.json", {"model": model_cfg.to_dict(), "train": train_cfg.to_dict()})
-    write_json_atomic(run_dir / "vocab.json", {"src": src_vocab.itos, "tgt": tgt_vocab.itos})
-
-
-def check_matches_run(state: dict, run_dir: Path, path: Path) -> None:
+def check_matches_run(state: dict, run: RunDir, path: Path) -> None:
     """A checkpoint must belong to the run it sits in: same vocabulary, same model."""
-    vocab_file, config_file = run_dir / "vocab.json", run_dir / "config.json"
-    if vocab_file.is_file():
-        on_disk = json.loads(vocab_file.read_text(encoding="utf-8"))
-        if on_disk != state["vocab"]:
-            raise UserError(f"{path} was trained with another vocabulary than {vocab_file}; "
-                            "use the checkpoint of this run or retrain")
-    if config_file.is_file():
-        on_disk = json.loads(config_file.read_text(encoding="utf-8"))["model"]
-        if on_disk != state["model_config"]:
-            raise UserError(f"{path} holds another model than {config_file} describes; "
-                            "use the checkpoint of this run or retrain")
+    if (run / VOCAB).is_file() and run.read_json(VOCAB) != state["vocab"]:
+        raise UserError(f"{path} was trained with another vocabulary than {run / VOCAB}; "
+                        "use the checkpoint of this run or retrain")
+    if (run / CONFIG).is_file() and run.read_config()[0] != state["model_config"]:
+        raise UserError(f"{path} holds another model than {run / CONFIG} describes; "
+                        "use the checkpoint of this run or retrain")
 
 
 class LoadedRun:
@@ -83,9 +60,10 @@ class LoadedRun:
 
     def __init__(self, run_dir: str | Path, which: str = "best", device="cpu"):
         self.run_dir = Path(run_dir)
+        device = resolve_device(device)
         path = checkpoint.find(self.run_dir, which)
         state = checkpoint.load(path)
-        check_matches_run(state, self.run_dir, path)
+        check_matches_run(state, RunDir(self.run_dir), path)
         self.path = path
         self.train_cfg = TrainConfig.from_dict(state["train_config"])
         self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])

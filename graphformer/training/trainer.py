@@ -7,7 +7,7 @@ run stopped after k steps and resumed computes the same losses as one that never
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import random
 import signal
 import sys
@@ -20,7 +20,6 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from graphformer.data.batching import plan_batches, shard
-from graphformer.data.text import write_lines_atomic
 from graphformer.errors import UserError
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
@@ -29,54 +28,71 @@ from graphformer.training import checkpoint, distributed
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
-from graphformer.training.run import (build_model, check_matches_run, data_dir_of, prepare_data, read_splits,
-                                      save_run_files, vocabs_for)
+from graphformer.training.run import build_model, check_matches_run, data_dir_of, prepare_data, read_splits, vocabs_for
+from graphformer.files import write_json_atomic
+from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
 from graphformer.vocab import Vocab
 
 
 class Trainer:
-    def __init__(self, run_dir: str | Path, model_cfg: ModelConfig | None, train_cfg: TrainConfig,
+    """Trains a model in a run directory, which it holds locked while it writes there.
+
+    ``model_cfg`` and ``train_cfg`` describe a new run; with ``resume=True`` they are the run's
+    saved configuration (``graphformer.training.config.resume_config`` says what may change)
+    and training continues from ``checkpoint_last.pt``.
+    """
+
+    def __init__(self, run_dir: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
                  resume: bool = False, show_progress: bool = True):
-        self.run_dir = Path(run_dir)
+        self.files = RunDir(run_dir)
+        self.run_dir = self.files.path
         self.ctx = distributed.setup(train_cfg.device)
+        self.cfg = dataclasses.replace(train_cfg, threads=train_cfg.threads or distributed.default_threads())
+        torch.set_num_threads(self.cfg.threads)
         self.show_progress = show_progress and self.ctx.is_main
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
         self._stop_requested = False
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
-        if resume:
-            self._resume(train_cfg)
-        else:
-            self._start(model_cfg, train_cfg)
+        try:
+            if resume:
+                self._resume(model_cfg)
+            else:
+                self._start(model_cfg)
+        except BaseException:
+            self.files.unlock()
+            raise
 
     # ---- setting up -------------------------------------------------------------------------
-    def _start(self, model_cfg: ModelConfig, cfg: TrainConfig):
-        if any((self.run_dir / name).exists() for name in (checkpoint.LAST, checkpoint.BEST)):
+    def _open_run_dir(self) -> None:
+        if self.ctx.is_main:
+            self.files.create()
+            self.files.lock()
+
+    def _start(self, model_cfg: ModelConfig):
+        if self.ctx.is_main and self.files.holds_run():
             raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.cfg = cfg
+        self._open_run_dir()
         self._load_data()
-        self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], cfg)
+        self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
         self._encode()
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
-        torch.manual_seed(cfg.seed)
-        random.seed(cfg.seed)
+        torch.manual_seed(self.cfg.seed)
+        random.seed(self.cfg.seed)
         self.model = model_from_config(model_cfg)
         self.pool = self.model.make_pool()
         if self.ctx.is_main:
-            save_run_files(self.run_dir, model_cfg, cfg, self.src_vocab, self.tgt_vocab)
+            self.files.write_config(model_cfg, self.cfg)
+            self.files.write_vocab(self.src_vocab, self.tgt_vocab)
         self._build_optimizer()
 
-    def _resume(self, overrides: TrainConfig):
+    def _resume(self, model_cfg: ModelConfig):
         path = self.run_dir / checkpoint.LAST
         if not path.is_file():
-            raise UserError(f"--resume: no checkpoint in {self.run_dir}; start a new run without --resume")
+            raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
+        self._open_run_dir()
         state = checkpoint.load(path)
-        check_matches_run(state, self.run_dir, path)
-        cfg = TrainConfig.from_dict(state["train_config"])
-        # Only how long to train, and where, may change on resume.
-        cfg.epochs, cfg.max_steps, cfg.device = overrides.epochs, overrides.max_steps, overrides.device
-        self.cfg = cfg
+        check_matches_run(state, self.files, path)
         self._load_data()
         self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
         self._encode()
@@ -91,8 +107,8 @@ class Trainer:
         if torch.cuda.is_available() and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         if self.ctx.is_main:
-            _truncate_jsonl(self.run_dir / "steps.jsonl", "step", self.progress["step"])
-            _truncate_jsonl(self.run_dir / "metrics.jsonl", "epoch", self.progress["epoch"])
+            self.files.cut_logs(self.progress["step"], self.progress["epoch"])
+            self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
 
     def _load_data(self):
         if self.ctx.is_main:
@@ -132,12 +148,8 @@ class Trainer:
         }
 
     def save(self, best: bool = False):
-        if not self.ctx.is_main:
-            return
-        state = self.state()
-        checkpoint.save_atomic(state, self.run_dir / checkpoint.LAST)
-        if best:
-            checkpoint.save_atomic(state, self.run_dir / checkpoint.BEST)
+        if self.ctx.is_main:
+            self.files.save_checkpoint(self.state(), best)
 
     # ---- the loop ---------------------------------------------------------------------------
     def epoch_plan(self, epoch: int):
@@ -153,11 +165,12 @@ class Trainer:
         return [shard(group, self.ctx.rank, world) for group in per_step], per_step
 
     def train_step(self, batches: list[list[int]], global_tokens: int) -> float:
-        """One optimizer step over this rank's ``batches``; returns the summed loss of this rank.
+        """One optimizer step over this rank's ``batches``; returns the summed loss of all ranks.
 
         Each micro-batch's loss is divided by the token count of the whole step across all ranks
         (and multiplied by the world size, since DDP averages gradients over ranks), so the update
-        equals one on the union of all batches in a single process.
+        equals one on the union of all batches in a single process. A step whose loss is not
+        finite is not applied: training stops with the weights from before it.
         """
         train = self.splits["train"]
         self.net.train()
@@ -172,6 +185,10 @@ class Trainer:
                     objective = objective + self.model.aux_loss * (self.ctx.world * len(batch.gold) / global_tokens)
                 objective.backward()
             total += float(loss)
+        total = distributed.all_reduce_sum(total, self.ctx)
+        if not math.isfinite(total):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(total)
         if self.cfg.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
         self.optimizer.step()
@@ -181,7 +198,9 @@ class Trainer:
 
     def run(self) -> dict | None:
         """Train until cfg.epochs (or cfg.max_steps); returns the last validation metrics."""
-        previous = signal.signal(signal.SIGINT, self._on_interrupt) if self.ctx.is_main else None
+        handlers = {}
+        if self.ctx.is_main:
+            handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         metrics = None
         try:
             while self.progress["epoch"] < self.cfg.epochs:
@@ -192,38 +211,41 @@ class Trainer:
                 self._check_ranks_in_sync()
             return metrics
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for sig, previous in handlers.items():
+                signal.signal(sig, previous)
 
     def _train_epoch(self) -> bool:
         """Steps of the current epoch from where progress points; False if training must stop."""
         epoch = self.progress["epoch"]
         steps, global_steps = self.epoch_plan(epoch)
         train = self.splits["train"]
-        bar = tqdm(total=len(steps), initial=self.progress["batch"], desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
-                   disable=not self.show_progress, dynamic_ncols=True, leave=False,
-                   mininterval=0.1 if sys.stderr.isatty() else 30.0)  # a log file gets a line every 30 s
-        tic, tokens_seen = time.perf_counter(), 0
+        report = Progress(len(steps), self.progress["batch"], f"epoch {epoch + 1}/{self.cfg.epochs}",
+                          enabled=self.show_progress)
         for s in range(self.progress["batch"], len(steps)):
             global_tokens = sum(len(train.tgt[j]) + 1 for b in global_steps[s] for j in b)
             lr = self.schedule.get_last_lr()[0]
-            loss_sum = distributed.all_reduce_sum(self.train_step(steps[s], global_tokens), self.ctx)
+            try:
+                loss_sum = self.train_step(steps[s], global_tokens)
+            except NonFiniteLoss as err:
+                report.close()
+                self.save()
+                raise UserError(f"the loss became {err.value} at step {self.progress['step'] + 1} (the numbers "
+                                f"overflowed); {self.run_dir / checkpoint.LAST} holds the weights before that step: "
+                                "lower the learning rate (lr_factor), raise warmup or set clip_norm, "
+                                "then train a new run") from None
             self.progress["batch"] = s + 1
             self.progress["step"] += 1
-            tokens_seen += global_tokens
-            rate = tokens_seen / max(time.perf_counter() - tic, 1e-9)
             loss = loss_sum / global_tokens
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}", refresh=False)  # update() redraws, at most every mininterval
-            bar.update()
-            self._log("steps.jsonl", {"step": self.progress["step"], "epoch": epoch, "loss": loss,
-                                      "lr": lr, "tokens": global_tokens})
+            report.step(global_tokens, loss=loss, lr=lr)
+            self._log(STEPS, {"step": self.progress["step"], "epoch": epoch, "loss": loss,
+                              "lr": lr, "tokens": global_tokens})
             if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
                 self.save()
             if self._should_stop():
-                bar.close()
+                report.close()
                 self.save()
                 return False
-        bar.close()
+        report.close()
         return True
 
     def _should_stop(self) -> bool:
@@ -246,24 +268,25 @@ class Trainer:
         is_best = self.ctx.is_main and self._improves(metrics)
         if is_best:
             self.progress["best"] = metrics[f"valid_{self.cfg.select_by}"]
-        self._log("metrics.jsonl", metrics)
+        self._log(METRICS, metrics)
         if self.ctx.is_main and self.cfg.viz_every and (epoch + 1) % self.cfg.viz_every == 0:
             self._record_attention(epoch + 1)
         self.save(best=is_best)
         if self.show_progress:
-            tqdm.write(json.dumps(metrics))
+            tqdm.write(format_metrics(metrics))
         return metrics
 
     def close(self):
-        """Release the DDP wrapper before the process group it uses, then leave the group."""
+        """Release the DDP wrapper before the process group it uses, leave the group, unlock the run."""
         self.net = self.model
         distributed.teardown(self.ctx)
+        self.files.unlock()
 
     def _check_ranks_in_sync(self):
         """DDP keeps replicas identical by construction; verify it and record the digests."""
         digests = distributed.parameter_digests(self.model, self.ctx)
         if self.ctx.is_main:
-            (self.run_dir / "ranks.json").write_text(json.dumps({"parameter_sha256": digests}) + "\n")
+            write_json_atomic(self.run_dir / "ranks.json", {"parameter_sha256": digests})
         if len(set(digests)) != 1:
             raise RuntimeError(f"parameters differ across ranks after training: {digests}")
 
@@ -280,8 +303,7 @@ class Trainer:
 
     def _log(self, name: str, record: dict):
         if self.ctx.is_main:
-            with open(self.run_dir / name, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            self.files.log(name, record)
 
     def _on_interrupt(self, signum, frame):
         if self._stop_requested:  # a second Ctrl-C: stop now, the last checkpoint stays as it was
@@ -290,16 +312,47 @@ class Trainer:
         tqdm.write("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort)")
 
 
+class NonFiniteLoss(ArithmeticError):
+    def __init__(self, value: float):
+        super().__init__(f"non-finite loss {value}")
+        self.value = value
+
+
+def format_metrics(metrics: dict) -> str:
+    """One console line, numbers rounded (metrics.jsonl keeps them in full)."""
+    shown = {k.removeprefix("valid_").replace("_", " "): v for k, v in metrics.items() if k not in ("epoch", "step")}
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()]
+    return f"epoch {metrics['epoch']} (step {metrics['step']}): valid " + ", ".join(parts)
+
+
+class Progress:
+    """Training progress on stderr: a tqdm bar on a terminal, else a plain line every 30 seconds
+    (log files get no carriage-return clutter)."""
+
+    def __init__(self, total: int, done: int, desc: str, enabled: bool, every_s: float = 30.0):
+        self.total, self.done, self.desc, self.every_s = total, done, desc, every_s
+        self.enabled, self.tty = enabled, sys.stderr.isatty()
+        self.tic = self.last_line = time.perf_counter()
+        self.tokens = 0
+        self.bar = tqdm(total=total, initial=done, desc=desc, dynamic_ncols=True, leave=False,
+                        disable=not (enabled and self.tty))
+
+    def step(self, tokens: int, loss: float, lr: float) -> None:
+        self.done += 1
+        self.tokens += tokens
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.tic, 1e-9)
+        self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}", refresh=False)
+        self.bar.update()
+        if self.enabled and not self.tty and (now - self.last_line >= self.every_s or self.done == self.total):
+            self.last_line = now
+            print(f"{self.desc} step {self.done}/{self.total}: loss {loss:.3f}, {rate:.0f} tokens/s, lr {lr:.2e}",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _tuplify(x):
     """JSON-like lists back into the nested tuples random.setstate wants."""
     return tuple(_tuplify(i) for i in x) if isinstance(x, (list, tuple)) else x
-
-
-def _truncate_jsonl(path: Path, key: str, last: int) -> None:
-    """Drop log records written after the checkpoint we resume from (a hard kill leaves some)."""
-    if not path.is_file():
-        return
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    kept = [ln for ln in lines if json.loads(ln)[key] <= last]
-    if len(kept) != len(lines):
-        write_lines_atomic(path, kept)

@@ -1,0 +1,45 @@
+"""Files that are either complete or absent: every file graphformer writes goes through here.
+
+A writer fills ``.NAME.tmp-PID`` beside the target, flushes it to disk and renames it over the
+target; a crash at any moment leaves the old file or the new one, never half of one. A crash
+during the write can leave the temporary file behind: ``remove_temporaries`` clears them when a
+run directory is opened again.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+TMP_MARK = ".tmp-"
+
+
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write(f)`` on a temporary file, then move it to ``path`` in one step."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def remove_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the temporary files that interrupted writes left in ``folder``; returns them."""
+    left = [p for p in Path(folder).glob(f".*{TMP_MARK}*") if p.is_file()]
+    for p in left:
+        p.unlink(missing_ok=True)
+    return left

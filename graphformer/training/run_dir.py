@@ -1,0 +1,131 @@
+"""A run directory: the files of one training run, and the only code that writes them.
+
+    RUN_DIR/config.json          {"model": ModelConfig, "train": TrainConfig}; a valid --config
+    RUN_DIR/vocab.json           {"src": [...], "tgt": [...]} tokens by id
+    RUN_DIR/checkpoint_last.pt   written every epoch (and on Ctrl-C, --max-steps, --save-every)
+    RUN_DIR/checkpoint_best.pt   the epoch with the best validation metric (TrainConfig.select_by)
+    RUN_DIR/metrics.jsonl        one JSON object per epoch
+    RUN_DIR/steps.jsonl          one JSON object per optimizer step
+    RUN_DIR/data/                generated copy/sort data (unless --data-dir says otherwise)
+    RUN_DIR/.lock                held by the training process that writes the run
+
+Every file is replaced atomically (:mod:`graphformer.files`); the logs are appended a line at a
+time and cut back to the checkpoint when a run resumes (a crash can leave records past it, or
+half a line).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+from pathlib import Path
+
+from graphformer.errors import UserError
+from graphformer.files import remove_temporaries, write_json_atomic, write_text_atomic
+from graphformer.training import checkpoint
+from graphformer.training.checkpoint import BEST, LAST
+
+CONFIG, VOCAB = "config.json", "vocab.json"
+STEPS, METRICS = "steps.jsonl", "metrics.jsonl"
+LOCK = ".lock"
+
+
+class RunDir:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock_file = None
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    # ---- opening ----------------------------------------------------------------------------
+    def holds_run(self) -> bool:
+        return any((self.path / name).exists() for name in (LAST, BEST))
+
+    def create(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(f"{self.path} is a file, not a directory; choose another --out")
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def lock(self) -> None:
+        """Hold the run for this process (released when it exits): two trainings writing one
+        directory would interleave their logs and checkpoints."""
+        f = open(self.path / LOCK, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            owner = f.read().strip() or "another process"
+            f.close()
+            raise UserError(f"{self.path} is being trained by {owner}; wait for it to finish or choose another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()}\n")
+        f.flush()
+        self._lock_file = f
+        remove_temporaries(self.path)  # only an interrupted writer of this run can have left them
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # ---- reading ----------------------------------------------------------------------------
+    def read_json(self, name: str):
+        path = self.path / name
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{path} is missing; is {self.path} a run directory (graphformer train --out)?") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UserError(f"{path} is not valid JSON ({err}); restore it or retrain") from None
+
+    def read_config(self) -> tuple[dict, dict]:
+        """The (model, train) option dicts of ``config.json``."""
+        config = self.read_json(CONFIG)
+        if not isinstance(config, dict) or not isinstance(config.get("model"), dict) \
+                or not isinstance(config.get("train"), dict):
+            raise UserError(f"{self.path / CONFIG} needs a \"model\" and a \"train\" object; restore it or retrain")
+        return config["model"], config["train"]
+
+    # ---- writing ----------------------------------------------------------------------------
+    def write_config(self, model_cfg, train_cfg) -> None:
+        write_json_atomic(self.path / CONFIG, {"model": model_cfg.to_dict(), "train": train_cfg.to_dict()})
+
+    def write_vocab(self, src_vocab, tgt_vocab) -> None:
+        write_json_atomic(self.path / VOCAB, {"src": src_vocab.itos, "tgt": tgt_vocab.itos})
+
+    def save_checkpoint(self, state: dict, best: bool) -> None:
+        """The best checkpoint first: the last one records which metric is best, so it must never
+        be on disk before the best checkpoint it speaks of."""
+        if best:
+            checkpoint.save_atomic(state, self.path / BEST)
+        checkpoint.save_atomic(state, self.path / LAST)
+
+    def log(self, name: str, record: dict) -> None:
+        """Append one JSON line; non-finite numbers are written as null (JSON has no NaN)."""
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            f.write(json.dumps(clean) + "\n")
+
+    def cut_logs(self, step: int, epoch: int) -> None:
+        """Drop log records written after the checkpoint a run resumes from, and a last line that
+        a crash cut in half."""
+        for name, key, last in ((STEPS, "step", step), (METRICS, "epoch", epoch)):
+            path = self.path / name
+            if not path.is_file():
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines()
+            kept = []
+            for i, line in enumerate(lines):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    if i == len(lines) - 1:  # torn by a crash mid-write
+                        break
+                    raise UserError(f"{path}: line {i + 1} is not JSON; repair or delete the line, then resume") from None
+                if record[key] <= last:
+                    kept.append(line)
+            if len(kept) != len(lines):
+                write_text_atomic(path, "".join(line + "\n" for line in kept))
