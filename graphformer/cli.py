@@ -259,8 +259,8 @@ def cmd_translate(args) -> int:
     from graphformer.decoding import translate_ids
     from graphformer.vocab import UNK
 
-    lines = read_input(args.input)
     run, decoding = _load_run(args)
+    lines = read_input(args.input)
     limit = run.model.cfg.max_len - 1  # the source's </s> takes the last position
     tokenize, detokenize = run.pipelines()
     src, unknown = [], {}
@@ -332,11 +332,17 @@ def cmd_heatmap(args) -> int:
     return 0
 
 
+def _check_output_folder(output: str | None) -> None:
+    if output is not None and not Path(output).resolve().parent.is_dir():
+        raise UserError(f"-o {output}: the folder {Path(output).parent} does not exist; create it first")
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from graphformer.attention import set_backend
     set_backend(getattr(args, "attention_backend", "auto"))
     try:
+        _check_output_folder(getattr(args, "output", None))
         return args.func(args)
     except UserError as err:
         if os.environ.get("GRAPHFORMER_DEBUG"):

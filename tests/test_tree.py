@@ -65,9 +65,9 @@ def test_tree_has_no_causal_form_from_python_either():
 
 
 def test_tree_only_serves_the_encoder():
-    with pytest.raises(UserError, match="--enc-attention only"):
+    with pytest.raises(UserError, match="serve the encoder.s self-attention .enc_attention. only"):
         GraphPool(cross="tree:2")
-    with pytest.raises(UserError, match="--enc-attention only"):
+    with pytest.raises(UserError, match="serve the encoder.s self-attention .enc_attention. only"):
         make_model(10, enc_attention="full", dec_attention="tree:1")
 
 

@@ -23,7 +23,7 @@ from functools import lru_cache
 import dgl
 import torch
 
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import patterns, tree
 from graphformer.graphs.patterns import Pattern
 
@@ -51,14 +51,15 @@ class GraphPool:
     def __init__(self, enc: Pattern | str = "full", dec: Pattern | str = "causal",
                  cross: Pattern | str = "full", cache_size: int = 4096):
         self.enc, self.dec, self.cross = _as_pattern(enc), _as_pattern(dec), _as_pattern(cross)
-        for relation, pattern in (("--dec-attention", self.dec), ("--cross-attention", self.cross)):
+        for relation, pattern in (("dec", self.dec), ("cross", self.cross)):
             if patterns.adds_span_nodes(pattern):
-                raise UserError(f"{relation} {pattern.spec!r}: tree patterns add span nodes to the source "
-                                "and serve --enc-attention only")
+                raise ConfigError(f"{relation}_attention", f"{pattern.spec!r}: tree patterns add span nodes to the "
+                                  "source and serve the encoder's self-attention (enc_attention) only")
         self.has_spans = patterns.adds_span_nodes(self.enc)
         self.cross_is_full = self.cross is patterns.full
         self.graph = lru_cache(maxsize=cache_size)(self._build)
         self.incoming = lru_cache(maxsize=cache_size)(self._incoming)
+        self._edges(DEC, 8, 8)  # a decoder pattern that is not causal fails now, not at the first batch
 
     def span_nodes(self, n: int) -> int:
         """Span nodes the encoder pattern adds to a source of n tokens (0 but for tree patterns)."""

@@ -202,8 +202,9 @@ class Trainer:
         if self.ctx.is_main:
             handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         metrics = None
+        done = self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
         try:
-            while self.progress["epoch"] < self.cfg.epochs:
+            while self.progress["epoch"] < self.cfg.epochs and not done:
                 if not self._train_epoch():
                     break
                 metrics = self._end_epoch()

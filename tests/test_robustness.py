@@ -1,0 +1,235 @@
+"""No way to lose a run: resume continues the configured run, crashes at any point leave a
+consistent run directory, and bad input is one line on stderr with exit status 2 and nothing
+changed."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from graphformer.cli import main
+from graphformer.training import checkpoint
+from graphformer.training.run_dir import RunDir
+from helpers import TINY_MODEL, read_jsonl, small_copy_data
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return small_copy_data(tmp_path_factory.mktemp("robust") / "data", n_train=96)
+
+
+def train(*argv) -> int:
+    return main(["train", *argv])
+
+
+def fresh(data, run, *extra):
+    return train("--task", "parallel", "--data-dir", str(data), "--out", str(run), "--batch-size", "16",
+                 *TINY_MODEL, *extra)
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    run = tmp_path_factory.mktemp("robust") / "run"
+    assert fresh(data, run, "--epochs", "1") == 0
+    return run
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def one_line_error(capsys, argv, *needles):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("graphformer: error: "), err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+# ---- resume continues the run that was started ---------------------------------------------
+def test_plain_resume_keeps_epochs_and_max_steps(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "2", "--max-steps", "3") == 0
+    assert train("--out", str(run), "--resume") == 0  # the run is done as configured: no more steps
+    assert [r["step"] for r in read_jsonl(run / "steps.jsonl")] == [1, 2, 3]
+    config = json.loads((run / "config.json").read_text())["train"]
+    assert (config["epochs"], config["max_steps"]) == (2, 3)
+    assert "--resume" in capsys.readouterr().out  # "stopped at ...; continue with ..."
+
+    assert train("--out", str(run), "--resume", "--max-steps", "1000") == 0  # lift the step limit only
+    assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]  # its 2 epochs, not the default
+    assert json.loads((run / "config.json").read_text())["train"]["max_steps"] == 1000
+
+    assert train("--out", str(run), "--resume", "--epochs", "3") == 0  # train longer
+    assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
+    assert json.loads((run / "config.json").read_text())["train"]["epochs"] == 3
+
+
+@pytest.mark.parametrize("flag,value,name", [("--lr-factor", "0.3", "--lr-factor"), ("--d-model", "64", "--d-model"),
+                                             ("--enc-attention", "window:1", "--enc-attention")])
+def test_resume_refuses_options_that_would_make_another_run(trained, tmp_path, capsys, flag, value, name):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    before = snapshot(run)
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", flag, value], name, "start a new run")
+    assert snapshot(run) == before
+
+
+def test_resume_accepts_the_saved_value_given_again(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    assert train("--out", str(run), "--resume", "--d-model", "32", "--lr-factor", "0.5", "--epochs", "2") == 0
+    assert len(read_jsonl(run / "metrics.jsonl")) == 2
+
+
+def test_config_file_then_flags(data, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model:\n  d_model: 32\n  heads: 2\n  d_ff: 64\n  layers: 1\n"
+                      f"train:\n  task: parallel\n  data_dir: {data}\n  epochs: 1\n  batch_size: 32\n")
+    run = tmp_path / "run"
+    assert train("--config", str(config), "--heads", "4", "--out", str(run), "--quiet") == 0
+    saved = json.loads((run / "config.json").read_text())
+    assert (saved["model"]["d_model"], saved["model"]["heads"], saved["train"]["batch_size"]) == (32, 4, 32)
+    again = tmp_path / "again"  # a run's config.json is itself a valid --config
+    assert train("--config", str(run / "config.json"), "--out", str(again), "--quiet") == 0
+    assert json.loads((again / "config.json").read_text())["model"] == saved["model"]
+
+
+# ---- crash windows --------------------------------------------------------------------------
+def test_best_is_never_behind_what_last_records(data, tmp_path, monkeypatch):
+    """A crash after the best checkpoint is written and before the last one: resuming repeats
+    the epoch and leaves the pair consistent."""
+    run = tmp_path / "run"
+    real_save = checkpoint.save_atomic
+    writes = []
+
+    def crash_on_second_epoch_last(state, path):
+        writes.append(path.name)
+        if state["progress"]["epoch"] == 2 and path.name == checkpoint.LAST:
+            raise KeyboardInterrupt  # the process dies here
+        real_save(state, path)
+
+    monkeypatch.setattr(checkpoint, "save_atomic", crash_on_second_epoch_last)
+    assert fresh(data, run, "--epochs", "2", "--select-by", "loss") == 130
+    monkeypatch.setattr(checkpoint, "save_atomic", real_save)
+    assert writes.index(checkpoint.BEST, 2) < writes.index(checkpoint.LAST, 2)  # epoch 2: best first
+    assert train("--out", str(run), "--resume") == 0
+    last, best = checkpoint.load(run / checkpoint.LAST), checkpoint.load(run / checkpoint.BEST)
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    best_epoch = min(metrics, key=lambda m: m["valid_loss"])
+    assert last["progress"]["best"] == best["progress"]["best"] == best_epoch["valid_loss"]
+    assert best["progress"]["epoch"] == best_epoch["epoch"]
+
+
+def test_resume_clears_temporaries_and_a_torn_log_line(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    (run / ".checkpoint_last.pt.tmp-424242").write_bytes(b"half a checkpoint")
+    with open(run / "steps.jsonl", "a") as f:
+        f.write('{"step": 99, "epo')  # a crash in the middle of a line
+    assert train("--out", str(run), "--resume", "--epochs", "2") == 0
+    assert not [p for p in run.iterdir() if ".tmp-" in p.name]
+    steps = read_jsonl(run / "steps.jsonl")  # every line parses
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+
+
+def test_a_second_trainer_on_the_same_run_is_refused(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    holder = RunDir(run)
+    holder.lock()
+    try:
+        before = snapshot(run)
+        one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"], "is being trained by process")
+        assert snapshot(run) == before
+    finally:
+        holder.unlock()
+    assert train("--out", str(run), "--resume", "--epochs", "2") == 0  # free again
+
+
+def test_overflowing_loss_stops_with_a_usable_checkpoint(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    err = one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run),
+                                  "--batch-size", "16", "--lr-factor", "1e30", "--warmup", "1", "--epochs", "3",
+                                  *TINY_MODEL], "the loss became")
+    assert "checkpoint_last.pt holds the weights before that step" in err
+    state = checkpoint.load(run / checkpoint.LAST)
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+    for record in read_jsonl(run / "steps.jsonl"):  # valid JSON: no NaN literals
+        assert record["loss"] is None or record["loss"] == record["loss"]
+    assert main(["evaluate", str(run), "--checkpoint", "last", "--beam", "1", "--json"]) == 0
+
+
+# ---- bad input: one line, exit 2, nothing changed --------------------------------------------
+@pytest.mark.parametrize("argv,needle", [
+    (["--lr-factor", "-1"], "--lr-factor must be above 0, got -1"),
+    (["--lr-factor", "0"], "--lr-factor must be above 0, got 0"),
+    (["--lr-factor", "nan"], "--lr-factor must be a finite number"),
+    (["--warmup", "inf"], "invalid int value"),
+    (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1)"),
+    (["--threads", "-1"], "--threads must be at least 1"),
+    (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+    (["--dec-attention", "window:2"], "causal"),
+    (["--d-model", "30", "--heads", "4"], "--d-model (30) must be divisible by the number of heads (4)"),
+    (["--epoch", "2"], "unrecognized arguments: --epoch 2"),
+])
+def test_bad_training_options_write_nothing(data, tmp_path, capsys, argv, needle):
+    run = tmp_path / "fresh"
+    code = None
+    try:
+        code = main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), *TINY_MODEL, *argv])
+    except SystemExit as exit_info:  # argparse's own errors
+        code = exit_info.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
+    assert not run.exists()
+
+
+def test_out_naming_a_file(data, tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "file"),
+                            *TINY_MODEL], "is a file, not a directory")
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["evaluate", "translate"])
+def test_cuda_without_a_gpu(trained, capsys, command):
+    one_line_error(capsys, [command, str(trained), "--device", "cuda"], "--device cuda: no CUDA device is visible")
+
+
+def test_damaged_run_files_are_named(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    for name in (checkpoint.BEST, checkpoint.LAST):
+        (run / name).write_bytes(torch.randint(0, 256, (5000,), dtype=torch.uint8).numpy().tobytes())
+    one_line_error(capsys, ["evaluate", str(run)], "damaged or truncated")
+
+    run = tmp_path / "no_model"
+    shutil.copytree(trained, run)
+    (run / "config.json").write_text(json.dumps({"train": {}}))
+    one_line_error(capsys, ["evaluate", str(run)], "config.json", "\"model\"")
+    (run / "config.json").write_text("{not json")
+    one_line_error(capsys, ["evaluate", str(run)], "config.json is not valid JSON")
+    one_line_error(capsys, ["train", "--out", str(run), "--resume"], "config.json is not valid JSON")
+
+
+def test_translate_input_that_is_not_a_file(trained, tmp_path, capsys):
+    one_line_error(capsys, ["translate", str(trained), "--input", str(tmp_path / "missing.txt")], "not found")
+    one_line_error(capsys, ["translate", str(trained), "--input", str(tmp_path)], "a directory")
+
+
+def test_translate_warns_about_unknown_tokens(trained, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b zebra\nzebra quokka\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--beam", "1"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2
+    assert "3 input tokens (2 distinct) are not in the vocabulary" in captured.err and "zebra, quokka" in captured.err
+
+
+@pytest.mark.parametrize("command", ["animate", "heatmap"])
+def test_viz_output_into_a_missing_folder(trained, tmp_path, capsys, command):
+    one_line_error(capsys, [command, str(trained), "-o", str(tmp_path / "nowhere" / "x.png")], "does not exist")
