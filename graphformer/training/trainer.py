@@ -53,6 +53,8 @@ class Trainer:
     def _start(self, model_cfg: ModelConfig, cfg: TrainConfig):
         if any((self.run_dir / name).exists() for name in (checkpoint.LAST, checkpoint.BEST)):
             raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
+        from graphformer.viz.recording import check_recordable
+        check_recordable(model_cfg.model, cfg.viz_every)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cfg = cfg
         self._load_data()
@@ -184,6 +186,8 @@ class Trainer:
         previous = signal.signal(signal.SIGINT, self._on_interrupt) if self.ctx.is_main else None
         metrics = None
         try:
+            if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
+                self._record_attention(0)  # the untrained model: the first frame of an animation
             while self.progress["epoch"] < self.cfg.epochs:
                 if not self._train_epoch():
                     break
