@@ -131,7 +131,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     figure = new_figure(width, height)
     axes = figure.subplots(rows, cols, squeeze=False, width_ratios=[panel_size[k][0] for k in kinds]
                            if view == "both" else None)
-    shared_vmax = 1.0
+    shared_vmax, heatmap_axes = 1.0, []
     for p, weights in enumerate(picture.maps):
         vmax = shared_vmax if scale == "shared" else max(float(np.nanmax(weights)), 1e-6)
         for k, kind in enumerate(kinds):
@@ -142,6 +142,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
                 bipartite(*args)
                 continue
             image = heatmap(*args)
+            heatmap_axes.append(ax)
             if view != "both" and p % cols:
                 ax.set_ylabel("")  # the first panel of a row names the queries
             if scale == "per-head":
@@ -149,7 +150,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     for ax in axes.flat[n_panels * len(kinds):]:
         ax.set_visible(False)
     if scale == "shared" and "heatmap" in kinds:
-        figure.colorbar(image, ax=[ax for ax in axes.flat if ax.get_visible()], fraction=0.03, label="weight")
+        figure.colorbar(image, ax=heatmap_axes, fraction=0.03, label="weight")
     figure.suptitle(picture.title, fontsize=10)
     return figure
 
