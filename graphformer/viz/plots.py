@@ -113,7 +113,8 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
 
     ``scale='shared'`` gives all panels one colour scale, 0 to 1 (weights are probabilities, so
     heads and epochs compare directly); ``'per-head'`` stretches each panel from 0 to its own
-    largest weight, with its own colour bar.
+    largest weight, with its own colour bar. In a notebook, show it with
+    ``IPython.display.Image(png_bytes(figure))``.
     """
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
@@ -131,9 +132,9 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     figure = new_figure(width, height)
     axes = figure.subplots(rows, cols, squeeze=False, width_ratios=[panel_size[k][0] for k in kinds]
                            if view == "both" else None)
-    shared_vmax, heatmap_axes = 1.0, []
+    heatmap_axes = []
     for p, weights in enumerate(picture.maps):
-        vmax = shared_vmax if scale == "shared" else max(float(np.nanmax(weights)), 1e-6)
+        vmax = 1.0 if scale == "shared" else max(float(np.nanmax(weights)), 1e-6)
         for k, kind in enumerate(kinds):
             ax = axes[p, k] if view == "both" else axes[p // cols, p % cols]
             args = (ax, weights, picture.keys, picture.queries, picture.panel_titles[p], vmax,
