@@ -8,7 +8,7 @@ TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DGLBACKEND=pytorch
 
 MULTI30K ?= ../shared/data/multi30k
 
-.PHONY: install test test-fast demo bench docs clean
+.PHONY: install test test-fast demo bench docs lab clean
 
 install: $(STAMP)
 
@@ -35,6 +35,11 @@ bench: install
 
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The notebooks in JupyterLab (an optional extra); their runs go to the ignored runs/notebooks.
+lab: install
+	$(BIN)/python -m pip install --quiet -e ".[notebook]"
+	GRAPHFORMER_NOTEBOOK_DIR=$(CURDIR)/runs/notebooks $(BIN)/jupyter lab notebooks/
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

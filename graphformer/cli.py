@@ -108,27 +108,45 @@ def _decoding_options(p):
     add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
 
 
+def _head(text: str):
+    """--head: a head index, or 'all' for one panel per head."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a head number or 'all', got {text!r}") from None
+
+
 def _viz_options(p):
+    # the choices of graphformer.viz.plots.SCALES and VIEWS (not imported: --help stays fast)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
-    p.add_argument("--relation", choices=("enc", "dec", "cross"), default="cross")
+    p.add_argument("--relation", choices=("enc", "dec", "cross"), default="cross",
+                   help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs")
     p.add_argument("--layer", type=int, default=-1, help="layer index (negative counts from the last)")
-    p.add_argument("--head", type=int, default=0)
+    p.add_argument("--head", type=_head, default=0, metavar="N|all", help="head index, or all: one panel per head")
+    p.add_argument("--scale", choices=("shared", "per-head"), default="shared",
+                   help="colour scale: shared (0 to 1 in every panel) or per-head (0 to each panel's largest weight)")
+    p.add_argument("--view", choices=("heatmap", "graph", "both"), default="heatmap",
+                   help="heatmap, graph (bipartite drawing, edge width = weight), or both side by side")
     p.add_argument("-o", "--output", required=True, help="file to write")
 
 
 def _animate_parser(sub):
     p = sub.add_parser("animate", help="animate recorded attention maps across epochs",
-                       description="One frame per recorded epoch: a GIF for .gif, an HTML/JS player otherwise.")
+                       description="One frame per recorded epoch (epoch 0 is the untrained model): an animated "
+                                   "GIF for .gif, a self-contained HTML player for .html.")
     _viz_options(p)
     p.set_defaults(func=cmd_animate)
 
 
 def _heatmap_parser(sub):
     p = sub.add_parser("heatmap", help="draw one recorded attention map",
-                       description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded epoch.")
+                       description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded "
+                                   "epoch, as .png, .svg or .pdf.")
     _viz_options(p)
-    p.add_argument("--epoch", default="last", help="recorded epoch number, or 'last'")
-    p.add_argument("--graph", action="store_true", help="draw the attention as a graph (edge width = weight)")
+    p.add_argument("--epoch", default="last", help="recorded epoch number (0: untrained), or 'last'")
+    p.add_argument("--graph", dest="view", action="store_const", const="graph", help="same as --view graph")
     p.set_defaults(func=cmd_heatmap)
 
 
@@ -290,32 +308,24 @@ def cmd_translate(args) -> int:
 
 
 def _pick(record: dict, args):
-    maps = record["maps"][args.relation]
-    layers, heads = maps.shape[:2]
-    if not -layers <= args.layer < layers:
-        raise UserError(f"--layer {args.layer} is out of range: the model has {layers} layers")
-    if not 0 <= args.head < heads:
-        raise UserError(f"--head {args.head} is out of range: the model has {heads} heads")
-    src = record["src_labels"]
-    keys, queries = {"enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
-                     "dec": (record["tgt_labels"],) * 2, "cross": (src, record["tgt_labels"])}[args.relation]
-    title = f"{args.relation} layer {args.layer % layers} head {args.head}, epoch {record['epoch']}"
-    return maps[args.layer, args.head], keys, queries, title
+    from graphformer.viz.recording import picture
+
+    return picture(record, args.relation, args.layer, args.head)
 
 
 def cmd_animate(args) -> int:
-    from graphformer.viz.plots import animate
+    from graphformer.viz.plots import animate, check_animation_path
     from graphformer.viz.recording import load_records
 
+    check_animation_path(args.output)
     records = load_records(args.run_dir)
-    picked = [_pick(r, args) for r in records]
-    n = animate([p[0] for p in picked], picked[0][1], picked[0][2], [p[3] for p in picked], args.output)
+    n = animate([_pick(r, args) for r in records], args.output, args.view, args.scale)
     print(f"wrote {args.output}: {n} frames (epochs {records[0]['epoch']}..{records[-1]['epoch']})")
     return 0
 
 
 def cmd_heatmap(args) -> int:
-    from graphformer.viz.plots import bipartite_graph, save_heatmap
+    from graphformer.viz.plots import save
     from graphformer.viz.recording import load_records
 
     records = load_records(args.run_dir)
@@ -326,8 +336,7 @@ def cmd_heatmap(args) -> int:
         if not chosen:
             raise UserError(f"epoch {args.epoch} was not recorded; recorded: {', '.join(str(r['epoch']) for r in records)}")
         record = chosen[0]
-    weights, keys, queries, title = _pick(record, args)
-    (bipartite_graph if args.graph else save_heatmap)(weights, keys, queries, args.output, title)
+    save(_pick(record, args), args.output, args.view, args.scale)
     print(f"wrote {args.output}")
     return 0
 

@@ -1,6 +1,6 @@
 """Configs as dataclasses whose fields carry everything said about an option.
 
-Each field of a config is declared once with :func:`option`: its default, its help text, its
+Each field of a config is declared once with `option`: its default, its help text, its
 choices and its valid range. From that one declaration come
 
 * the check of a value (``DictConfig.check``: finite numbers, ranges, choices), run whenever a

@@ -51,7 +51,7 @@ class Vocab:
         return [self.stoi.get(tok, UNK) for tok in tokens]
 
     def decode(self, ids: Iterable[int], strip_specials: bool = True) -> list[str]:
-        """Tokens for ``ids``, stopping at the first </s> when ``strip_specials``."""
+        """Tokens for ``ids``, stopping at the first `</s>` when ``strip_specials``."""
         out = []
         for i in ids:
             i = int(i)

@@ -1,6 +1,9 @@
 """Writes the notebooks in this folder from the cell sources below (outputs are never stored).
 
     python notebooks/make_notebooks.py
+
+Cells that draw are tagged: ``figure`` cells must show an image (PNG), ``player`` cells an HTML
+page; tests/test_notebooks.py runs every notebook and counts them.
 """
 from pathlib import Path
 
@@ -9,13 +12,20 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).parent
 
-SETUP = '''import os, subprocess, sys, json
+
+def figure_cell(source: str, tag: str = "figure"):
+    """A code cell that must show a picture when run (checked by tests/test_notebooks.py)."""
+    return new_code_cell(source, metadata={"tags": [tag]})
+
+SETUP = '''import os, subprocess, sys, json, tempfile
 from pathlib import Path
 import torch
 from IPython.display import HTML, Image, display
 QUICK = os.environ.get("GRAPHFORMER_QUICK") == "1"   # CI runs the notebooks small
-WORK = Path(os.environ.get("GRAPHFORMER_NOTEBOOK_DIR", "runs/notebooks"))
+# Runs and pictures go outside the repository (`make lab` points this at the ignored runs/notebooks).
+WORK = Path(os.environ.get("GRAPHFORMER_NOTEBOOK_DIR") or Path(tempfile.gettempdir()) / "graphformer-notebooks")
 WORK.mkdir(parents=True, exist_ok=True)
+print("runs and pictures in", WORK)
 
 def graphformer(*args):
     """Run the command-line tool and show its last lines."""
@@ -46,23 +56,29 @@ NOTEBOOKS = {
 train(run, data, "--epochs", 2 if QUICK else 8, "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256,
       "--lr-factor", 0.5, "--viz-every", 1)
 print(open(run / "metrics.jsonl").read())'''),
-        new_code_cell('''graphformer("animate", run, "--relation", "cross", "--layer", -1, "--head", 0, "-o", WORK / "cross.html")
-HTML((WORK / "cross.html").read_text())'''),
-        new_code_cell('''graphformer("heatmap", run, "--relation", "cross", "--layer", -1, "--head", 0, "-o", WORK / "cross.png")
+        new_markdown_cell("Step through the epochs (epoch 0 is the untrained model): the player is one "
+                          "self-contained page, also written to `cross.html`. Each frame shows the heatmap and the "
+                          "same weights as a bipartite graph, source tokens on top, decoder inputs below."),
+        figure_cell('''graphformer("animate", run, "--relation", "cross", "--layer", -1, "--head", 0, "--view", "both",
+            "-o", WORK / "cross.html")
+HTML((WORK / "cross.html").read_text())''', tag="player"),
+        new_markdown_cell("Every head of the last layer after training, each on its own colour scale:"),
+        figure_cell('''graphformer("heatmap", run, "--relation", "cross", "--layer", -1, "--head", "all", "--scale", "per-head",
+            "-o", WORK / "cross.png")
 display(Image(WORK / "cross.png"))'''),
     ],
     "02_sparse_patterns.ipynb": [
         new_markdown_cell("# Attention is a choice of edges\n\nDraw attention patterns as matrices and as "
                           "graphs, then compare how fast the attention operator runs on them."),
         new_code_cell(SETUP),
-        new_code_cell('''import matplotlib.pyplot as plt
+        figure_cell('''import matplotlib.pyplot as plt
 import networkx as nx
 from graphformer.graphs import patterns
-from graphformer.viz.plots import pattern_matrices
+from graphformer.viz.plots import pattern_matrices, png_bytes
 
-pattern_matrices(["full", "causal", "window:2", "dilated:2,3", "global:1+window:1", "block:4", "random:2,0"], n=16)
-plt.show()'''),
-        new_code_cell('''u, v = patterns.parse("window:1+global:1")(10, 10)
+figure = pattern_matrices(["full", "causal", "window:2", "dilated:2,3", "global:1+window:1", "block:4", "random:2,0"], n=16)
+Image(png_bytes(figure))'''),
+        figure_cell('''u, v = patterns.parse("window:1+global:1")(10, 10)
 g = nx.DiGraph(list(zip(u.tolist(), v.tolist())))
 g.remove_edges_from(nx.selfloop_edges(g))
 nx.draw_circular(g, with_labels=True, node_color="tab:orange", arrowsize=8)
@@ -107,15 +123,15 @@ train(run, data, "--model", "universal", "--max-depth", 6, "--epochs", 1 if QUIC
       "--heads", 4, "--d-ff", 128, "--lr-factor", 0.5)
 metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
 metrics[-1]'''),
-        new_code_cell('''from graphformer.viz.plots import ponder_distribution
+        figure_cell('''from graphformer.viz.plots import ponder_distribution
 ponder_distribution(metrics, WORK / "ponder_epochs.png")
 display(Image(WORK / "ponder_epochs.png"))'''),
-        new_code_cell('''import matplotlib.pyplot as plt
+        figure_cell('''import matplotlib.pyplot as plt
 for side in ("src", "tgt"):
     plt.plot(range(1, len(metrics[-1][f"valid_{side}_step_fraction"]) + 1),
              metrics[-1][f"valid_{side}_step_fraction"], "o-", label=side)
 plt.xlabel("ACT step"); plt.ylabel("fraction of tokens still active"); plt.legend(); plt.show()'''),
-        new_code_cell('''from graphformer.training.run import LoadedRun
+        figure_cell('''from graphformer.training.run import LoadedRun
 from graphformer.graphs import make_batch
 from graphformer.viz.plots import ponder_map
 loaded = LoadedRun(run)

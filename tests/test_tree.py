@@ -150,7 +150,8 @@ def test_tree_from_the_command_line_trains_records_and_plots(tmp_path, capsys):
                  "--viz-every", "1", "--batch-size", "16", "--enc-attention", "tree:1", *TINY_MODEL]) == 0
     record = torch.load(run / "attention" / "epoch_0001.pt", weights_only=True)
     n = len(record["src_labels"])
-    assert len(record["enc_labels"]) == n + tree.span_count(n) and record["enc_labels"][n] == "[0:2)"
+    assert len(record["enc_labels"]) == n + tree.span_count(n) and record["enc_labels"][n] == "L1[0:2)"
+    assert record["enc_labels"][-1].startswith(f"L{len(tree.levels(n))}[")  # span labels say their level
     assert record["maps"]["enc"].shape[-1] == len(record["enc_labels"])
     assert record["maps"]["cross"].shape[-1] == n
     png = tmp_path / "enc.png"

@@ -1,6 +1,10 @@
 """Attention maps, recordings during training, animations and heatmaps."""
+import json
 import math
+import re
 
+import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -8,6 +12,8 @@ from graphformer import make_model
 from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.viz import attention_maps
+from graphformer.viz.plots import SCALES, VIEWS, draw
+from graphformer.viz.recording import load_records, picture, span_labels
 from helpers import TINY_MODEL, random_pairs, small_copy_data
 
 
@@ -46,25 +52,122 @@ def test_maps_equal_the_dense_softmax():
     torch.testing.assert_close(maps[0], torch.softmax(scores, -1), atol=1e-12, rtol=0)
 
 
-def test_recorded_training_animates_one_frame_per_epoch(tmp_path, capsys):
-    data = small_copy_data(tmp_path / "data", n_train=120)
-    run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "3",
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory):
+    """A tiny run trained 2 epochs with --viz-every 1: records for epochs 0 (untrained), 1, 2."""
+    tmp = tmp_path_factory.mktemp("viz")
+    data = small_copy_data(tmp / "data", n_train=120)
+    run = tmp / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "2",
                  "--viz-every", "1", "--batch-size", "16", *TINY_MODEL]) == 0
-    assert len(list((run / "attention").glob("epoch_*.pt"))) == 3
+    return run
+
+
+def test_training_records_the_untrained_model_and_every_epoch(recorded_run):
+    assert [r["epoch"] for r in load_records(recorded_run)] == [0, 1, 2]
+
+
+def test_gif_has_one_frame_per_recorded_epoch(recorded_run, tmp_path):
     gif = tmp_path / "cross.gif"
-    assert main(["animate", str(run), "--relation", "cross", "--head", "1", "-o", str(gif)]) == 0
+    assert main(["animate", str(recorded_run), "--relation", "cross", "--head", "1", "-o", str(gif)]) == 0
     assert Image.open(gif).n_frames == 3
-    html = tmp_path / "enc.html"
-    assert main(["animate", str(run), "--relation", "enc", "-o", str(html)]) == 0
-    assert "<script" in html.read_text()
+
+
+def test_html_player_is_a_self_contained_page(recorded_run, tmp_path):
+    page = tmp_path / "enc.html"
+    assert main(["animate", str(recorded_run), "--relation", "enc", "--head", "all", "-o", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<html" in text and "</html>" in text
+    assert re.search(r"<title>enc layer 0 all heads</title>", text)
+    assert not re.search(r"https?://", text), "the page must not load anything from the network"
+    frames = json.loads(re.search(r"const frames = (\[.*?\]);", text).group(1))
+    captions = json.loads(re.search(r"const captions = (\[.*?\]);", text).group(1))
+    assert len(frames) == 3 and all(f.startswith("data:image/png;base64,") for f in frames)
+    assert captions[0].endswith("epoch 0 (untrained)") and captions[-1].endswith("epoch 2")
+
+
+def test_unsupported_animation_format_is_a_one_line_error(recorded_run, tmp_path, capsys):
+    movie = tmp_path / "a.mp4"
+    assert main(["animate", str(recorded_run), "-o", str(movie)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ".mp4 is not supported" in err and ".gif" in err
+    assert not movie.exists()
+
+
+def _panels(figure):
+    return [ax for ax in figure.axes if ax.images and ax.get_label() != "<colorbar>"]
+
+
+def test_all_heads_grid_has_one_panel_per_head_on_a_shared_or_own_scale(recorded_run):
+    record = load_records(recorded_run)[-1]
+    heads = record["maps"]["cross"].shape[1]
+    shared = draw(picture(record, "cross", -1, "all"), scale="shared")
+    panels = _panels(shared)
+    assert [ax.get_title() for ax in panels] == [f"head {h}" for h in range(heads)]
+    assert all(ax.images[0].get_clim() == (0, 1) for ax in panels)
+    assert len(shared.axes) == heads + 1  # one colour bar for all
+    own = draw(picture(record, "cross", -1, "all"), scale="per-head")
+    assert len(own.axes) == 2 * heads  # a colour bar each
+    for h, ax in enumerate(_panels(own)):
+        largest = float(np.nanmax(record["maps"]["cross"][-1, h].numpy()))
+        assert ax.images[0].get_clim() == pytest.approx((0, largest))
+
+
+def test_heatmap_axes_name_keys_and_decoder_input_queries(recorded_run):
+    record = load_records(recorded_run)[-1]
+    (ax,) = _panels(draw(picture(record, "cross", -1, 0)))
+    assert ax.get_xlabel() == "keys: source tokens"
+    assert ax.get_ylabel() == "queries: decoder inputs <s>, y1, ..."
+    assert [t.get_text() for t in ax.get_xticklabels()] == record["src_labels"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == record["tgt_labels"]
+    assert record["tgt_labels"][0] == "<s>" and record["src_labels"][-1] == "</s>"
+
+
+def test_graph_view_has_markers_row_names_and_labels_outside_the_edges(recorded_run):
+    record = load_records(recorded_run)[-1]
+    both = draw(picture(record, "cross", -1, 0), view="both")
+    heatmap_ax, graph_ax = both.axes[:2]
+    assert heatmap_ax.images and not graph_ax.images  # side by side: heatmap, then the graph
+    markers = [c for c in graph_ax.collections if c.__class__.__name__ == "PathCollection"]
+    assert [len(c.get_offsets()) for c in markers] == [len(record["src_labels"]), len(record["tgt_labels"])]
+    texts = [(t.get_text(), t.get_position()[1]) for t in graph_ax.texts]
+    assert any(name.startswith("keys") for name, _ in texts) and any(name.startswith("queries") for name, _ in texts)
+    # edges run between the key row (y = 1) and the query row (y = 0); labels sit outside them
+    assert [name for name, y in texts if y > 1] == record["src_labels"]
+    assert [name for name, y in texts if y < 0] == record["tgt_labels"]
+    assert all(y in (0, 1) for name, y in texts if name.startswith(("keys", "queries")))
+
+
+def test_heatmap_command_draws_any_recorded_epoch(recorded_run, tmp_path, capsys):
     png = tmp_path / "map.png"
-    assert main(["heatmap", str(run), "--epoch", "2", "-o", str(png)]) == 0
-    assert Image.open(png).size[0] > 100
-    assert main(["heatmap", str(run), "--graph", "-o", str(tmp_path / "graph.png")]) == 0
+    assert main(["heatmap", str(recorded_run), "--epoch", "0", "--head", "all", "--scale", "per-head",
+                 "-o", str(png)]) == 0
+    assert Image.open(png).size[0] > 300
+    assert main(["heatmap", str(recorded_run), "--graph", "-o", str(tmp_path / "graph.png")]) == 0
     capsys.readouterr()
-    assert main(["heatmap", str(run), "--head", "9", "-o", str(png)]) == 2
+    assert main(["heatmap", str(recorded_run), "--head", "9", "-o", str(png)]) == 2
     assert "--head 9 is out of range" in capsys.readouterr().err
+
+
+def test_tree_span_labels_name_their_level():
+    assert span_labels(6) == ["L1[0:2)", "L1[2:4)", "L1[4:6)", "L2[0:4)", "L2[4:6)"]
+
+
+def test_viz_every_with_the_universal_transformer_is_refused(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=20)
+    run = tmp_path / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--model", "universal",
+                 "--viz-every", "1", *TINY_MODEL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--viz-every" in err and "--model universal" in err
+    assert not run.exists()
+
+
+def test_cli_offers_the_views_and_scales_plots_draw():
+    from graphformer.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    options = {a.dest: a.choices for a in sub.choices["animate"]._actions}
+    assert tuple(options["view"]) == VIEWS and tuple(options["scale"]) == SCALES
 
 
 def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):

@@ -12,9 +12,9 @@ Four backends compute the same thing:
   patterns on longer sequences, the Universal Transformer's subgraphs of active nodes).
 
 
-Layers call :func:`graph_attention` and never the kernels themselves, so another
+Layers call `graph_attention` and never the kernels themselves, so another
 implementation (plain PyTorch scatter ops, say, for CUDA without a DGL CUDA build) can be
-registered in ``BACKENDS`` and chosen with :func:`set_backend` without touching the layers.
+registered in ``BACKENDS`` and chosen with `set_backend` without touching the layers.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def graph_attention(graph, q, k, v, return_weights: bool = False, name: str | No
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
     along the edges of ``graph``; returns (N_dst, H, d) [and (E, H, 1) weights].
 
-    ``name`` ('enc', 'dec', 'cross') labels the call for :func:`record_attention`.
+    ``name`` ('enc', 'dec', 'cross') labels the call for `record_attention`.
     """
     attend = BACKENDS[_active["name"]]
     if not (_recorders and name):

@@ -12,8 +12,8 @@ With length-bucketed batches of short sentences padding is small, so this is the
 for training; for long sequences with local patterns (most of the tile empty) ``blocked`` is.
 
 A graph knows which nodes belong to which sample only if whoever built it said so: a
-:class:`~graphformer.graphs.GraphBatch` for its relations (:func:`mark_segments`), incremental
-decoding for its per-step graphs (:meth:`Segments.of_rows`). Any other graph (the Universal
+`graphformer.graphs.GraphBatch` for its relations (`mark_segments`), incremental
+decoding for its per-step graphs (`Segments.of_rows`). Any other graph (the Universal
 Transformer's subgraphs of active nodes) falls back to the DGL kernels.
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Segments:
         return cls(key_index, rows, 1, mask[:, None], (edge_at[0], torch.zeros_like(edge_at[0]), edge_at[1]))
 
     def edges(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(u, v) of a graph with these segments (for :meth:`of_rows` layouts)."""
+        """(u, v) of a graph with these segments (for `of_rows` layouts)."""
         sample, _, column = self.edge_at
         return self.key_index[sample, column], self.query_slot[sample]
 
@@ -122,7 +122,7 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def attend(graph, q, k, v, return_weights: bool = False):
-    """Same contract as :func:`graphformer.attention.dgl_ops.attend`."""
+    """Same contract as `graphformer.attention.dgl_ops.attend`."""
     seg = segments_of(graph) if graph.num_edges() else None
     if seg is None:
         return dgl_ops.attend(graph, q, k, v, return_weights=return_weights)

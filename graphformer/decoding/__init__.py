@@ -9,7 +9,7 @@ from graphformer.graphs import GraphPool, make_batch
 
 
 def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int, extra: int = 50) -> torch.Tensor:
-    """At most ``source length + extra`` tokens (including </s>), within the positional table."""
+    """At most ``source length + extra`` tokens (including `</s>`), within the positional table."""
     return torch.clamp(src_lengths + extra, max=model_max_len)
 
 

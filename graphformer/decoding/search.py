@@ -1,10 +1,10 @@
-r"""Greedy and beam search over a stepper (see :mod:`graphformer.decoding.steppers`).
+r"""Greedy and beam search over a stepper (see `graphformer.decoding.steppers`).
 
 Beam search ranks hypotheses by the GNMT length-normalised score (Wu et al., 2016):
 
     score(Y) = log P(Y | X) / lp(Y),     lp(Y) = ((5 + |Y|) / 6) ** alpha
 
-where |Y| counts the generated tokens including </s>. A hypothesis that has emitted </s> is
+where |Y| counts the generated tokens including `</s>`. A hypothesis that has emitted `</s>` is
 frozen: it keeps its tokens, log-probability and length, and competes with the live ones on its
 final score. A sentence is done when all of its k hypotheses are frozen; at its length limit
 every live hypothesis is made to end.
@@ -42,7 +42,7 @@ def _mask_step(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor:
 def greedy_search(stepper, max_lengths: torch.Tensor) -> list[Hypothesis]:
     """The most likely token at every step, for each of the (H,) hypotheses of the stepper.
 
-    max_lengths: (H,) most tokens (including </s>) each hypothesis may generate.
+    max_lengths: (H,) most tokens (including `</s>`) each hypothesis may generate.
     """
     num = len(max_lengths)
     device = max_lengths.device
@@ -68,7 +68,7 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
     """The best of ``beam`` hypotheses for each of the B sentences.
 
     The stepper must hold B * beam hypotheses (hypothesis h belongs to sentence h // beam).
-    max_lengths: (B,) most tokens (including </s>) per sentence.
+    max_lengths: (B,) most tokens (including `</s>`) per sentence.
     """
     if beam < 1:
         raise ValueError(f"beam size must be at least 1, got {beam}")

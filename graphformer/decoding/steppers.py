@@ -1,17 +1,17 @@
 """Steppers: the model's next-token distribution for a set of growing hypotheses.
 
-Search (greedy or beam) sees only this interface::
+Search (greedy or beam) sees only this interface:
 
     stepper.step(tokens)   feed each hypothesis its newest token (H,), get (H, V) log-probs
     stepper.reorder(idx)   hypothesis h now continues hypothesis idx[h] (beam search)
 
 Two implementations give the same numbers:
 
-* :class:`IncrementalStepper` - graph decoding proper. At step t only the H newest target nodes
+* `IncrementalStepper` - graph decoding proper. At step t only the H newest target nodes
   are computed. Each layer's keys and values of earlier target nodes are kept as node state, so
   the only messages sent are along the in-edges of the new nodes: for full attention t + 1
   decoder self-attention edges and n_src cross-attention edges per hypothesis.
-* :class:`RecomputeStepper` - rebuilds each hypothesis's whole prefix as a training batch every
+* `RecomputeStepper` - rebuilds each hypothesis's whole prefix as a training batch every
   step. Slow (quadratic work), kept as the reference the incremental one is tested against.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def rows_graph(key_index: torch.Tensor, num_keys: int) -> dgl.DGLGraph:
 
 
 class IncrementalStepper:
-    """Incremental graph decoding for a :class:`~graphformer.model.GraphTransformer`.
+    """Incremental graph decoding for a `graphformer.model.GraphTransformer`.
 
     Args:
         model: the model (used in eval mode under no_grad by the caller).

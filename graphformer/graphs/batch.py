@@ -4,7 +4,7 @@ There is no padding: a batch of B samples with lengths (n_b, m_b) has sum(n_b) s
 and sum(m_b) target nodes, numbered sample by sample, and every per-node tensor below is indexed
 by those node ids. (A tree encoder pattern adds span nodes after each sample's source tokens.)
 
-A source sentence x_1..x_n gets n + 1 nodes, x_1 ... x_n </s>: the end marker gives the
+A source sentence x_1..x_n gets n + 1 nodes, x_1 ... x_n `</s>`: the end marker gives the
 decoder a key to find where the source stops (without it, "the position after the last
 token" has no node to attend to, and copying learns the length of its output poorly).
 Teacher forcing for a target sentence y_1..y_k (without specials) uses m = k + 1 nodes:
@@ -31,7 +31,7 @@ class GraphBatch:
     """What a model needs to run one mini-batch.
 
     Attributes:
-        graph: batched heterograph (see :mod:`graphformer.graphs.pool`).
+        graph: batched heterograph (see `graphformer.graphs.pool`).
         src_tokens, src_pos: (N_src,) token id and position of each source node.
         tgt_tokens, tgt_pos: (N_tgt,) decoder input token and position of each target node.
         gold: (N_tgt,) the token each target node must predict; ``None`` for inference batches.
@@ -95,8 +95,8 @@ def make_batch(
 ) -> GraphBatch:
     """Batch source sequences and (for training) target sequences of token ids.
 
-    Sequences are given without specials; </s> ends every source, <s> starts every decoder input
-    and </s> ends every gold output. Without targets the batch has no target nodes and serves as
+    Sequences are given without specials; `</s>` ends every source, `<s>` starts every decoder input
+    and `</s>` ends every gold output. Without targets the batch has no target nodes and serves as
     the start of decoding.
     """
     if len(src) == 0:

@@ -18,8 +18,8 @@ queries target positions. Every pattern below is a set of (key i, query j) pairs
 c(j) is j itself, or the last key for a query past the end of a shorter key sequence
 (cross-attention when the output is longer than the input), so no query is ever left without keys.
 ``causal-NAME`` keeps only the pairs with i <= j of NAME: decoder self-attention must be causal.
-Patterns combine by union with ``+``: ``window:8+global:1``. :func:`parse` turns such a string into
-a pattern; :func:`from_edges`, :func:`from_networkx` and plain Python functions make patterns too.
+Patterns combine by union with ``+``: ``window:8+global:1``. `parse` turns such a string into
+a pattern; `from_edges`, `from_networkx` and plain Python functions make patterns too.
 
 Every pattern here is *prefix-stable*: the keys of query j do not depend on how many queries
 come after it, so incremental decoding sees exactly the edges that training saw.
@@ -136,7 +136,7 @@ def _random_causal(r: int, seed: int = 0) -> Pattern:
 
 def tree(k: int) -> Pattern:
     """BP-Transformer's binary-partition graph: each token attends to k spans per level and side;
-    the graph gains span nodes, numbered after the tokens (:mod:`graphformer.graphs.tree`)."""
+    the graph gains span nodes, numbered after the tokens (`graphformer.graphs.tree`)."""
     _positive("tree", k)
 
     def pattern(nk: int, nq: int) -> EdgeList:

@@ -1,6 +1,6 @@
 """The graph pool: one heterograph per (source length, target length), built on demand.
 
-Each graph has two node types and three relations (one per attention sub-layer)::
+Each graph has two node types and three relations (one per attention sub-layer):
 
     node types   'src' (n source tokens)        'tgt' (m target tokens)
     relations    ('src', 'enc',   'src')        encoder self-attention   (full: n^2 edges)
@@ -11,8 +11,8 @@ One heterograph rather than three graphs keeps the node ids of a sample consiste
 relations and lets ``dgl.batch`` offset all of them in one call. Node features hold positions;
 token ids are per sample and are attached after batching.
 
-Which edges each relation has is an attention pattern (:mod:`graphformer.graphs.patterns`);
-the defaults give the original Transformer. A tree encoder pattern (:mod:`graphformer.graphs.tree`)
+Which edges each relation has is an attention pattern (`graphformer.graphs.patterns`);
+the defaults give the original Transformer. A tree encoder pattern (`graphformer.graphs.tree`)
 adds span nodes after each sample's n source tokens and a fourth relation, ('src', 'span', 'src'),
 from every token to the spans that hold it, which builds the span nodes' inputs.
 """

@@ -3,7 +3,7 @@ r"""A binary-partition tree over the source, in the manner of BP-Transformer (Ye
 Besides its n token nodes the encoder graph gets *span nodes*: level l >= 1 cuts the sequence
 into spans of 2^l tokens (the last one may be shorter), up to the last level with at least two
 spans (the root, a span of everything, would overlap every token's own position, so no token
-could use it). For n = 6::
+could use it). For n = 6:
 
     level 2   [0 ...... 4) [4 .. 6)                  nodes 9, 10
     level 1   [0, 2) [2, 4) [4, 6)                   nodes 6, 7, 8

@@ -1,4 +1,4 @@
-"""Hyper-parameters of the models, declared once (see :mod:`graphformer.config_io`).
+"""Hyper-parameters of the models, declared once (see `graphformer.config_io`).
 
 Importing this module costs neither torch nor DGL: the command line builds its options from it.
 The defaults train a good copy-task model in a few minutes on 2 CPU cores (test exact match

@@ -5,7 +5,7 @@ from torch import nn
 
 
 def to_torch_transformer(model) -> nn.Transformer:
-    """A ``torch.nn.Transformer`` with the weights of a :class:`~graphformer.model.GraphTransformer`.
+    """A ``torch.nn.Transformer`` with the weights of a `graphformer.model.GraphTransformer`.
 
     Embeddings and generator are not part of ``nn.Transformer``: keep using the graph model's
     ``src_embed``, ``tgt_embed`` and ``generator`` around it. Dropout is 0 (for inference and

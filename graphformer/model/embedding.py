@@ -92,7 +92,7 @@ class Embedder(nn.Module):
 
 
 def embed_source(embedder: Embedder, batch) -> torch.Tensor:
-    """(N_src, d_model) inputs of the source nodes of a :class:`~graphformer.graphs.GraphBatch`.
+    """(N_src, d_model) inputs of the source nodes of a `graphformer.graphs.GraphBatch`.
 
     Token nodes get ``embedder(token, position)``. Span nodes, which a tree encoder pattern adds,
     start as the mean of the inputs of the tokens they hold (messages along the 'span' relation).

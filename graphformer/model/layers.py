@@ -1,7 +1,7 @@
 r"""Encoder and decoder layers as *pre* and *post* node functions around message passing.
 
 A layer never touches edges itself: ``pre`` turns node states into queries, keys and values,
-:func:`graphformer.attention.graph_attention` moves messages along the edges, and ``post`` turns
+`graphformer.attention.graph_attention` moves messages along the edges, and ``post`` turns
 the aggregated messages back into node states. Running a layer on part of a graph (the still-active
 tokens of the Universal Transformer, the newest token while decoding) is then just calling the
 node functions on fewer nodes.

@@ -67,7 +67,7 @@ class Generator(nn.Module):
 
 
 class GraphTransformer(nn.Module):
-    """Encoder-decoder Transformer whose attention runs on the edges of a :class:`GraphBatch`."""
+    """Encoder-decoder Transformer whose attention runs on the edges of a `GraphBatch`."""
 
     aux_loss = None  # the Transformer has no loss besides the likelihood
 
@@ -120,7 +120,7 @@ def build_model(cfg: ModelConfig) -> nn.Module:
 
 
 def make_model(src_vocab: int, tgt_vocab: int | None = None, **hyper) -> nn.Module:
-    """Build a :class:`GraphTransformer` (or, with ``model="universal"``, a
-    :class:`~graphformer.model.universal.UniversalTransformer`); ``hyper`` are
-    :class:`ModelConfig` fields."""
+    """Build a `GraphTransformer` (or, with ``model="universal"``, a
+    `graphformer.model.universal.UniversalTransformer`); ``hyper`` are
+    `ModelConfig` fields."""
     return build_model(ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper))

@@ -1,4 +1,4 @@
-"""Training and decoding options, declared once (see :mod:`graphformer.config_io`) and saved with
+"""Training and decoding options, declared once (see `graphformer.config_io`) and saved with
 the run (``RUN_DIR/config.json`` and every checkpoint).
 
 Resuming a run keeps its configuration: only the fields marked ``RESUME_OVERRIDES`` (how long to

@@ -63,7 +63,7 @@ def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: floa
 def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6,
              tgt_vocab=None, references: list[str] | None = None, detokenize=None) -> dict:
     """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
-    and detokenizer) also BLEU, standard and tokenized (see :mod:`graphformer.training.bleu`)."""
+    and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`)."""
     scores = teacher_forced(model, split, pool)
     scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha)
     scores["n"] = len(split)

@@ -1,13 +1,13 @@
 r"""Label-smoothed negative log-likelihood over target nodes.
 
 The smoothed target puts 1 - eps on the gold token and spreads eps evenly over the other
-tokens except <pad>, which no target node ever predicts:
+tokens except `<pad>`, which no target node ever predicts:
 
     q(w) = 1 - eps                  if w = gold
          = eps / (V - 2)            for every other w != <pad>
     loss = - sum_nodes sum_w q(w) log p(w)
 
-Graph batches have no padding nodes, so no position needs masking; gold <pad> ids (possible in
+Graph batches have no padding nodes, so no position needs masking; gold `<pad>` ids (possible in
 dense layouts) are skipped all the same.
 """
 from __future__ import annotations

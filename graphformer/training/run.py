@@ -1,6 +1,6 @@
 """Reading a run back: data preparation shared with training, and the trained model with
 everything needed to feed it (for ``evaluate``, ``translate`` and the notebooks). The files are
-described in :mod:`graphformer.training.run_dir`."""
+described in `graphformer.training.run_dir`."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,7 +9,7 @@
     RUN_DIR/data/                generated copy/sort data (unless --data-dir says otherwise)
     RUN_DIR/.lock                held by the training process that writes the run
 
-Every file is replaced atomically (:mod:`graphformer.files`); the logs are appended a line at a
+Every file is replaced atomically (`graphformer.files`); the logs are appended a line at a
 time and cut back to the checkpoint when a run resumes (a crash can leave records past it, or
 half a line).
 """

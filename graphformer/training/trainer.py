@@ -72,6 +72,8 @@ class Trainer:
     def _start(self, model_cfg: ModelConfig):
         if self.ctx.is_main and self.files.holds_run():
             raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
+        from graphformer.viz.recording import check_recordable
+        check_recordable(model_cfg.model, self.cfg.viz_every)
         self._open_run_dir()
         self._load_data()
         self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
@@ -204,6 +206,8 @@ class Trainer:
         metrics = None
         done = self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
         try:
+            if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
+                self._record_attention(0)  # the untrained model: the first frame of an animation
             while self.progress["epoch"] < self.cfg.epochs and not done:
                 if not self._train_epoch():
                     break

@@ -1,7 +1,7 @@
 """Attention maps: the normalised edge weights of one sample, as dense (layers, heads, queries, keys).
 
 The forward pass records every layer's edge weights a_uv / z_v (see
-:func:`graphformer.attention.record_attention`); the edges of the chosen sample are picked out
+`graphformer.attention.record_attention`); the edges of the chosen sample are picked out
 of the batched graph by their node-id range and scattered into a dense array in one indexing
 operation. Pairs without an edge (the future in the decoder, anything a sparse pattern leaves
 out) are NaN, so a plot shows the pattern itself.

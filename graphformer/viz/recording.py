@@ -1,5 +1,7 @@
 """Attention maps recorded during training: ``RUN_DIR/attention/epoch_NNNN.pt``, one per recorded
-epoch, each holding the maps of all three relations for the first validation sample."""
+epoch (epoch 0: the untrained model), each holding the maps of all three relations for the first
+validation sample; and the pictures `graphformer animate` and `graphformer heatmap` draw of them.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,21 +12,48 @@ from graphformer.errors import UserError
 from graphformer.graphs import make_batch, tree
 from graphformer.training.checkpoint import save_atomic
 from graphformer.viz.maps import RELATIONS, attention_maps
+from graphformer.viz.plots import AttentionPicture
 from graphformer.vocab import EOS, SOS
 
+# What the rows and columns of each relation's map are (targets enter the decoder shifted right).
+DECODER_INPUTS = "decoder inputs <s>, y1, ..."
+AXES = {"enc": ("keys: source tokens", "queries: source tokens"),
+        "dec": (f"keys: {DECODER_INPUTS}", f"queries: {DECODER_INPUTS}"),
+        "cross": ("keys: source tokens", f"queries: {DECODER_INPUTS}")}
 
-def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch: int) -> Path:
+
+def check_recordable(model_kind: str, viz_every: int | None) -> None:
+    """Only the Transformer's maps are recorded; the Universal Transformer's per-step subgraphs
+    are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`)."""
+    if viz_every and model_kind != "transformer":
+        raise UserError(f"--viz-every records the attention of --model transformer only, not --model {model_kind}; "
+                        "drop --viz-every (notebook 03 draws the Universal Transformer's ponder steps)")
+
+
+def span_labels(n: int) -> list[str]:
+    """Labels of the span nodes of a tree pattern over n tokens: level and token range, e.g.
+    ``L1[0:2)``, in node order (after the n tokens)."""
+    labels = []
+    for level, count in enumerate(tree.levels(n), start=1):
+        for index in range(count):
+            first, end = index << level, min((index + 1) << level, n)
+            labels.append(f"L{level}[{first}:{end})")
+    return labels
+
+
+def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch: int) -> Path | None:
+    """Write the maps of the first sample of ``split`` to ``run_dir/attention/epoch_NNNN.pt``."""
     if getattr(model.cfg, "model", "transformer") != "transformer":
-        return None  # the Universal Transformer's per-step subgraphs are plotted as ponder maps instead
+        return None
     src, tgt = split.src[0], split.tgt[0]
     batch = make_batch(pool, [src], [tgt]).to(next(model.parameters()).device)
     src_labels = [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
     n = len(src_labels)
-    spans = [tree.span_range(n, node) for node in range(n, n + pool.span_nodes(n))]  # tree patterns only
+    spans = span_labels(n) if pool.span_nodes(n) else []  # tree patterns only
     record = {
         "epoch": epoch,
         "src_labels": src_labels,
-        "enc_labels": src_labels + [f"[{first}:{end})" for first, end in spans],
+        "enc_labels": src_labels + spans,
         "tgt_labels": [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt],
         "maps": {rel: attention_maps(model, batch, rel) for rel in RELATIONS},
     }
@@ -36,8 +65,31 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
 
 
 def load_records(run_dir: str | Path) -> list[dict]:
+    """Every recorded epoch of a run, oldest first."""
     folder = Path(run_dir) / "attention"
     paths = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
     if not paths:
         raise UserError(f"no attention maps recorded in {run_dir}; train with --viz-every N to record them")
     return [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+
+
+def picture(record: dict, relation: str = "cross", layer: int = -1, head: int | str = 0) -> AttentionPicture:
+    """One head (``head=N``) or every head (``head='all'``) of one layer of a recorded epoch."""
+    maps = record["maps"][relation]
+    layers, heads = maps.shape[:2]
+    if not -layers <= layer < layers:
+        raise UserError(f"--layer {layer} is out of range: the model has {layers} layers")
+    if head != "all" and not 0 <= head < heads:
+        raise UserError(f"--head {head} is out of range: the model has {heads} heads")
+    chosen = list(range(heads)) if head == "all" else [head]
+    src = record["src_labels"]
+    keys, queries = {"enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
+                     "dec": (record["tgt_labels"],) * 2, "cross": (src, record["tgt_labels"])}[relation]
+    epoch = record["epoch"]
+    when = f"epoch {epoch}" + (" (untrained)" if epoch == 0 else "")
+    which = "all heads" if head == "all" else f"head {head}"
+    key_axis, query_axis = AXES[relation]
+    return AttentionPicture(maps=maps[layer, chosen].numpy(), keys=list(keys), queries=list(queries),
+                            panel_titles=[f"head {h}" for h in chosen],
+                            title=f"{relation} layer {layer % layers} {which}, {when}",
+                            key_axis=key_axis, query_axis=query_axis)
