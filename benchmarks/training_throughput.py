@@ -89,7 +89,7 @@ def main():
     CONFIG = CONFIGS[args.task]
     scratch = Path(tempfile.mkdtemp())
     if args.task == "copy":
-        data = tasks.write_task("copy", scratch / "copy", seed=1)
+        data = synthetic.write_task("copy", scratch / "copy", seed=1)
         sizing = {"batch_size": args.batch_size}
     else:
         data = multi30k.prepare(scratch / "multi30k", mirror=args.data_dir)

@@ -39,8 +39,8 @@ def train(run, data, *args):
         graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--quiet", *args)
 '''
 
-SMALL_DATA = '''from graphformer.data import tasks
-data = tasks.write_task("{task}", WORK / "{task}-data", seed=1,
+SMALL_DATA = '''from graphformer.data import synthetic
+data = synthetic.write_task("{task}", WORK / "{task}-data", seed=1,
                         sizes={{"train": 600, "valid": 50, "test": 50}} if QUICK else tasks.SPLITS)
 '''
 
@@ -139,7 +139,7 @@ split = loaded.split("valid")
 batch = make_batch(loaded.model.make_pool(), split.src[:1], split.tgt[:1])
 with torch.no_grad():
     loaded.model(batch)
-labels = split.src_tokens[0] + ["</s>"]
+labels = split.src_words[0] + ["</s>"]
 ponder_map(loaded.model.stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
 display(Image(WORK / "ponder.png"))'''),
     ],

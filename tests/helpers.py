@@ -13,8 +13,8 @@ TINY_MODEL = ["--layers", "1", "--d-model", "32", "--heads", "4", "--d-ff", "64"
 
 
 def small_copy_data(path, n_train=240, seed=1):
-    from graphformer.data import tasks
-    return tasks.write_task("copy", path, seed=seed, sizes={"train": n_train, "valid": 40, "test": 40})
+    from graphformer.data import synthetic
+    return synthetic.write_task("copy", path, seed=seed, sizes={"train": n_train, "valid": 40, "test": 40})
 
 
 def read_jsonl(path):

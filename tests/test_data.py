@@ -1,8 +1,8 @@
 """Synthetic tasks, parallel text, vocabularies and batching."""
 import pytest
 
-from graphformer.data import tasks
-from graphformer.data.batching import merge_shards, plan_batches, shard
+from graphformer.data import synthetic
+from graphformer.data.batching import plan_batches, shard
 from graphformer.data.corpus import build_vocabs, read_split
 from graphformer.data.text import read_parallel
 from graphformer.errors import UserError
@@ -12,9 +12,9 @@ SMALL = {"train": 200, "valid": 30, "test": 30}
 
 
 def test_tasks_are_reproducible_from_the_seed(tmp_path):
-    a = tasks.write_task("sort", tmp_path / "a", seed=7, sizes=SMALL)
-    b = tasks.write_task("sort", tmp_path / "b", seed=7, sizes=SMALL)
-    c = tasks.write_task("sort", tmp_path / "c", seed=8, sizes=SMALL)
+    a = synthetic.write_task("sort", tmp_path / "a", seed=7, sizes=SMALL)
+    b = synthetic.write_task("sort", tmp_path / "b", seed=7, sizes=SMALL)
+    c = synthetic.write_task("sort", tmp_path / "c", seed=8, sizes=SMALL)
     for name in ("train.src", "train.tgt", "valid.src", "test.tgt"):
         assert (a / name).read_text() == (b / name).read_text()
     assert (a / "train.src").read_text() != (c / "train.src").read_text()
@@ -22,15 +22,15 @@ def test_tasks_are_reproducible_from_the_seed(tmp_path):
 
 @pytest.mark.parametrize("task", ["copy", "sort"])
 def test_task_targets(task, tmp_path):
-    split = read_split(tasks.write_task(task, tmp_path, sizes=SMALL), "train")
+    split = read_split(synthetic.write_task(task, tmp_path, sizes=SMALL), "train")
     assert len(split) == 200
-    for src, tgt in zip(split.src_tokens, split.tgt_tokens):
+    for src, tgt in zip(split.src_words, split.tgt_words):
         assert len(src) >= 1 and all(len(t) == 1 and t.islower() for t in src)
         assert tgt == (sorted(src) if task == "sort" else src)
 
 
 def test_default_sizes_and_length_distribution(tmp_path):
-    data = tasks.write_task("copy", tmp_path)
+    data = synthetic.write_task("copy", tmp_path)
     lengths = [len(line.split()) for line in (data / "train.src").read_text().splitlines()]
     assert len(lengths) == 9000
     assert len((data / "valid.src").read_text().splitlines()) == 1000
@@ -94,7 +94,6 @@ def test_token_budget_and_bucketing():
 def test_shards_partition_the_global_batches():
     plan = plan_batches(LENGTHS, LENGTHS, batch_size=10, seed=0)
     ranks = [shard(plan, r, 3) for r in range(3)]
-    merged = merge_shards(plan, 3)
-    assert len({len(r) for r in ranks}) == 1
-    for s, global_batch in enumerate(merged):
-        assert global_batch == sum((ranks[r][s] for r in range(3)), [])
+    assert len({len(r) for r in ranks}) == 1 and len(ranks[0]) == len(plan) // 3
+    taken = [b for step in zip(*ranks) for b in step]  # step by step, rank by rank
+    assert taken == plan[:len(taken)]  # every batch once, in order; only the short tail is dropped

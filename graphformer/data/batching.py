@@ -2,8 +2,9 @@
 
 Samples are sorted by length (ties broken at random), cut into batches of similar lengths, and the
 batches are shuffled. Sorting keeps each batch's graphs alike in size; shuffling the batches keeps
-the order of training random. A batch is limited by a sentence count or by a token budget
-(source + target tokens, the number of nodes in the batched graph).
+the order of training random. A batch is limited by a sentence count or by a token budget:
+source + target tokens + 1 per sample (the target's `<s>`), one less than the sample's nodes in the
+batched graph (the source's `</s>` is not counted).
 """
 from __future__ import annotations
 
@@ -52,9 +53,3 @@ def shard(plan: list[list[int]], rank: int, world: int) -> list[list[int]]:
     some rank without a batch is dropped, so every rank takes the same number of steps)."""
     steps = len(plan) // world
     return [plan[s * world + rank] for s in range(steps)]
-
-
-def merge_shards(plan: list[list[int]], world: int) -> list[list[int]]:
-    """The global batches that ``world`` ranks train on together, one per step."""
-    steps = len(plan) // world
-    return [sum(plan[s * world:(s + 1) * world], []) for s in range(steps)]

@@ -8,24 +8,21 @@ from graphformer.data.text import read_parallel
 from graphformer.errors import UserError
 from graphformer.vocab import Vocab
 
-SPLIT_NAMES = ("train", "valid", "test")
-
-
 @dataclass
 class Split:
-    """Sentence pairs as token strings and as ids."""
+    """Sentence pairs as words (token strings) and as token ids."""
 
-    src_tokens: list[list[str]]
-    tgt_tokens: list[list[str]]
+    src_words: list[list[str]]
+    tgt_words: list[list[str]]
     src: list[list[int]] = field(default_factory=list)
     tgt: list[list[int]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.src_tokens)
+        return len(self.src_words)
 
     def encode(self, src_vocab: Vocab, tgt_vocab: Vocab) -> "Split":
-        self.src = [src_vocab.encode(s) for s in self.src_tokens]
-        self.tgt = [tgt_vocab.encode(t) for t in self.tgt_tokens]
+        self.src = [src_vocab.encode(s) for s in self.src_words]
+        self.tgt = [tgt_vocab.encode(t) for t in self.tgt_words]
         return self
 
 
@@ -41,6 +38,6 @@ def read_split(data_dir: str | Path, name: str) -> Split:
 def build_vocabs(train: Split, min_count: int = 1, shared: bool = True) -> tuple[Vocab, Vocab]:
     """Vocabularies from the training split only (never from valid or test)."""
     if shared:
-        vocab = Vocab.build(train.src_tokens + train.tgt_tokens, min_count)
+        vocab = Vocab.build(train.src_words + train.tgt_words, min_count)
         return vocab, vocab
-    return Vocab.build(train.src_tokens, min_count), Vocab.build(train.tgt_tokens, min_count)
+    return Vocab.build(train.src_words, min_count), Vocab.build(train.tgt_words, min_count)

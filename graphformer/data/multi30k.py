@@ -114,7 +114,7 @@ class MosesPipeline:
         return self._detok.detokenize(tokens)
 
 
-def prepare(data_dir: Path, mirror: str | Path | None = None, train_limit: int | None = None) -> Path:
+def prepare(data_dir: Path, mirror: str | Path | None = None) -> Path:
     """Fetch, tokenize, and write ``data_dir/{train,valid,test}.{src,tgt}`` (tokenized) plus the
     raw references ``data_dir/{split}.ref`` for BLEU. Existing files are kept."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -124,8 +124,6 @@ def prepare(data_dir: Path, mirror: str | Path | None = None, train_limit: int |
     src_tok, tgt_tok = MosesPipeline(SRC_LANG), MosesPipeline(TGT_LANG)
     for split, stem in SPLIT_FILES.items():
         en, de = read_gz(raw / f"{stem}.{SRC_LANG}.gz"), read_gz(raw / f"{stem}.{TGT_LANG}.gz")
-        if split == "train" and train_limit:
-            en, de = en[:train_limit], de[:train_limit]
         write_lines_atomic(data_dir / f"{split}.src", [" ".join(src_tok.tokenize(x)) for x in en])
         write_lines_atomic(data_dir / f"{split}.tgt", [" ".join(tgt_tok.tokenize(x)) for x in de])
         write_lines_atomic(data_dir / f"{split}.ref", de)

@@ -1,47 +1,95 @@
-"""Synthetic sequence tasks, generated reproducibly from a seed.
+"""Tasks: what training needs to know about a data set, and nothing else.
 
-    copy:  h e l l o  ->  h e l l o
-    sort:  h e l l o  ->  e h l l o
+A task says where its aligned ``{train,valid,test}.{src,tgt}`` files come from (generated,
+fetched, or the user's own), how a line of text becomes tokens and back, which validation metric
+picks the best checkpoint, and whether raw references exist for BLEU. The trainer, ``evaluate``
+and ``translate`` see tasks only through this interface: a new task is a subclass of ``Task`` and
+one line in ``TASKS``.
 
-Letters a-z; lengths drawn from N(15, 3), rounded and clipped to at least 1; 9000 / 1000 / 1000
-train / valid / test sentences. The files are whitespace-separated letters, one sentence a line,
-in the same layout as any parallel data set (``train.src``, ``train.tgt``, ...).
+This module imports neither torch nor DGL (the command line lists the task names from it).
 """
 from __future__ import annotations
 
-import random
-import string
 from pathlib import Path
+from typing import Callable, Optional
 
-from graphformer.data.text import write_lines_atomic
+from graphformer.data import multi30k, synthetic
+from graphformer.errors import ConfigError, UserError
 
-TASKS = ("copy", "sort")
-SPLITS = {"train": 9000, "valid": 1000, "test": 1000}
-
-
-def generate_pairs(task: str, n: int, rng: random.Random) -> list[tuple[str, str]]:
-    if task not in TASKS:
-        raise ValueError(f"unknown synthetic task {task!r}; choose one of {TASKS}")
-    pairs = []
-    for _ in range(n):
-        length = max(1, round(rng.gauss(15, 3)))
-        letters = [rng.choice(string.ascii_lowercase) for _ in range(length)]
-        target = sorted(letters) if task == "sort" else letters
-        pairs.append((" ".join(letters), " ".join(target)))
-    return pairs
+Tokenize = Callable[[str], list]
+Detokenize = Callable[[list], str]
 
 
-def write_task(task: str, data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS) -> Path:
-    """Generate the task's splits into ``data_dir`` (files already there are left untouched)."""
-    data_dir = Path(data_dir)
-    if all((data_dir / f"{split}.{side}").exists() for split in sizes for side in ("src", "tgt")):
-        return data_dir  # evaluation and resumed runs call this every time: nothing to draw
-    data_dir.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(f"{task}-{seed}")
-    for split, n in sizes.items():
-        pairs = generate_pairs(task, n, rng)  # drawn in split order, so every split is reproducible
-        for side, lines in (("src", [p[0] for p in pairs]), ("tgt", [p[1] for p in pairs])):
-            path = data_dir / f"{split}.{side}"
-            if not path.exists():
-                write_lines_atomic(path, lines)
-    return data_dir
+class Task:
+    """Whitespace-tokenized parallel text that the user provides (``--data-dir``)."""
+
+    select_by = "loss"          # the validation metric that picks checkpoint_best.pt by default
+    needs_data_dir = True       # the data_dir option is required
+
+    def data_dir(self, data_dir: Optional[str], run_dir: Path) -> Path:
+        """Where the tokenized train/valid/test.{src,tgt} files of a run are."""
+        return Path(data_dir)
+
+    def prepare(self, data_dir: Optional[str], run_dir: Path, seed: int) -> Path:
+        """Make sure the files exist (generate or fetch them); returns their folder."""
+        folder = self.data_dir(data_dir, run_dir)
+        if not folder.is_dir():
+            raise UserError(f"data directory {folder} does not exist; give a folder with train/valid/test .src/.tgt files")
+        return folder
+
+    def pipelines(self) -> tuple[Tokenize, Detokenize]:
+        """(line -> tokens, target tokens -> line)."""
+        return str.split, " ".join
+
+    def references(self, folder: Path, split: str) -> Optional[list[str]]:
+        """Raw (untokenized) target lines of a split, for BLEU; None where the task has none."""
+        return None
+
+
+class SyntheticTask(Task):
+    """copy / sort, generated from the seed into RUN_DIR/data (or data_dir, if given)."""
+
+    select_by = "exact_match"
+    needs_data_dir = False
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def data_dir(self, data_dir, run_dir):
+        return Path(data_dir) if data_dir else run_dir / "data"
+
+    def prepare(self, data_dir, run_dir, seed):
+        return synthetic.write_task(self.name, self.data_dir(data_dir, run_dir), seed=seed)
+
+
+class Multi30kTask(Task):
+    """English -> German, fetched (or read from the mirror in data_dir), Moses-tokenized into
+    RUN_DIR/data, BLEU against the raw references."""
+
+    needs_data_dir = False
+
+    def data_dir(self, data_dir, run_dir):
+        return run_dir / "data"
+
+    def prepare(self, data_dir, run_dir, seed):
+        return multi30k.prepare(self.data_dir(data_dir, run_dir), mirror=data_dir)
+
+    def pipelines(self):
+        return multi30k.MosesPipeline(multi30k.SRC_LANG).tokenize, multi30k.MosesPipeline(multi30k.TGT_LANG).detokenize
+
+    def references(self, folder, split):
+        return (folder / f"{split}.ref").read_text(encoding="utf-8").splitlines()
+
+
+TASKS: dict[str, Task] = {
+    "copy": SyntheticTask("copy"),
+    "sort": SyntheticTask("sort"),
+    "parallel": Task(),
+    "multi30k": Multi30kTask(),
+}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise ConfigError("task", f"must be one of {', '.join(TASKS)}, got {name!r}")
+    return TASKS[name]

@@ -11,9 +11,9 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, option
+from graphformer.data.tasks import TASKS, get_task
 from graphformer.errors import ConfigError
 
-TASKS = ("copy", "sort", "parallel", "multi30k")
 # metric -> True when larger is better
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
@@ -25,7 +25,7 @@ RUNTIME = ("device", "threads", "attention_backend")
 @dataclass
 class TrainConfig(DictConfig):
     task: str = option("copy", "copy | sort (generated), parallel (your files in --data-dir), "
-                       "multi30k (English-German)", choices=TASKS)
+                       "multi30k (English-German)", choices=tuple(TASKS))
     data_dir: Optional[str] = option(None, "parallel: train/valid/test.{src,tgt} files; copy/sort: where to "
                                      "generate them (default RUN_DIR/data); multi30k: a local mirror of the raw "
                                      ".gz files instead of downloading", metavar="DIR")
@@ -44,7 +44,7 @@ class TrainConfig(DictConfig):
     label_smoothing: float = option(0.1, "probability mass spread over the other tokens", range=PROBABILITY)
     valid_beam: int = option(1, "beam of the per-epoch exact-match check (1 = greedy)", range=AT_LEAST_1)
     select_by: Optional[str] = option(None, "validation metric that picks checkpoint_best.pt (default: "
-                                      "exact_match for copy/sort, loss otherwise)", choices=tuple(SELECT_BY))
+                                      "the task's: exact_match for copy/sort, loss otherwise)", choices=tuple(SELECT_BY))
     save_every: Optional[int] = option(None, "also write checkpoint_last.pt every N steps", range=AT_LEAST_1)
     max_steps: Optional[int] = option(None, "stop with a checkpoint after this many optimizer steps", range=AT_LEAST_1)
     viz_every: Optional[int] = option(None, "record attention maps of a validation sample every N epochs",
@@ -60,11 +60,13 @@ class TrainConfig(DictConfig):
     def check(self) -> None:
         if self.batch_size is None and self.batch_tokens is None:
             self.batch_size = 64
+        task = get_task(self.task)
         if self.select_by is None:
-            self.select_by = "exact_match" if self.task in ("copy", "sort") else "loss"
+            self.select_by = task.select_by
         super().check()
-        if self.task == "parallel" and not self.data_dir:
-            raise ConfigError("data_dir", "is needed by task 'parallel': a directory with train/valid/test .src/.tgt files")
+        if task.needs_data_dir and not self.data_dir:
+            raise ConfigError("data_dir", f"is needed by task {self.task!r}: a directory with train/valid/test "
+                              ".src/.tgt files")
         if self.batch_size is not None and self.batch_tokens is not None:
             raise ConfigError("batch_size", "and batch_tokens exclude each other: give one")
         check_device_name(self.device)

@@ -70,5 +70,5 @@ def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float =
     if references is not None:
         from graphformer.training.bleu import bleu_scores
         hyp_tokens = [tgt_vocab.decode(h.tokens) for h in hyps]
-        scores.update(bleu_scores(hyp_tokens, split.tgt_tokens, [detokenize(h) for h in hyp_tokens], references))
+        scores.update(bleu_scores(hyp_tokens, split.tgt_words, [detokenize(h) for h in hyp_tokens], references))
     return scores

@@ -28,7 +28,8 @@ from graphformer.training import checkpoint, distributed
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
-from graphformer.training.run import build_model, check_matches_run, data_dir_of, prepare_data, read_splits, vocabs_for
+from graphformer.data.tasks import get_task
+from graphformer.training.run import check_matches_run, load_model, read_splits, vocabs_for
 from graphformer.files import write_json_atomic
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
@@ -98,7 +99,7 @@ class Trainer:
         self._load_data()
         self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
         self._encode()
-        self.model = build_model(state, path)
+        self.model = load_model(state, path)
         self.pool = self.model.make_pool()
         self._build_optimizer()
         self.optimizer.load_state_dict(state["optimizer"])
@@ -113,14 +114,15 @@ class Trainer:
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
 
     def _load_data(self):
+        task = get_task(self.cfg.task)
         if self.ctx.is_main:
-            prepare_data(self.cfg, self.run_dir)
+            task.prepare(self.cfg.data_dir, self.run_dir, self.cfg.seed)
         if self.ctx.distributed:
             torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
-        self.splits = read_splits(data_dir_of(self.cfg, self.run_dir))
+        self.splits = read_splits(task.data_dir(self.cfg.data_dir, self.run_dir))
         if self.cfg.train_limit:
             train = self.splits["train"]
-            train.src_tokens, train.tgt_tokens = train.src_tokens[:self.cfg.train_limit], train.tgt_tokens[:self.cfg.train_limit]
+            train.src_words, train.tgt_words = train.src_words[:self.cfg.train_limit], train.tgt_words[:self.cfg.train_limit]
 
     def _encode(self):
         for split in self.splits.values():
