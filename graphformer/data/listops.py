@@ -11,7 +11,7 @@ The operators, applied to their arguments x_1 .. x_k (2 <= k <= max_args):
 
     [MAX   max x_i
     [MIN   min x_i
-    [MED   the median, as LRA computes it (``int(np.median(x))``): the middle value of the sorted
+    [MED   the median, as LRA computes it (int(np.median(x))): the middle value of the sorted
            arguments for odd k, and for even k the mean of the two middle values rounded down,
            so [MED 1 2 ] = 1 and [MED 1 4 ] = 2
     [SM    (sum x_i) mod 10
@@ -21,12 +21,13 @@ The vocabulary is exactly `VOCABULARY`: the four operators, ``]`` and the ten di
 Shape of the trees. As in LRA, the root is at depth 1 and a node at depth ``max_depth`` is always
 a digit, so at most ``max_depth - 1`` operators are nested; LRA uses depth 10 and 10 arguments
 and keeps expressions of 500 to 2000 tokens. LRA draws trees freely and rejects those of the
-wrong length, which at these lengths throws almost every tree away. Here the length comes first:
-a target length is drawn uniformly from [min_length, max_length], and each operator splits its
-token budget among its arguments. Every argument is an operator with probability 1/4 (LRA's
-``VALUE_P``) and a digit otherwise, pushed as little as needed towards a shape that spends the
-budget exactly within the depth limit. The trees are therefore alike in their local statistics
-to LRA's, but they are not an exact sample of LRA's distribution conditioned on length.
+wrong length, which throws most trees away. Here the length comes first: a target length is
+drawn uniformly from [min_length, max_length], and each operator splits its token budget among
+its arguments. The number of arguments is drawn uniformly among those that fit; the number of
+them that are nested operators is drawn as in LRA (each with probability 1/4, ``VALUE_P``), then
+clipped to the range that can still spend the budget exactly within the depth limit. Long
+expressions are mostly shaped by that limit (a 2000-token tree of depth 10 must branch), so the
+trees resemble LRA's but are not an exact sample of LRA's trees conditioned on length.
 
 From Python:
 
