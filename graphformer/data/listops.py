@@ -49,6 +49,8 @@ CLOSE = "]"
 DIGITS = tuple(str(d) for d in range(10))
 VOCABULARY = OPERATORS + (CLOSE,) + DIGITS
 
+# LRA's settings, the defaults here.
+DEFAULT_MIN_LENGTH, DEFAULT_MAX_LENGTH, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ARGS = 500, 2000, 10, 10
 OPERATOR_PROBABILITY = 0.25  # LRA: an argument is a nested operator with probability 1/4
 SHORTEST = 4  # `[MAX 1 2 ]`: an operator, its two arguments and the closing bracket
 MAX_LENGTH = 8192  # longer than any experiment here needs; refuse what is likely a typo
@@ -105,8 +107,9 @@ def check_options(min_length: int, max_length: int, max_depth: int, max_args: in
                                         f"raise those or lower max_length")
 
 
-def generate_listops(n: int, rng: random.Random, min_length: int = 500, max_length: int = 2000,
-                     max_depth: int = 10, max_args: int = 10) -> list[tuple[str, str]]:
+def generate_listops(n: int, rng: random.Random,
+                     min_length: int = DEFAULT_MIN_LENGTH, max_length: int = DEFAULT_MAX_LENGTH,
+                     max_depth: int = DEFAULT_MAX_DEPTH, max_args: int = DEFAULT_MAX_ARGS) -> list[tuple[str, str]]:
     """``n`` (expression, answer digit) pairs, each expression between the two lengths in tokens."""
     check_options(min_length, max_length, max_depth, max_args)
     # capacity[d]: the longest expression rooted at depth d (index 0 unused).
@@ -182,8 +185,8 @@ def _split(total: int, parts: int, most: int, rng: random.Random) -> list[int]:
 
 
 def write_listops(data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS,
-                  min_length: int = 500, max_length: int = 2000, max_depth: int = 10,
-                  max_args: int = 10) -> Path:
+                  min_length: int = DEFAULT_MIN_LENGTH, max_length: int = DEFAULT_MAX_LENGTH,
+                  max_depth: int = DEFAULT_MAX_DEPTH, max_args: int = DEFAULT_MAX_ARGS) -> Path:
     """Generate ListOps splits into ``data_dir``: ``{split}.src`` expressions, ``{split}.tgt`` digits.
 
     Files already there are left untouched; see `graphformer.data.splits.write_splits`.

@@ -42,6 +42,8 @@ from graphformer.errors import ConfigError
 QUERY = "?"
 SHORTEST = 4  # one pair, the query marker and the query key
 MAX_LENGTH = 8192  # the longest context the long-range experiments use
+DEFAULT_LENGTH = 1024  # the default for both min_length and max_length
+DEFAULT_NUM_VALUES = 10  # chance is 10 %, as in ListOps
 SPLITS = {"train": 2000, "valid": 200, "test": 200}
 
 
@@ -79,8 +81,8 @@ def check_options(min_length: int, max_length: int, num_keys: int | None, num_va
                                       f"max_length={max_length} tokens (keys are distinct), not {num_keys}")
 
 
-def generate_recall(n: int, rng: random.Random, min_length: int = 1024, max_length: int = 1024,
-                    num_keys: int | None = None, num_values: int = 10) -> list[tuple[str, str]]:
+def generate_recall(n: int, rng: random.Random, min_length: int = DEFAULT_LENGTH, max_length: int = DEFAULT_LENGTH,
+                    num_keys: int | None = None, num_values: int = DEFAULT_NUM_VALUES) -> list[tuple[str, str]]:
     """``n`` (context and query, value) pairs of ``min_length`` to ``max_length`` tokens.
 
     ``num_keys`` defaults to the pairs in a sample of ``max_length`` tokens, the fewest that keep
@@ -103,8 +105,8 @@ def generate_recall(n: int, rng: random.Random, min_length: int = 1024, max_leng
 
 
 def write_recall(data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS,
-                 min_length: int = 1024, max_length: int = 1024, num_keys: int | None = None,
-                 num_values: int = 10) -> Path:
+                 min_length: int = DEFAULT_LENGTH, max_length: int = DEFAULT_LENGTH, num_keys: int | None = None,
+                 num_values: int = DEFAULT_NUM_VALUES) -> Path:
     """Generate recall splits into ``data_dir``: ``{split}.src`` contexts, ``{split}.tgt`` values.
 
     Files already there are left untouched; see `graphformer.data.splits.write_splits`.
