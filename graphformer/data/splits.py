@@ -1,0 +1,54 @@
+"""Write a generated task's train / valid / test splits as aligned text files.
+
+A generated task is a function ``draw(n) -> [(source, target), ...]`` that takes its randomness
+from one `random.Random`. The splits are drawn in the order of ``sizes`` from that one stream, so
+the same seed gives the same files. The layout is the one every parallel data set uses:
+
+    data_dir/train.src   one input a line, tokens separated by spaces
+    data_dir/train.tgt   the expected output on the same line number
+    data_dir/valid.src ...
+
+Files already there are left untouched (evaluation and resumed runs call the writer every time),
+and each file is written atomically: complete or absent, never half-written.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from graphformer.data.text import write_lines_atomic
+from graphformer.errors import ConfigError
+
+Draw = Callable[[int], list[tuple[str, str]]]
+
+
+def check_sizes(sizes: dict[str, int]) -> None:
+    """Refuse split sizes that are not whole numbers of at least 1."""
+    for split, n in sizes.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError("sizes", f"[{split!r}] must be a whole number of at least 1, not {n!r}")
+
+
+def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw) -> Path:
+    """Draw ``sizes[split]`` pairs for each split and write ``{split}.src`` / ``{split}.tgt``.
+
+    Args:
+        data_dir: the folder to write into (created if missing).
+        sizes: split name -> number of pairs, e.g. ``{"train": 2000, "valid": 200, "test": 200}``.
+        draw: ``draw(n)`` returns ``n`` (source, target) pairs of whitespace-separated tokens.
+
+    Returns:
+        ``data_dir`` as a `Path`.
+    """
+    check_sizes(sizes)
+    data_dir = Path(data_dir)
+    if all((data_dir / f"{split}.{side}").exists() for split in sizes for side in ("src", "tgt")):
+        return data_dir  # nothing to draw
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        pairs = draw(n)  # drawn even when the split's files exist, so later splits stay reproducible
+        for side, lines in (("src", [p[0] for p in pairs]), ("tgt", [p[1] for p in pairs])):
+            path = data_dir / f"{split}.{side}"
+            if not path.exists():
+                write_lines_atomic(path, lines)
+    return data_dir
