@@ -196,3 +196,14 @@ def test_recall_bad_options_name_the_option(options, name, tmp_path):
         recall.write_recall(tmp_path / "data", **options)
     assert str(err.value).startswith(name) and "\n" not in str(err.value)
     assert not (tmp_path / "data").exists()
+
+
+def test_recall_is_a_registered_training_task(tmp_path):
+    from graphformer.data.tasks import get_task
+    from graphformer.training.config import TrainConfig
+
+    cfg = TrainConfig(task="recall")
+    assert cfg.select_by == "exact_match"  # one answer token: exact match is accuracy
+    folder = get_task("recall").prepare(None, tmp_path, seed=cfg.seed)
+    sources = (folder / "valid.src").read_text().splitlines()
+    assert len(sources) == 200 and {len(line.split()) for line in sources} == {1024}

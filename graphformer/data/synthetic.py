@@ -13,7 +13,7 @@ import random
 import string
 from pathlib import Path
 
-from graphformer.data.text import write_lines_atomic
+from graphformer.data.splits import write_splits
 
 NAMES = ("copy", "sort")
 SPLITS = {"train": 9000, "valid": 1000, "test": 1000}
@@ -33,15 +33,5 @@ def generate_pairs(task: str, n: int, rng: random.Random) -> list[tuple[str, str
 
 def write_task(task: str, data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS) -> Path:
     """Generate the task's splits into ``data_dir`` (files already there are left untouched)."""
-    data_dir = Path(data_dir)
-    if all((data_dir / f"{split}.{side}").exists() for split in sizes for side in ("src", "tgt")):
-        return data_dir  # evaluation and resumed runs call this every time: nothing to draw
-    data_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"{task}-{seed}")
-    for split, n in sizes.items():
-        pairs = generate_pairs(task, n, rng)  # drawn in split order, so every split is reproducible
-        for side, lines in (("src", [p[0] for p in pairs]), ("tgt", [p[1] for p in pairs])):
-            path = data_dir / f"{split}.{side}"
-            if not path.exists():
-                write_lines_atomic(path, lines)
-    return data_dir
+    return write_splits(data_dir, sizes, lambda n: generate_pairs(task, n, rng))

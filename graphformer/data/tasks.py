@@ -10,10 +10,11 @@ This module imports neither torch nor DGL (the command line lists the task names
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
-from graphformer.data import multi30k, synthetic
+from graphformer.data import listops, multi30k, recall, synthetic
 from graphformer.errors import ConfigError, UserError
 
 Tokenize = Callable[[str], list]
@@ -46,20 +47,21 @@ class Task:
         return None
 
 
-class SyntheticTask(Task):
-    """copy / sort, generated from the seed into RUN_DIR/data (or data_dir, if given)."""
+class GeneratedTask(Task):
+    """Data generated from the seed into RUN_DIR/data (or data_dir, if given) by
+    ``write(folder, seed=seed)``: copy, sort, and the long-range ListOps and associative recall."""
 
     select_by = "exact_match"
     needs_data_dir = False
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, write: Callable[..., Path]):
+        self.write = write
 
     def data_dir(self, data_dir, run_dir):
         return Path(data_dir) if data_dir else run_dir / "data"
 
     def prepare(self, data_dir, run_dir, seed):
-        return synthetic.write_task(self.name, self.data_dir(data_dir, run_dir), seed=seed)
+        return self.write(self.data_dir(data_dir, run_dir), seed=seed)
 
 
 class Multi30kTask(Task):
@@ -82,8 +84,10 @@ class Multi30kTask(Task):
 
 
 TASKS: dict[str, Task] = {
-    "copy": SyntheticTask("copy"),
-    "sort": SyntheticTask("sort"),
+    "copy": GeneratedTask(partial(synthetic.write_task, "copy")),
+    "sort": GeneratedTask(partial(synthetic.write_task, "sort")),
+    "listops": GeneratedTask(listops.write_listops),   # 500-2000 tokens: raise max_len
+    "recall": GeneratedTask(recall.write_recall),      # 1024 tokens: raise max_len
     "parallel": Task(),
     "multi30k": Multi30kTask(),
 }
