@@ -233,3 +233,12 @@ def test_translate_warns_about_unknown_tokens(trained, tmp_path, capsys):
 @pytest.mark.parametrize("command", ["animate", "heatmap"])
 def test_viz_output_into_a_missing_folder(trained, tmp_path, capsys, command):
     one_line_error(capsys, [command, str(trained), "-o", str(tmp_path / "nowhere" / "x.png")], "does not exist")
+
+
+def test_a_damaged_attention_record_is_named(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "1", "--viz-every", "1") == 0
+    record = sorted((run / "attention").glob("epoch_*.pt"))[-1]
+    record.write_bytes(record.read_bytes()[:100])
+    one_line_error(capsys, ["heatmap", str(run), "-o", str(tmp_path / "x.png")], record.name, "damaged or truncated")
+    assert not (tmp_path / "x.png").exists()

@@ -23,7 +23,9 @@ def save_atomic(state: dict, path: str | Path) -> None:
     write_atomic(path, lambda f: torch.save({"format": FORMAT, **state}, f))
 
 
-def load(path: str | Path) -> dict:
+def load(path: str | Path, advice: str = "use the other checkpoint or retrain") -> dict:
+    """A checkpoint (or any file written by `save_atomic`); a damaged one is a `UserError` that
+    names it and ends with ``advice``."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no checkpoint at {path}; train a model first (graphformer train --out DIR)")
@@ -31,7 +33,7 @@ def load(path: str | Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError, OSError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"checkpoint {path} is damaged or truncated ({reason}); use the other checkpoint or retrain") from None
+        raise UserError(f"{path} is damaged or truncated ({reason}); {advice}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError(f"{path} is not a graphformer checkpoint")
     return state

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from graphformer.errors import UserError
 from graphformer.graphs import make_batch, tree
+from graphformer.training import checkpoint
 from graphformer.training.checkpoint import save_atomic
 from graphformer.viz.maps import RELATIONS, attention_maps
 from graphformer.viz.plots import AttentionPicture
@@ -70,7 +69,7 @@ def load_records(run_dir: str | Path) -> list[dict]:
     paths = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
     if not paths:
         raise UserError(f"no attention maps recorded in {run_dir}; train with --viz-every N to record them")
-    return [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+    return [checkpoint.load(p, advice="delete it, or train again with --viz-every to record it") for p in paths]
 
 
 def picture(record: dict, relation: str = "cross", layer: int = -1, head: int | str = 0) -> AttentionPicture:
