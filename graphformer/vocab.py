@@ -3,7 +3,8 @@
 Every vocabulary in graphformer starts with the same specials at the same ids, so the
 graph code can add start/end symbols without knowing which vocabulary is in use:
 
-    0 <pad>   only the dense reference model pads; graphs never need it
+    0 <pad>   the dense reference model pads with it, and the span nodes of tree patterns carry it
+              (their inputs are pooled from their tokens); token nodes never do
     1 <s>     start of a target sequence (the first decoder input)
     2 </s>    end of a target sequence (the last gold output)
     3 <unk>   any token not seen often enough in the training data

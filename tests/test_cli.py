@@ -1,6 +1,7 @@
 """The command line: evaluate/translate output, and one-line errors for bad input."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,11 +37,27 @@ def one_line_error(capsys, argv, *needles):
     return err
 
 
+def vocabulary(run):
+    return set(json.loads((run / "vocab.json").read_text())["tgt"])
+
+
 def test_evaluate_json(trained, capsys):
     assert main(["evaluate", str(trained), "--split", "test", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 40
     assert 0.0 <= scores["token_accuracy"] <= 1.0 and 0.0 <= scores["exact_match"] <= 1.0
+    assert (scores["beam"], scores["alpha"], scores["split"]) == (5, 0.6, "test")  # the documented defaults
+
+
+def test_evaluate_exact_match_is_what_translate_outputs(trained, capsys):
+    data = trained.parent / "data"
+    assert main(["evaluate", str(trained), "--split", "valid", "--beam", "1", "--json"]) == 0
+    exact_match = json.loads(capsys.readouterr().out)["exact_match"]
+    assert main(["translate", str(trained), "--input", str(data / "valid.src"), "--beam", "1"]) == 0
+    decoded = capsys.readouterr().out.splitlines()
+    references = (data / "valid.tgt").read_text().splitlines()
+    assert len(decoded) == len(references)
+    assert exact_match == sum(d == r for d, r in zip(decoded, references)) / len(references)
     assert main(["evaluate", str(trained), "--split", "valid", "--beam", "3"]) == 0
     assert "valid: n=40" in capsys.readouterr().out
 
@@ -50,13 +67,15 @@ def test_translate_keeps_empty_lines_aligned(trained, tmp_path, capsys):
     assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--beam", "2"]) == 0
     out = capsys.readouterr().out.split("\n")
     assert len(out) == 4 and out[1] == "" and out[3] == ""
+    assert out[0] and out[2] and set((out[0] + " " + out[2]).split()) <= vocabulary(trained)
 
 
 def test_translate_from_stdin_in_a_real_process(trained):
     proc = subprocess.run([sys.executable, "-m", "graphformer", "translate", str(trained)],
                           input=b"a b\nc d e\n", capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert len(proc.stdout.decode().splitlines()) == 2
+    lines = proc.stdout.decode().splitlines()
+    assert len(lines) == 2 and all(lines) and set(" ".join(lines).split()) <= vocabulary(trained)
 
 
 def test_translate_rejects_non_utf8(trained, tmp_path, capsys):
@@ -71,9 +90,35 @@ def test_translate_reports_truncation_of_long_lines(trained, tmp_path, capsys):
 
 
 def test_help_of_every_subcommand():
-    for cmd in ("train", "evaluate", "translate"):
+    for cmd in ("train", "evaluate", "translate", "animate", "heatmap"):
         proc = subprocess.run([sys.executable, "-m", "graphformer", cmd, "--help"], capture_output=True, text=True)
         assert proc.returncode == 0 and "usage: graphformer " + cmd in proc.stdout
+        text = " ".join(proc.stdout.split())  # argparse wraps lines
+        assert "(default: None)" not in text
+        for option in re.findall(r"\n  (--[a-z-]+)", proc.stdout):  # each option's default shown once at most
+            entry = text.split(option, 2)[-1].split(" --", 1)[0]
+            assert entry.count("default") <= 1, (cmd, option, entry)
+        if cmd in ("evaluate", "translate"):
+            assert "beam size (1 = greedy) (default: 5)" in text and "(default: 0.6)" in text
+    assert "--lr-factor X Noam factor" in " ".join(
+        subprocess.run([sys.executable, "-m", "graphformer", "train", "--help"], capture_output=True, text=True).stdout.split())
+
+
+def test_the_command_line_answers_help_without_loading_torch():
+    """--help and argument errors must be instant: torch and DGL load only when a command runs."""
+    probe = ("import sys, graphformer.cli as cli\n"
+             "try:\n    cli.main(['train', '--epochs', 'x'])\nexcept SystemExit as e:\n    assert e.code == 2\n"
+             "assert 'torch' not in sys.modules and 'dgl' not in sys.modules, sorted(sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "invalid int value: 'x'" in proc.stderr
+
+
+def test_abbreviated_options_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--out", str(tmp_path / "run"), "--epoch", "2"])
+    assert exit_info.value.code == 2 and "unrecognized arguments: --epoch 2" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("files,needles", [

@@ -104,34 +104,29 @@ def block(b: int) -> Pattern:
 def random_links(r: int, seed: int = 0) -> Pattern:
     """Each query j gets r keys (fewer if there are fewer), drawn from an RNG seeded by
     (seed, j, num_keys): reproducible, and the same whatever the number of queries."""
-    _positive("random", r)
-
-    def pattern(nk: int, nq: int) -> EdgeList:
-        us, vs = [], []
-        for j in range(nq):
-            rng = random.Random(f"{seed}-{j}-{nk}")
-            keys = rng.sample(range(nk), min(r, nk))
-            us += keys
-            vs += [j] * len(keys)
-        return torch.tensor(us, dtype=torch.int64), torch.tensor(vs, dtype=torch.int64)
-
-    return _named(pattern, f"random:{r},{seed}")
+    return _random(r, seed, causal=False)
 
 
 def _random_causal(r: int, seed: int = 0) -> Pattern:
     """Causal random links: query j draws its r keys among 0..j (so they never depend on later tokens)."""
+    return _random(r, seed, causal=True)
+
+
+def _random(r: int, seed: int, causal: bool) -> Pattern:
     _positive("random", r)
 
     def pattern(nk: int, nq: int) -> EdgeList:
         us, vs = [], []
         for j in range(nq):
-            rng = random.Random(f"{seed}-{j}-causal")
-            keys = rng.sample(range(min(j + 1, nk)), min(r, j + 1, nk))
+            # A causal query's draw must not depend on the sequence length (decoding grows it).
+            rng = random.Random(f"{seed}-{j}-{'causal' if causal else nk}")
+            candidates = min(j + 1, nk) if causal else nk
+            keys = rng.sample(range(candidates), min(r, candidates))
             us += keys
             vs += [j] * len(keys)
         return torch.tensor(us, dtype=torch.int64), torch.tensor(vs, dtype=torch.int64)
 
-    return _named(pattern, f"causal-random:{r},{seed}")
+    return _named(pattern, f"{'causal-' if causal else ''}random:{r},{seed}")
 
 
 def tree(k: int) -> Pattern:
