@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from graphformer.attention import BACKENDS, DEFAULT_BACKEND
 from graphformer.errors import UserError
 
 
@@ -105,10 +106,12 @@ def _translate_parser(sub):
 
 
 def _backend_option(group):
-    group.add_argument("--attention-backend", choices=("auto", "dgl", "blocked", "padded"), default="auto",
-                       help="same results, different speed: dgl: edge-wise DGL kernels; blocked: block-sparse "
-                            "tiles (long sequences, local patterns); padded: one dense tile per sample "
-                            "(batches of short sentences); auto: padded where tiles are mostly edges, else dgl")
+    group.add_argument("--attention-backend", choices=sorted(BACKENDS), default=DEFAULT_BACKEND,
+                       help="same results, different speed: dgl: edge-wise DGL kernels; torch: the same "
+                            "message passing as PyTorch ops (any device); blocked: block-sparse tiles (long "
+                            "sequences, local patterns); padded: one dense tile per sample (batches of short "
+                            "sentences); auto: padded where tiles are mostly edges, else dgl where DGL runs "
+                            "on the device, else torch")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -178,6 +181,7 @@ def cmd_train(args) -> int:
                                 cross_attention=args.cross_attention, model=args.model, max_depth=args.max_depth,
                                 act_threshold=args.act_threshold, ponder_weight=args.ponder_weight)
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
+    trainer.model.attention_backend = args.attention_backend
     try:
         metrics = trainer.run()
     finally:
@@ -204,6 +208,7 @@ def cmd_evaluate(args) -> int:
     if args.beam < 1:
         raise UserError(f"--beam must be at least 1, got {args.beam}")
     run = LoadedRun(args.run_dir, args.checkpoint, args.device)
+    run.model.attention_backend = args.attention_backend
     _, detokenize = run.pipelines()
     scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=args.beam, alpha=args.alpha,
                       tgt_vocab=run.tgt_vocab, references=run.references(args.split), detokenize=detokenize)
@@ -224,6 +229,7 @@ def cmd_translate(args) -> int:
     if args.beam < 1:
         raise UserError(f"--beam must be at least 1, got {args.beam}")
     run = LoadedRun(args.run_dir, args.checkpoint, args.device)
+    run.model.attention_backend = args.attention_backend
     raw = open(args.input, "rb").read() if args.input else sys.stdin.buffer.read()
     name = args.input or "standard input"
     try:
@@ -295,8 +301,6 @@ def cmd_heatmap(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from graphformer.attention import set_backend
-    set_backend(getattr(args, "attention_backend", "auto"))
     try:
         return args.func(args)
     except (UserError, ValueError) as err:

@@ -16,31 +16,11 @@ Two implementations give the same numbers:
 """
 from __future__ import annotations
 
-import dgl
 import torch
 
 from graphformer.attention import graph_attention
-from graphformer.attention.padded import Segments
 from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch
-
-
-def bipartite(u: torch.Tensor, v: torch.Tensor, num_src: int, num_dst: int) -> dgl.DGLGraph:
-    """A graph from ``num_src`` key nodes to ``num_dst`` query nodes with edges u -> v."""
-    return dgl.heterograph({("key", "attends", "query"): (u, v)},
-                           num_nodes_dict={"key": num_src, "query": num_dst}, idtype=torch.int64,
-                           device=u.device)
-
-
-def rows_graph(key_index: torch.Tensor, num_keys: int) -> dgl.DGLGraph:
-    """A graph whose query i attends to the key ids in row i of ``key_index`` (-1: no key).
-
-    The graph keeps this row layout, so the ``padded`` attention backend computes it with dense
-    batched matmuls; the others read its edges.
-    """
-    rows = Segments.of_rows(key_index)
-    graph = bipartite(*rows.edges(), num_keys, len(key_index))
-    graph._graphformer_segments = rows
-    return graph
+from graphformer.graphs.relation import Relation
 
 
 class IncrementalStepper:
@@ -75,7 +55,7 @@ class IncrementalStepper:
         self.src_lengths = batch.src_lengths[sentence].tolist()
         self.src_offsets = batch.src_offsets[sentence].tolist()
         # With full cross-attention the edges never change: build them once.
-        self.fixed_cross_graph = self._cross_graph(None) if self.pool.cross_is_full else None
+        self.fixed_cross_relation = self._cross_relation(None) if self.pool.cross_is_full else None
         cfg = model.cfg
         shape = (self._cache_depth(), max_steps, self.num_hyps, cfg.heads, cfg.d_model // cfg.heads)
         self.keys = memory.new_zeros(shape)
@@ -90,23 +70,25 @@ class IncrementalStepper:
     def _cache_depth(self) -> int:
         return self.model.cfg.layers
 
-    def _self_graph(self, hyps: torch.Tensor) -> dgl.DGLGraph:
+    def _self_relation(self, hyps: torch.Tensor) -> Relation:
         """Edges from the cached target nodes of the given hypotheses to their new node t (for the
-        causal pattern: nodes 0..t); query i of the graph is hypothesis hyps[i]."""
+        causal pattern: nodes 0..t); query i of the relation is hypothesis hyps[i]."""
         t, T = self.t, self.max_steps
         keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
-        return rows_graph(keys * self.num_hyps + self.lineage[hyps][:, keys], T * self.num_hyps)
+        return Relation.of_rows(keys * self.num_hyps + self.lineage[hyps][:, keys], T * self.num_hyps)
 
-    def _cross_graph(self, t: int | None) -> dgl.DGLGraph:
+    def _cross_relation(self, t: int | None) -> Relation:
         """Edges from source nodes to each hypothesis's new node t (all source nodes if t is None)."""
         rows = [torch.arange(n) if t is None else self.pool.incoming(CROSS, n, t) for n in self.src_lengths]
         key_index = torch.full((self.num_hyps, max(len(r) for r in rows)), -1, dtype=torch.int64)
         for h, (keys, first) in enumerate(zip(rows, self.src_offsets)):
             key_index[h, :len(keys)] = keys + first
-        return rows_graph(key_index.to(self.device), self.num_memory)
+        return Relation.of_rows(key_index.to(self.device), self.num_memory)
 
-    def cross_graph(self) -> dgl.DGLGraph:
-        return self.fixed_cross_graph if self.fixed_cross_graph is not None else self._cross_graph(self.t)
+    def cross_relation(self) -> Relation:
+        if self.fixed_cross_relation is not None:
+            return self.fixed_cross_relation
+        return self._cross_relation(self.t)
 
     def _cached(self, cache: torch.Tensor, depth: int) -> torch.Tensor:
         """(max_steps * num_hyps, heads, d_head) view of one layer's (or ACT step's) cache."""
@@ -118,15 +100,16 @@ class IncrementalStepper:
         model, t = self.model, self.t
         x = model.tgt_embed(tokens, torch.full_like(tokens, t))
         everyone = torch.arange(self.num_hyps, device=self.device)
-        self_graph, cross_graph = self._self_graph(everyone), self.cross_graph()
+        self_relation, cross_relation = self._self_relation(everyone), self.cross_relation()
+        backend = model.attention_backend
         for i, layer in enumerate(model.decoder.layers):
             q, k, v = layer.self_pre(x)
             self.keys[i, t] = k
             self.values[i, t] = v
-            o = graph_attention(self_graph, q, self._cached(self.keys, i), self._cached(self.values, i))
+            o = graph_attention(self_relation, q, self._cached(self.keys, i), self._cached(self.values, i), backend)
             x = layer.self_post(x, o)
             mem_k, mem_v = self.memory_kv[i]
-            x = layer.cross_post(x, graph_attention(cross_graph, layer.cross_pre(x), mem_k, mem_v))
+            x = layer.cross_post(x, graph_attention(cross_relation, layer.cross_pre(x), mem_k, mem_v, backend))
         self.t += 1
         return model.generator(model.decoder.norm(x))
 

@@ -12,7 +12,7 @@ import torch
 
 from graphformer.attention import graph_attention
 from graphformer.decoding.steppers import IncrementalStepper
-from graphformer.model.universal import ACT, restrict_to_destinations
+from graphformer.model.universal import ACT
 
 
 class UniversalStepper(IncrementalStepper):
@@ -31,8 +31,9 @@ class UniversalStepper(IncrementalStepper):
         h = model.tgt_embed(tokens, positions)
         act = ACT(len(h), cfg.max_depth, cfg.act_threshold, h.new_zeros(()))
         out = torch.zeros_like(h)
-        cross_all = self.cross_graph()
+        cross_all = self.cross_relation()
         mem_k, mem_v = self.memory_kv
+        backend = model.attention_backend
         for s in range(cfg.max_depth):
             active = act.running
             if not bool(active.any()):
@@ -45,10 +46,11 @@ class UniversalStepper(IncrementalStepper):
             q, k, v = layer.self_pre(x)
             self.keys[s, t, hyps] = k
             self.values[s, t, hyps] = v
-            o = graph_attention(self._self_graph(hyps), q, self._cached(self.keys, s), self._cached(self.values, s))
+            o = graph_attention(self._self_relation(hyps), q, self._cached(self.keys, s), self._cached(self.values, s),
+                                backend)
             x = layer.self_post(x, o)
-            cross, _ = restrict_to_destinations(cross_all, active)
-            new = layer.cross_post(x, graph_attention(cross, layer.cross_pre(x), mem_k, mem_v))
+            cross = cross_all.restrict_to_destinations(active)
+            new = layer.cross_post(x, graph_attention(cross, layer.cross_pre(x), mem_k, mem_v, backend))
             w = act.weigh(s, model.decoder_halt(new), active)
             h = h.index_put((active,), new)
             out = out.index_put((active,), out[active] + w[:, None] * new)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-import dgl
 import torch
 from torch import nn
 
@@ -101,6 +100,7 @@ def embed_source(embedder: Embedder, batch) -> torch.Tensor:
     if not batch.has_spans:
         return x
     from graphformer.graphs import SPAN
-    members = batch.relation(SPAN)
-    is_span = (members.in_degrees() > 0)[:, None]
-    return torch.where(is_span, dgl.ops.copy_u_mean(members, x), x)
+    members = batch.relation(SPAN)  # token u -> span v: mean_{u -> v} x_u, as index_add on any device
+    total = x.new_zeros(x.shape).index_add(0, members.v, x[members.u])
+    count = x.new_zeros(len(x)).index_add(0, members.v, x.new_ones(members.num_edges))[:, None]
+    return torch.where(count > 0, total / count.clamp(min=1), x)

@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from graphformer.attention import DEFAULT_BACKEND, check_backend
 from graphformer.config_io import DictConfig
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool
 from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, embed_source
@@ -109,9 +110,9 @@ class Encoder(nn.Module):
         )
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
 
-    def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, relation, x: torch.Tensor, backend: str = DEFAULT_BACKEND) -> torch.Tensor:
         for layer in self.layers:
-            x = layer(graph, x)
+            x = layer(relation, x, backend)
         return self.norm(x)
 
 
@@ -123,9 +124,10 @@ class Decoder(nn.Module):
         )
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
 
-    def forward(self, self_graph, cross_graph, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+    def forward(self, self_relation, cross_relation, x: torch.Tensor, memory: torch.Tensor,
+                backend: str = DEFAULT_BACKEND) -> torch.Tensor:
         for layer in self.layers:
-            x = layer(self_graph, cross_graph, x, layer.memory_kv(memory))
+            x = layer(self_relation, cross_relation, x, layer.memory_kv(memory), backend)
         return self.norm(x)
 
 
@@ -141,15 +143,21 @@ class Generator(nn.Module):
 
 
 class GraphTransformer(nn.Module):
-    """Encoder-decoder Transformer whose attention runs on the edges of a :class:`GraphBatch`."""
+    """Encoder-decoder Transformer whose attention runs on the edges of a :class:`GraphBatch`.
+
+    ``attention_backend`` names the attention implementation every layer uses (see
+    :mod:`graphformer.attention`); it changes speed, never results, so it is not part of the
+    config saved with checkpoints: set it on the model (``model.attention_backend = "torch"``).
+    """
 
     aux_loss = None  # the Transformer has no loss besides the likelihood
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
         if cfg.model != "transformer":
             raise ValueError(f"GraphTransformer needs model='transformer', got {cfg.model!r}; use build_model")
         self.cfg = cfg
+        self.attention_backend = check_backend(attention_backend)
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
@@ -169,12 +177,12 @@ class GraphTransformer(nn.Module):
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output (the memory)."""
-        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch))
+        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), self.attention_backend)
 
     def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:
         """(N_tgt, d_model) decoder output for the batch's target nodes."""
         x = self.tgt_embed(batch.tgt_tokens, batch.tgt_pos)
-        return self.decoder(batch.relation(DEC), batch.relation(CROSS), x, memory)
+        return self.decoder(batch.relation(DEC), batch.relation(CROSS), x, memory, self.attention_backend)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """(N_tgt, tgt_vocab) log-probabilities of the next token at every target node."""
@@ -185,16 +193,18 @@ class GraphTransformer(nn.Module):
         return IncrementalStepper(self, batch, hyps_per_sentence, max_steps, pool)
 
 
-def build_model(cfg: ModelConfig) -> nn.Module:
+def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND) -> nn.Module:
     """The model class that ``cfg.model`` names."""
     if cfg.model == "universal":
         from graphformer.model.universal import UniversalTransformer
-        return UniversalTransformer(cfg)
-    return GraphTransformer(cfg)
+        return UniversalTransformer(cfg, attention_backend)
+    return GraphTransformer(cfg, attention_backend)
 
 
-def make_model(src_vocab: int, tgt_vocab: int | None = None, **hyper) -> nn.Module:
+def make_model(src_vocab: int, tgt_vocab: int | None = None, attention_backend: str = DEFAULT_BACKEND,
+               **hyper) -> nn.Module:
     """Build a :class:`GraphTransformer` (or, with ``model="universal"``, a
     :class:`~graphformer.model.universal.UniversalTransformer`); ``hyper`` are
     :class:`ModelConfig` fields."""
-    return build_model(ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper))
+    cfg = ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper)
+    return build_model(cfg, attention_backend)

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import dgl
 import torch
 from torch import nn
 
-from graphformer.attention import graph_attention
+from graphformer.attention import DEFAULT_BACKEND, check_backend, graph_attention
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
 from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source
 from graphformer.model.layers import DecoderLayer, EncoderLayer
@@ -43,19 +42,6 @@ class ACTStats:
     @property
     def ponder_cost(self) -> torch.Tensor:
         return (self.steps.to(self.remainders.dtype) + self.remainders).mean()
-
-
-def restrict_to_destinations(graph: dgl.DGLGraph, active: torch.Tensor) -> tuple[dgl.DGLGraph, int]:
-    """The in-edges of the ``active`` destinations (bool mask), as a graph from all source nodes
-    to the active destinations only (renumbered 0..n_active-1)."""
-    u, v = graph.edges()
-    keep = active[v]
-    new_id = torch.cumsum(active, 0) - 1
-    num_src = graph.num_src_nodes()
-    sub = dgl.heterograph({("key", "attends", "query"): (u[keep], new_id[v[keep]])},
-                          num_nodes_dict={"key": num_src, "query": int(active.sum())},
-                          idtype=torch.int64, device=u.device)
-    return sub, int(keep.sum())
 
 
 class HaltingUnit(nn.Module):
@@ -103,11 +89,12 @@ class ACT:
 class UniversalTransformer(nn.Module):
     """Encoder-decoder Universal Transformer with ACT, on the same graph batches as the Transformer."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
         if cfg.model != "universal":
             raise ValueError("UniversalTransformer needs a config with model='universal'")
         self.cfg = cfg
+        self.attention_backend = check_backend(attention_backend)  # as in GraphTransformer
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
         self.encoder_layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
@@ -156,31 +143,32 @@ class UniversalTransformer(nn.Module):
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
-        graph, layer = batch.relation(ENC), self.encoder_layer
+        relation, layer, backend = batch.relation(ENC), self.encoder_layer, self.attention_backend
         cache = {}  # keys and values of every source token, as of its last active step
 
         def update(x, active):
             q, k, v = layer.pre(x)
             cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
-            sub, n_edges = restrict_to_destinations(graph, active)
-            return layer.post(x, graph_attention(sub, q, cache["k"], cache["v"])), n_edges
+            sub = relation.restrict_to_destinations(active)
+            return layer.post(x, graph_attention(sub, q, cache["k"], cache["v"], backend)), sub.num_edges
 
         h = embed_source(self.src_embed, batch)
         return self.encoder_norm(self._ponder("src", h, batch.src_pos, self.src_embed, self.encoder_halt, update))
 
     def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:
-        self_graph, cross_graph, layer = batch.relation(DEC), batch.relation(CROSS), self.decoder_layer
+        self_relation, cross_relation = batch.relation(DEC), batch.relation(CROSS)
+        layer, backend = self.decoder_layer, self.attention_backend
         mem_k, mem_v = layer.memory_kv(memory)
         cache = {}
 
         def update(x, active):
             q, k, v = layer.self_pre(x)
             cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
-            sub_self, e_self = restrict_to_destinations(self_graph, active)
-            x = layer.self_post(x, graph_attention(sub_self, q, cache["k"], cache["v"]))
-            sub_cross, e_cross = restrict_to_destinations(cross_graph, active)
-            x = layer.cross_post(x, graph_attention(sub_cross, layer.cross_pre(x), mem_k, mem_v))
-            return x, e_self + e_cross
+            sub_self = self_relation.restrict_to_destinations(active)
+            x = layer.self_post(x, graph_attention(sub_self, q, cache["k"], cache["v"], backend))
+            sub_cross = cross_relation.restrict_to_destinations(active)
+            x = layer.cross_post(x, graph_attention(sub_cross, layer.cross_pre(x), mem_k, mem_v, backend))
+            return x, sub_self.num_edges + sub_cross.num_edges
 
         h = self.tgt_embed(batch.tgt_tokens, batch.tgt_pos)
         return self.decoder_norm(self._ponder("tgt", h, batch.tgt_pos, self.tgt_embed, self.decoder_halt, update))
