@@ -122,9 +122,9 @@ loaded = LoadedRun(run)
 split = loaded.split("valid")
 batch = make_batch(loaded.model.make_pool(), split.src[:1], split.tgt[:1])
 with torch.no_grad():
-    loaded.model(batch)
+    stats = loaded.model(batch, full_output=True).stats
 labels = split.src_tokens[0] + ["</s>"]
-ponder_map(loaded.model.stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
+ponder_map(stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
 display(Image(WORK / "ponder.png"))'''),
     ],
 }

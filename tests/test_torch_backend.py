@@ -110,10 +110,10 @@ def dgl_cannot_run(monkeypatch):
 
 def _train_step(model, batch):
     model.zero_grad()
-    out = model(batch)
-    loss = -out.gather(1, batch.gold[:, None]).sum() + (model.aux_loss if model.aux_loss is not None else 0)
+    out = model(batch, full_output=True)
+    loss = -out.log_probs.gather(1, batch.gold[:, None]).sum() + (out.aux_loss if out.aux_loss is not None else 0)
     loss.backward()
-    return out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    return out.log_probs.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
 @pytest.mark.parametrize("kind", ["transformer", "universal"])

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import torch
 
-from graphformer.attention import graph_attention
 from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch
 from graphformer.graphs.relation import Relation
 
 
 class IncrementalStepper:
-    """Incremental graph decoding for a :class:`~graphformer.model.GraphTransformer`.
+    """Incremental graph decoding for a :class:`~graphformer.model.GraphTransformer` or a
+    :class:`~graphformer.model.UniversalTransformer`: both run ``model.decode`` on the new nodes.
 
     Args:
         model: the model (used in eval mode under no_grad by the caller).
@@ -37,7 +37,8 @@ class IncrementalStepper:
 
     The node computed at step j for row h of the batch is cached under id ``j * num_hyps + h``
     (one slice of keys and values per layer; per ACT step for the Universal Transformer) and never
-    moves. Beam search reorders hypotheses by re-pointing edges instead of copying caches:
+    moves. A Universal Transformer node halted before the deepest step keeps serving its last
+    keys and values there, as in training. Beam search reorders hypotheses by re-pointing edges instead of copying caches:
     ``lineage[h, j]`` is the row whose step-j node is hypothesis h's j-th target node, and the
     edges into h's new node start from those ids.
     """
@@ -49,7 +50,7 @@ class IncrementalStepper:
         self.device = batch.src_tokens.device
         memory = model.encode(batch)
         self.num_memory = len(memory)
-        self.memory_kv = self._memory_kv(memory)
+        self.memory_kv = model.memory_kv(memory)
         self.num_hyps = batch.size * hyps_per_sentence
         sentence = torch.arange(batch.size, device=self.device).repeat_interleave(hyps_per_sentence)
         self.src_lengths = batch.src_lengths[sentence].tolist()
@@ -57,18 +58,13 @@ class IncrementalStepper:
         # With full cross-attention the edges never change: build them once.
         self.fixed_cross_relation = self._cross_relation(None) if self.pool.cross_is_full else None
         cfg = model.cfg
-        shape = (self._cache_depth(), max_steps, self.num_hyps, cfg.heads, cfg.d_model // cfg.heads)
+        self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
+        shape = (self.depth, max_steps, self.num_hyps, cfg.heads, cfg.d_model // cfg.heads)
         self.keys = memory.new_zeros(shape)
         self.values = memory.new_zeros(shape)
         self.lineage = torch.arange(self.num_hyps, device=self.device)[:, None].repeat(1, max_steps)
         self.max_steps = max_steps
         self.t = 0
-
-    def _memory_kv(self, memory):
-        return [layer.memory_kv(memory) for layer in self.model.decoder.layers]
-
-    def _cache_depth(self) -> int:
-        return self.model.cfg.layers
 
     def _self_relation(self, hyps: torch.Tensor) -> Relation:
         """Edges from the cached target nodes of the given hypotheses to their new node t (for the
@@ -94,24 +90,23 @@ class IncrementalStepper:
         """(max_steps * num_hyps, heads, d_head) view of one layer's (or ACT step's) cache."""
         return cache[depth].reshape((-1,) + cache.shape[3:])
 
+    def _remember(self, depth: int, k: torch.Tensor, v: torch.Tensor):
+        """Cache the new nodes' keys and values of one layer (or ACT step); attend over the cache."""
+        self.keys[depth, self.t], self.values[depth, self.t] = k, v
+        self.reached = max(self.reached, depth + 1)
+        return self._cached(self.keys, depth), self._cached(self.values, depth)
+
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
-        model, t = self.model, self.t
-        x = model.tgt_embed(tokens, torch.full_like(tokens, t))
+        t, self.reached = self.t, 0
         everyone = torch.arange(self.num_hyps, device=self.device)
-        self_relation, cross_relation = self._self_relation(everyone), self.cross_relation()
-        backend = model.attention_backend
-        for i, layer in enumerate(model.decoder.layers):
-            q, k, v = layer.self_pre(x)
-            self.keys[i, t] = k
-            self.values[i, t] = v
-            o = graph_attention(self_relation, q, self._cached(self.keys, i), self._cached(self.values, i), backend)
-            x = layer.self_post(x, o)
-            mem_k, mem_v = self.memory_kv[i]
-            x = layer.cross_post(x, graph_attention(cross_relation, layer.cross_pre(x), mem_k, mem_v, backend))
+        out = self.model.decode(tokens, torch.full_like(tokens, t), self._self_relation(everyone),
+                                self.cross_relation(), self.memory_kv, self._remember)
+        for depth in range(self.reached, self.depth):  # every node halted early: deeper slices keep its last
+            self.keys[depth, t], self.values[depth, t] = self.keys[depth - 1, t], self.values[depth - 1, t]
         self.t += 1
-        return model.generator(model.decoder.norm(x))
+        return out.log_probs
 
     def reorder(self, parents: torch.Tensor) -> None:
         self.lineage = self.lineage[parents]

@@ -166,10 +166,11 @@ class Trainer:
             batch = make_batch(self.pool, [train.src[j] for j in idx], [train.tgt[j] for j in idx]).to(self.ctx.device)
             sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
             with sync:
-                loss = label_smoothed_nll(self.net(batch), batch.gold, self.cfg.label_smoothing)
+                output = self.net(batch, full_output=True)
+                loss = label_smoothed_nll(output.log_probs, batch.gold, self.cfg.label_smoothing)
                 objective = loss * (self.ctx.world / global_tokens)
-                if self.model.aux_loss is not None:  # the Universal Transformer's ponder cost
-                    objective = objective + self.model.aux_loss * (self.ctx.world * len(batch.gold) / global_tokens)
+                if output.aux_loss is not None:  # the Universal Transformer's ponder cost
+                    objective = objective + output.aux_loss * (self.ctx.world * len(batch.gold) / global_tokens)
                 objective.backward()
             total += float(loss)
         if self.cfg.clip_norm:
