@@ -8,7 +8,7 @@ TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DGLBACKEND=pytorch
 
 MULTI30K ?= ../shared/data/multi30k
 
-.PHONY: install test test-fast demo bench docs lab clean
+.PHONY: install test test-fast demo bench gpu-check docs lab clean
 
 install: $(STAMP)
 
@@ -32,6 +32,12 @@ bench: install
 	$(BIN)/python benchmarks/training_throughput.py
 	$(BIN)/python benchmarks/training_throughput.py --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
 	$(BIN)/python benchmarks/decoding.py
+
+# On a CUDA machine: the gpu-marked tests, then training and decoding throughput per attention
+# backend against torch.nn.Transformer (benchmarks/results/gpu.json).
+gpu-check: install
+	$(TEST_ENV) $(BIN)/python -m pytest -m gpu -rs tests
+	DGLBACKEND=pytorch $(BIN)/python benchmarks/gpu_check.py
 
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

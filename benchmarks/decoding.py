@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 
 from graphformer import make_model
-from graphformer.attention import use_backend
 from graphformer.decoding import beam_search, greedy_search, translate_ids
 from graphformer.model.dense import to_torch_transformer
 from graphformer.vocab import EOS
@@ -40,8 +39,9 @@ class DenseCacheStepper:
 
     def __init__(self, model, dense, src: list[list[int]], k: int, max_steps: int):
         self.model, self.dense, self.heads = model, dense, model.cfg.heads
-        ids = torch.tensor([s + [EOS] for s in src])  # equal lengths here: no padding needed
-        pos = torch.arange(ids.shape[1]).repeat(len(src))
+        device = next(model.parameters()).device
+        ids = torch.tensor([s + [EOS] for s in src], device=device)  # equal lengths here: no padding needed
+        pos = torch.arange(ids.shape[1], device=device).repeat(len(src))
         memory = dense.encoder(model.src_embed(ids.reshape(-1), pos).view(*ids.shape, -1))
         memory = memory.repeat_interleave(k, 0)  # (hyps, n, d)
         self.memory_kv = []
@@ -50,7 +50,7 @@ class DenseCacheStepper:
             mk, mv = F.linear(memory, w[d:], b[d:]).chunk(2, -1)
             self.memory_kv.append((self._heads(mk), self._heads(mv)))
         hyps, d_head = len(memory), model.cfg.d_model // self.heads
-        self.cache = torch.zeros(len(dense.decoder.layers), 2, hyps, self.heads, max_steps, d_head)
+        self.cache = memory.new_zeros(len(dense.decoder.layers), 2, hyps, self.heads, max_steps, d_head)
         self.t = 0
 
     def _heads(self, x):  # (hyps, n, d) -> (hyps, heads, n, d_head)
@@ -79,7 +79,7 @@ class DenseCacheStepper:
 
 def dense_decode(model, dense, src, beam, limit):
     stepper = DenseCacheStepper(model, dense, src, beam, limit)
-    limits = torch.full((len(src),), limit)
+    limits = torch.full((len(src),), limit, device=next(model.parameters()).device)
     return greedy_search(stepper, limits) if beam == 1 else beam_search(stepper, limits, beam, 0.6)
 
 
@@ -99,9 +99,9 @@ def main():
 
     def graph(backend, incremental):
         def run(beam):
-            with use_backend(backend):
-                return translate_ids(model, src, beam=beam, extra_len=extra, incremental=incremental,
-                                     batch_size=args.sentences)
+            model.attention_backend = backend
+            return translate_ids(model, src, beam=beam, extra_len=extra, incremental=incremental,
+                                 batch_size=args.sentences)
         return run
 
     methods = {

@@ -57,14 +57,14 @@ def measure(method: str, L: int, repeats: int) -> dict:
 
     from graphformer.attention import BACKENDS
     from graphformer.graphs import patterns
-    from graphformer.decoding.steppers import bipartite
+    from graphformer.graphs.relation import Relation
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(L, HEADS, DIM, requires_grad=True) for _ in range(3))
     w = int(method.split("window:")[1].split()[0].rstrip(")"))
     u, dst = patterns.window(w)(L, L)
     if method.startswith(("dgl", "blocked")):
-        graph = bipartite(u, dst, L, L)
+        graph = Relation(u, dst, L, L)
         attend = BACKENDS[method.split()[0]]
         del u, dst
 

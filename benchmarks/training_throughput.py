@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from graphformer import make_model
-from graphformer.attention import set_backend
 from graphformer.data import multi30k, tasks
 from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import build_vocabs, read_split
@@ -102,7 +101,8 @@ def main():
 
     graph = make_model(len(vocab), **CONFIG)
     dense = DensePeer(len(vocab), **CONFIG)
-    systems = {"graph (dgl)": graph, "graph (blocked)": graph, "graph (padded)": graph, "dense nn.Transformer": dense}
+    systems = {"graph (dgl)": graph, "graph (torch)": graph, "graph (blocked)": graph, "graph (padded)": graph,
+               "dense nn.Transformer": dense}
     optimizers = {name: make_optimizer(m.parameters(), CONFIG["d_model"], 400, 1.0) for name, m in systems.items()}
     pool = graph.make_pool()
     src_b = [[train.src[i] for i in b] for b in batches]
@@ -121,7 +121,7 @@ def main():
         return label_smoothed_nll(logp, gold, 0.1), int((gold != PAD).sum())
 
     def run(name):
-        set_backend(name[len("graph ("):-1] if name.startswith("graph") else "dgl")
+        graph.attention_backend = name[len("graph ("):-1] if name.startswith("graph") else "dgl"
         step = dense_step if name.startswith("dense") else graph_step
         optimizer, schedule = optimizers[name]
         step(0)[0].backward()  # warm-up
@@ -139,17 +139,15 @@ def main():
     for _ in range(args.rounds):
         for name in systems:
             seconds[name].append(run(name))
-    set_backend("dgl")
     tic = time.perf_counter()
     for i in range(args.steps):
         make_batch(pool, src_b[i], tgt_b[i])
     batching = (time.perf_counter() - tic) / args.steps
     # Fixed cost of a step (Python, dispatch, batching, graph bookkeeping): the same batches through
     # a model too small to compute anything (d_model 8, 16 token ids), padded backend.
-    micro = make_model(16, layers=CONFIG["layers"], d_model=8, heads=1, d_ff=8, dropout=0.1)
+    micro = make_model(16, layers=CONFIG["layers"], d_model=8, heads=1, d_ff=8, dropout=0.1, attention_backend="padded")
     micro_opt, micro_schedule = make_optimizer(micro.parameters(), 8, 400, 1.0)
     few = [[[4 + t % 12 for t in s] for s in b] for b in src_b], [[[4 + t % 12 for t in s] for s in b] for b in tgt_b]
-    set_backend("padded")
     graph_step(0, micro, *few)[0].backward()
     tic = time.perf_counter()
     for i in range(args.steps):
@@ -159,7 +157,6 @@ def main():
         micro_schedule.step()
         micro_opt.zero_grad()
     fixed = (time.perf_counter() - tic) / args.steps
-    set_backend("dgl")
 
     peak = sgemm_gflops()
     matmul_params = sum(p.numel() for n, p in graph.named_parameters() if p.dim() == 2 and "embed" not in n)

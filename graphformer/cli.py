@@ -20,6 +20,7 @@ from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import ModelConfig
 from graphformer.training.config import DecodeConfig, TrainConfig, resume_config
 
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (argparse's own prints the whole usage first) and no
     abbreviated options (``--epoch 2`` must not quietly mean ``--epochs 2``)."""
@@ -240,7 +241,8 @@ def _load_run(args):
     from graphformer.training.run import LoadedRun
 
     decoding = DecodeConfig(**given(args, DecodeConfig))
-    return LoadedRun(args.run_dir, args.checkpoint, args.device), decoding
+    backend = getattr(args, "attention_backend", TrainConfig.defaults()["attention_backend"])
+    return LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend), decoding
 
 
 def cmd_evaluate(args) -> int:
@@ -348,8 +350,6 @@ def _check_output_folder(output: str | None) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from graphformer.attention import set_backend
-    set_backend(getattr(args, "attention_backend", "auto"))
     try:
         _check_output_folder(getattr(args, "output", None))
         return args.func(args)

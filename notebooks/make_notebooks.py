@@ -100,12 +100,12 @@ for name, m in results.items():
         new_markdown_cell("## Speed of the attention operator"),
         new_code_cell('''import time
 from graphformer.attention import BACKENDS
-from graphformer.decoding.steppers import bipartite
+from graphformer.graphs.relation import Relation
 L = 512 if QUICK else 2048
 q, k, v_ = (torch.randn(L, 8, 64, requires_grad=True) for _ in range(3))
 for spec in ["window:16", "window:64", "full"]:
     u, v = patterns.parse(spec)(L, L)
-    graph = bipartite(u, v, L, L)
+    graph = Relation(u, v, L, L)
     for backend in ("dgl", "blocked"):
         BACKENDS[backend](graph, q, k, v_).sum().backward()
         tic = time.perf_counter()
@@ -138,9 +138,9 @@ loaded = LoadedRun(run)
 split = loaded.split("valid")
 batch = make_batch(loaded.model.make_pool(), split.src[:1], split.tgt[:1])
 with torch.no_grad():
-    loaded.model(batch)
+    stats = loaded.model(batch, full_output=True).stats
 labels = split.src_words[0] + ["</s>"]
-ponder_map(loaded.model.stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
+ponder_map(stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
 display(Image(WORK / "ponder.png"))'''),
     ],
 }

@@ -3,6 +3,7 @@ import dgl
 import torch
 
 from graphformer import graph_attention
+from graphformer.graphs.relation import Relation
 
 
 def dense_reference(q, k, v, mask):
@@ -70,7 +71,8 @@ def _backend_run(name, graph, q, k, v, **kw):
     from graphformer.attention import BACKENDS
     for t in (q, k, v):
         t.grad = None
-    out = BACKENDS[name](graph, q, k, v, **kw)
+    relation = graph if isinstance(graph, Relation) else Relation.of_graph(graph)
+    out = BACKENDS[name](relation, q, k, v, **kw)
     weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
     (out * weights).sum().backward()
     return [out.detach()] + [t.grad.clone() for t in (q, k, v)]
@@ -97,7 +99,7 @@ def test_blocked_backend_with_extreme_scores():
     q = torch.nn.functional.normalize(q, dim=-1)
     v = torch.randn(9, 2, 4, dtype=torch.float64)
     from graphformer.attention import BACKENDS
-    out = BACKENDS["blocked"](g, q, k, v, block=4)
+    out = BACKENDS["blocked"](Relation.of_graph(g), q, k, v, block=4)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, dense_reference(q, k, v, mask)[0], atol=1e-10, rtol=0)
 
@@ -105,7 +107,7 @@ def test_blocked_backend_with_extreme_scores():
 @pytest.mark.parametrize("enc,cross", [("full", "full"), ("window:2+global:1", "window:3"), ("tree:1", "full")])
 def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     from graphformer import GraphPool, make_model
-    from graphformer.attention import BACKENDS, use_backend
+    from graphformer.attention import BACKENDS
     from graphformer.graphs import make_batch
     from helpers import random_pairs
     model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention=enc,
@@ -114,11 +116,11 @@ def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     pool = model.make_pool()
     results = []
     for name in sorted(BACKENDS):
-        with use_backend(name):
-            model.zero_grad()
-            out = model(make_batch(pool, src, tgt))  # a fresh batch: no tile layout carried over
-            out.gather(1, torch.cat([torch.tensor(t + [2]) for t in tgt])[:, None]).sum().backward()
-            results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+        model.attention_backend = name
+        model.zero_grad()
+        out = model(make_batch(pool, src, tgt))  # a fresh batch: no tile layout carried over
+        out.gather(1, torch.cat([torch.tensor(t + [2]) for t in tgt])[:, None]).sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
     for other in results[1:]:
         torch.testing.assert_close(results[0][0], other[0], atol=1e-10, rtol=0)
         for a, b in zip(results[0][1], other[1]):
@@ -127,16 +129,16 @@ def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
 
 def test_padded_backend_weights_and_edges_across_samples():
     from graphformer.attention import BACKENDS
-    from graphformer.attention.padded import Segments, mark_segments
+    from graphformer.attention.padded import Segments
     # Two samples: 3 keys -> 2 queries and 4 keys -> 3 queries, random edges inside each.
     g1, m1 = random_graph(3, 2, 0.5, seed=5)
     g2, m2 = random_graph(4, 3, 0.5, seed=6)
     g = dgl.batch([g1, g2])
-    mark_segments(g, torch.tensor([3, 4]), torch.tensor([2, 3]))
+    relation = Relation.of_graph(g, torch.tensor([3, 4]), torch.tensor([2, 3]))
     q = torch.randn(5, 2, 4, dtype=torch.float64)
     k, v = torch.randn(7, 2, 4, dtype=torch.float64), torch.randn(7, 2, 4, dtype=torch.float64)
-    out, w = BACKENDS["padded"](g, q, k, v, return_weights=True)
-    ref, ref_w = BACKENDS["dgl"](g, q, k, v, return_weights=True)
+    out, w = BACKENDS["padded"](relation, q, k, v, return_weights=True)
+    ref, ref_w = BACKENDS["dgl"](relation, q, k, v, return_weights=True)
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     torch.testing.assert_close(w, ref_w, atol=1e-12, rtol=0)
     u, vv = g.edges()
@@ -146,15 +148,14 @@ def test_padded_backend_weights_and_edges_across_samples():
 
 def test_decoding_with_the_padded_backend_equals_recompute():
     from graphformer import make_model
-    from graphformer.attention import use_backend
     from graphformer.decoding import translate_ids
     from helpers import random_pairs
     model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1",
                        dec_attention="causal-window:2", cross_attention="window:3+global:1").double().eval()
     src, _ = random_pairs(6, 21, max_len=11, seed=2)
-    with use_backend("dgl"):
-        reference = translate_ids(model, src, beam=3, extra_len=4, incremental=False)
-    with use_backend("padded"):
-        fast = translate_ids(model, src, beam=3, extra_len=4, incremental=True)
+    model.attention_backend = "dgl"
+    reference = translate_ids(model, src, beam=3, extra_len=4, incremental=False)
+    model.attention_backend = "padded"
+    fast = translate_ids(model, src, beam=3, extra_len=4, incremental=True)
     assert [h.tokens for h in fast] == [h.tokens for h in reference]
     assert [h.score for h in fast] == pytest.approx([h.score for h in reference], abs=1e-9)

@@ -10,16 +10,20 @@ from reference import dense_copy, dense_log_probs, gold_of
 VOCAB = 29
 
 
-def build(norm_first, dtype, tie="none"):
+BACKENDS = ["auto", "dgl", "torch", "padded", "blocked"]
+
+
+def build(norm_first, dtype, tie="none", backend="auto"):
     model = make_model(VOCAB, layers=2, d_model=32, heads=4, d_ff=64, dropout=0.0,
-                       norm_first=norm_first, tie=tie).to(dtype)
+                       norm_first=norm_first, tie=tie, attention_backend=backend).to(dtype)
     return model, dense_copy(model)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-5), (torch.float32, 1e-4)])
-def test_log_probs_match_dense_transformer(norm_first, dtype, tol):
-    model, dense = build(norm_first, dtype)
+def test_log_probs_match_dense_transformer(norm_first, dtype, tol, backend):
+    model, dense = build(norm_first, dtype, backend=backend)
     src, tgt = random_pairs(12, VOCAB, max_len=40)
     with torch.no_grad():
         graph_out = model(make_batch(GraphPool(), src, tgt))
@@ -28,9 +32,10 @@ def test_log_probs_match_dense_transformer(norm_first, dtype, tol):
     torch.testing.assert_close(graph_out, dense_out, atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("norm_first", [True, False])
-def test_gradients_match_dense_transformer(norm_first):
-    model, dense = build(norm_first, torch.float64, tie="all")
+def test_gradients_match_dense_transformer(norm_first, backend):
+    model, dense = build(norm_first, torch.float64, tie="all", backend=backend)
     src, tgt = random_pairs(8, VOCAB, max_len=25, seed=1)
     gold = gold_of(tgt)
 

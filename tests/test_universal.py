@@ -33,9 +33,9 @@ def set_halting_bias(model, value):
 
 def test_halting_weights_sum_to_one_and_stop_at_the_halting_step():
     model = universal(max_depth=6)
-    model(batch())
+    out = model(batch(), full_output=True)
     for side in ("src", "tgt"):
-        stats = model.stats[side]
+        stats = out.stats[side]
         torch.testing.assert_close(stats.weights.sum(1), torch.ones(len(stats.steps), dtype=torch.float64))
         after = torch.arange(6)[None, :] >= stats.steps[:, None]
         assert bool((stats.weights[after] == 0).all())
@@ -46,9 +46,9 @@ def test_a_halted_token_never_changes_and_is_never_a_destination_again():
     model = universal(max_depth=6)
     model.record_states = True
     b = batch()
-    model(b)
+    out = model(b, full_output=True)
     for side, etype in (("src", ENC), ("tgt", ("tgt", "dec", "tgt"))):
-        stats = model.stats[side]
+        stats = out.stats[side]
         steps = stats.steps
         in_degree = b.graph.in_degrees(etype=etype)
         for s, state in enumerate(stats.states):
@@ -64,10 +64,10 @@ def test_a_halted_token_never_changes_and_is_never_a_destination_again():
 def test_threshold_reached_at_first_step_means_one_step():
     model = universal(max_depth=5)
     set_halting_bias(model, 1e4)  # p = 1 > 0.99 at once
-    model(batch())
+    out = model(batch(), full_output=True)
     for side in ("src", "tgt"):
-        assert model.stats[side].steps.tolist() == [1] * len(model.stats[side].steps)
-        assert len(model.stats[side].active_nodes) == 1
+        assert out.stats[side].steps.tolist() == [1] * len(out.stats[side].steps)
+        assert len(out.stats[side].active_nodes) == 1
 
 
 def test_halting_disabled_is_a_fixed_depth_shared_weight_transformer():
@@ -76,26 +76,27 @@ def test_halting_disabled_is_a_fixed_depth_shared_weight_transformer():
     set_halting_bias(model, -1e4)  # p = 0: the threshold is never reached
     b = batch()
     with torch.no_grad():
-        got = model(b)
+        out = model(b, full_output=True)
         # reference: the shared layers applied `depth` times on the full graphs, no ACT
         h = model.src_embed(b.src_tokens, b.src_pos)
         for s in range(depth):
             h = model.encoder_layer(b.relation(ENC), h + model._timing(b.src_pos, s, model.src_embed))
         memory = model.encoder_norm(h)
-        mem_kv = model.decoder_layer.memory_kv(memory)
+        mem_kv = model.memory_kv(memory)
         x = model.tgt_embed(b.tgt_tokens, b.tgt_pos)
         for s in range(depth):
             x = model.decoder_layer(b.relation(("tgt", "dec", "tgt")), b.relation(("src", "cross", "tgt")),
                                     x + model._timing(b.tgt_pos, s, model.tgt_embed), mem_kv)
         expected = model.generator(model.decoder_norm(x))
-    assert model.stats["src"].steps.tolist() == [depth] * len(b.src_tokens)
-    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+    assert out.stats["src"].steps.tolist() == [depth] * len(b.src_tokens)
+    torch.testing.assert_close(out.log_probs, expected, atol=1e-12, rtol=0)
 
 
 def test_gradients_reach_the_halting_units():
     model = universal()
     b = batch()
-    (label_smoothed_nll(model(b), b.gold) + model.aux_loss).backward()
+    out = model(b, full_output=True)
+    (label_smoothed_nll(out.log_probs, b.gold) + out.aux_loss).backward()
     for unit in (model.encoder_halt, model.decoder_halt):
         assert unit.proj.weight.grad is not None and float(unit.proj.weight.grad.abs().sum()) > 0
 
@@ -119,8 +120,7 @@ def test_steps_really_shrink():
     model = universal(max_depth=4)
     model.encoder_halt = HaltEvenTokensFirst()
     b = batch(n=5, seed=3)
-    model.encode(b)
-    stats = model.stats["src"]
+    stats = model(b, full_output=True).stats["src"]
     n = len(b.src_tokens)
     odd = torch.arange(n) % 2 == 1
     assert stats.active_nodes[:2] == [n, int(odd.sum())]
@@ -174,6 +174,6 @@ def test_universal_transformer_with_a_sparse_pattern_decodes_like_recompute():
     fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
     b = make_batch(model.make_pool(), src, [[4, 5]] * 5)
-    model(b)
+    out = model(b, full_output=True)
     in_degree = b.graph.in_degrees(etype=ENC)
-    assert model.stats["src"].active_edges[0] == int(in_degree.sum()) < len(b.src_tokens) ** 2
+    assert out.stats["src"].active_edges[0] == int(in_degree.sum()) < len(b.src_tokens) ** 2

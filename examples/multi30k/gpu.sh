@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi30k English->German with the DGL example's model (6 layers, d_model 512, 8 heads) on a GPU.
-# Needs DGL with CUDA (see the README) or --attention-backend blocked.
+# Works with the plain install (attention on the GPU via the torch/padded backends; see the README).
 set -euo pipefail
 BIN=${BIN:-.venv/bin}
 RUN=${RUN:-runs/multi30k-gpu}

@@ -1,62 +1,61 @@
 """Graph attention behind one entry point.
 
-Four backends compute the same thing:
+Five backends compute the same thing, each from a `graphformer.graphs.relation.Relation`:
 
-* ``dgl``: edge-wise SDDMM/SpMM kernels, the message-passing formulation itself.
+* ``dgl``: edge-wise SDDMM/SpMM kernels, the message-passing formulation itself (on the devices
+  the installed DGL was built for: PyPI's is CPU-only).
+* ``torch``: the same four message-passing steps as PyTorch gathers and scatters; runs wherever
+  PyTorch runs, so CUDA needs no CUDA build of DGL.
 * ``blocked``: block-sparse tiles in plain PyTorch (BLAS matmuls, chunked, recomputed in the
   backward pass); much faster and leaner on long sequences with local patterns.
 * ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
-  short sentences, as in translation. Graphs that are not relations of a batch use ``dgl``.
+  short sentences, as in translation.
 * ``auto`` (default): ``padded`` where at least a quarter of each per-sample tile is edges (full
-  and causal attention on length-bucketed batches), the ``dgl`` kernels everywhere else (sparse
-  patterns on longer sequences, the Universal Transformer's subgraphs of active nodes).
+  and causal attention on length-bucketed batches); elsewhere the ``dgl`` kernels where they can
+  run on the tensors' device, else ``torch``.
 
-
-Layers call `graph_attention` and never the kernels themselves, so another
-implementation (plain PyTorch scatter ops, say, for CUDA without a DGL CUDA build) can be
-registered in ``BACKENDS`` and chosen with `set_backend` without touching the layers.
+The backend is an argument: models hold its name (``model.attention_backend``) and pass it to
+every call of `graph_attention`; layers never call a backend themselves.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 
-from graphformer.attention import blocked, dgl_ops, padded
+from graphformer.attention import blocked, dgl_ops, padded, torch_ops
+from graphformer.graphs.relation import Relation
 
 
+def _auto(relation: Relation, q, k, v, return_weights: bool = False):
+    if padded.worth_it(relation):
+        attend = padded.attend
+    elif dgl_ops.runs_on(q.device):
+        attend = dgl_ops.attend
+    else:
+        attend = torch_ops.attend
+    return attend(relation, q, k, v, return_weights=return_weights)
 
-def _auto(graph, q, k, v, return_weights: bool = False):
-    attend = padded.attend if padded.worth_it(graph) else dgl_ops.attend
-    return attend(graph, q, k, v, return_weights=return_weights)
+
+BACKENDS = {"auto": _auto, "dgl": dgl_ops.attend, "torch": torch_ops.attend, "blocked": blocked.attend,
+            "padded": padded.attend}
+DEFAULT_BACKEND = "auto"
 
 
-BACKENDS = {"auto": _auto, "dgl": dgl_ops.attend, "blocked": blocked.attend, "padded": padded.attend}
-_active = {"name": "auto"}
-
-
-def set_backend(name: str) -> None:
+def check_backend(name: str) -> str:
+    """``name`` if it names a backend, else a ValueError that lists them."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; choose one of {sorted(BACKENDS)}")
-    _active["name"] = name
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(sorted(BACKENDS))}")
+    return name
 
 
-@contextmanager
-def use_backend(name: str):
-    """``with use_backend("blocked"): ...`` - the backend for the block, restored afterwards."""
-    previous = _active["name"]
-    set_backend(name)
-    try:
-        yield
-    finally:
-        _active["name"] = previous
-
-
+# Recording stays a context (a module-level list of open recorders): threading a recorder
+# through every layer's call would widen each signature for an inspection-only feature.
 _recorders: list[list] = []
 
 
 @contextmanager
 def record_attention():
-    """Collect ``(name, graph, weights)`` for every named attention call made inside the block;
-    weights are (E, H, 1), normalised over each destination's in-edges."""
+    """Collect ``(name, relation, weights)`` for every named attention call made inside the
+    block; weights are (E, H, 1), normalised over each destination's in-edges."""
     records: list = []
     _recorders.append(records)
     try:
@@ -65,19 +64,24 @@ def record_attention():
         _recorders.remove(records)
 
 
-def graph_attention(graph, q, k, v, return_weights: bool = False, name: str | None = None):
+def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False,
+                    name: str | None = None):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
-    along the edges of ``graph``; returns (N_dst, H, d) [and (E, H, 1) weights].
+    along the edges of ``relation``; returns (N_dst, H, d) [and (E, H, 1) weights].
 
-    ``name`` ('enc', 'dec', 'cross') labels the call for `record_attention`.
+    ``relation`` is a `Relation` (a single-relation DGL graph is read into one);
+    ``backend`` names one of ``BACKENDS``; ``name`` ('enc', 'dec', 'cross') labels the call for
+    `record_attention`.
     """
-    attend = BACKENDS[_active["name"]]
+    if not isinstance(relation, Relation):
+        relation = Relation.of_graph(relation)
+    attend = BACKENDS[check_backend(backend)]
     if not (_recorders and name):
-        return attend(graph, q, k, v, return_weights=return_weights)
-    out, weights = attend(graph, q, k, v, return_weights=True)
+        return attend(relation, q, k, v, return_weights=return_weights)
+    out, weights = attend(relation, q, k, v, return_weights=True)
     for records in _recorders:
-        records.append((name, graph, weights.detach()))
+        records.append((name, relation, weights.detach()))
     return (out, weights) if return_weights else out
 
 
-__all__ = ["graph_attention", "record_attention", "set_backend", "use_backend", "BACKENDS"]
+__all__ = ["graph_attention", "record_attention", "check_backend", "BACKENDS", "DEFAULT_BACKEND", "Relation"]

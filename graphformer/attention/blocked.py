@@ -13,12 +13,15 @@ of short sentences) keeps few tiles. The result is exactly graph attention over 
 Tiles are processed in chunks, forward and backward (FlashAttention-style recomputation), so
 memory stays O(nodes) plus one chunk of tiles: no (edges x heads) tensor is ever stored.
 No DGL kernel is involved: the work is plain PyTorch matmuls on whatever device q, k, v are on.
+Per-edge weights (for inspection) are exp(scale * q_v . k_u - lse_v), read off the same pass.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+
+from graphformer.graphs.relation import Relation
 
 BLOCK = 64
 CHUNK_BYTES = 16 * 2**20
@@ -47,14 +50,10 @@ class BlockLayout:
         self.mask[tile_of_edge, v % block, u % block] = True
 
 
-def layout_of(graph, block: int) -> BlockLayout:
-    """The graph's layout, computed once and kept on the graph object."""
-    cached = getattr(graph, "_graphformer_block_layout", None)
-    if cached is None or cached.block != block:
-        u, v = graph.edges()
-        cached = BlockLayout(u, v, graph.num_src_nodes(), graph.num_dst_nodes(), block)
-        graph._graphformer_block_layout = cached
-    return cached
+def layout_of(relation: Relation, block: int) -> BlockLayout:
+    """The relation's layout, computed once and kept with the relation."""
+    return relation.layout(("blocked", block),
+                           lambda r: BlockLayout(r.u, r.v, r.num_keys, r.num_queries, block))
 
 
 def _to_blocks(x: torch.Tensor, num_blocks: int, block: int) -> torch.Tensor:
@@ -111,10 +110,12 @@ class BlockedAttention(torch.autograd.Function):
         lse = torch.where(has_keys, peak + torch.log(total), torch.zeros_like(total))
         ctx.layout, ctx.scale = layout, scale
         ctx.save_for_backward(Q, K, V, O, lse)
-        return _from_blocks(O, layout.num_queries)
+        node_lse = _from_blocks(lse[..., None], layout.num_queries)  # (N_dst, H, 1)
+        ctx.mark_non_differentiable(node_lse)
+        return _from_blocks(O, layout.num_queries), node_lse
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, _grad_lse):
         layout, scale = ctx.layout, ctx.scale
         Q, K, V, O, lse = ctx.saved_tensors
         dO = _to_blocks(grad_out.contiguous(), layout.query_blocks, layout.block)
@@ -133,9 +134,13 @@ class BlockedAttention(torch.autograd.Function):
         return None, _from_blocks(dQ, layout.num_queries), _from_blocks(dK, n_k), _from_blocks(dV, n_k)
 
 
-def attend(graph, q, k, v, return_weights: bool = False, block: int = BLOCK):
-    """Graph attention over ``graph``'s edges, tile by tile; same contract as the DGL backend."""
-    if return_weights:  # per-edge weights are for inspection: take them from the edge-wise kernels
-        from graphformer.attention import dgl_ops
-        return dgl_ops.attend(graph, q, k, v, return_weights=True)
-    return BlockedAttention.apply(layout_of(graph, block), q, k, v)
+def attend(relation: Relation, q, k, v, return_weights: bool = False, block: int = BLOCK):
+    """Graph attention over the relation's edges, tile by tile; same contract as the DGL backend,
+    except that the weights (for inspection) carry no gradient."""
+    out, lse = BlockedAttention.apply(layout_of(relation, block), q, k, v)
+    if not return_weights:
+        return out
+    with torch.no_grad():
+        u, v_ = relation.u, relation.v
+        scores = (q[v_] * k[u]).sum(-1, keepdim=True) / math.sqrt(q.shape[-1])
+        return out, torch.exp(scores - lse[v_])

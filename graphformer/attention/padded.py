@@ -11,10 +11,10 @@ Only attention is padded: projections and feed-forward layers still run on the r
 With length-bucketed batches of short sentences padding is small, so this is the fastest backend
 for training; for long sequences with local patterns (most of the tile empty) ``blocked`` is.
 
-A graph knows which nodes belong to which sample only if whoever built it said so: a
-`graphformer.graphs.GraphBatch` for its relations (`mark_segments`), incremental
-decoding for its per-step graphs (`Segments.of_rows`). Any other graph (the Universal
-Transformer's subgraphs of active nodes) falls back to the DGL kernels.
+The layout comes from what the relation's builder knew (`graphformer.graphs.relation.Relation`):
+per-sample key and query counts (a batch's relations, and the Universal Transformer's subgraphs of
+active nodes), or one row of keys per query (incremental decoding). A relation with neither is
+one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from graphformer.attention import dgl_ops
+from graphformer.graphs.relation import Relation
 
 
 class Segments:
@@ -69,11 +69,6 @@ class Segments:
         rows = torch.arange(len(key_index), device=key_index.device)
         return cls(key_index, rows, 1, mask[:, None], (edge_at[0], torch.zeros_like(edge_at[0]), edge_at[1]))
 
-    def edges(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(u, v) of a graph with these segments (for `of_rows` layouts)."""
-        sample, _, column = self.edge_at
-        return self.key_index[sample, column], self.query_slot[sample]
-
 
 def _sample_and_index(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For nodes numbered sample by sample: each node's sample and its index inside the sample."""
@@ -82,38 +77,36 @@ def _sample_and_index(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return sample, torch.arange(len(sample), device=counts.device) - first[sample]
 
 
-def mark_segments(graph, key_counts: torch.Tensor, query_counts: torch.Tensor) -> None:
-    """Tell ``graph`` (one relation of a batch) how many keys and queries each sample has."""
-    graph._graphformer_counts = (key_counts.to(graph.device), query_counts.to(graph.device))
+def segments_of(relation: Relation) -> Segments:
+    """The relation's padded layout (built once, kept with the relation)."""
+    return relation.layout("padded", _build_segments)
 
 
-def segments_of(graph) -> Segments | None:
-    cached = getattr(graph, "_graphformer_segments", None)
-    counts = getattr(graph, "_graphformer_counts", None)
-    if cached is None and counts is not None:
-        u, v = graph.edges()
-        cached = graph._graphformer_segments = Segments.of_batch(u, v, *counts)
-    return cached
+def _build_segments(relation: Relation) -> Segments:
+    if relation.key_rows is not None:
+        return Segments.of_rows(relation.key_rows)
+    if relation.key_counts is not None and relation.query_counts is not None:
+        return Segments.of_batch(relation.u, relation.v, relation.key_counts, relation.query_counts)
+    one = torch.ones(1, dtype=torch.int64, device=relation.device)
+    return Segments.of_batch(relation.u, relation.v, one * relation.num_keys, one * relation.num_queries)
 
 
-def worth_it(graph, max_waste: float = 4.0) -> bool:
-    """Whether ``graph`` has a per-sample layout whose padded tiles hold at most ``max_waste``
-    slots per edge (dense patterns on similar lengths: yes; a window over long sequences: no).
-    Decided once per graph: the counts may live on a GPU, and reading them waits for it."""
-    decided = getattr(graph, "_graphformer_padded_pays", None)
-    if decided is not None:
-        return decided
-    counts = getattr(graph, "_graphformer_counts", None)
-    seg = getattr(graph, "_graphformer_segments", None)
-    if graph.num_edges() == 0 or (counts is None and seg is None):
-        decided = False
-    elif counts is not None:
-        keys, queries = counts
-        decided = len(keys) * int(keys.max()) * int(queries.max()) <= max_waste * graph.num_edges()
-    else:
-        decided = seg.key_index.numel() * seg.max_queries <= max_waste * graph.num_edges()
-    graph._graphformer_padded_pays = decided
-    return decided
+def worth_it(relation: Relation, max_waste: float = 4.0) -> bool:
+    """Whether the relation's padded tiles hold at most ``max_waste`` slots per edge (dense
+    patterns on similar lengths: yes; a window over long sequences: no). Decided once per
+    relation: the counts may live on a GPU, and reading them waits for it."""
+    return relation.layout(("padded pays", max_waste), lambda r: _tile_slots(r) <= max_waste * r.num_edges)
+
+
+def _tile_slots(relation: Relation) -> int:
+    if relation.num_edges == 0:
+        return 1  # nothing to compute: never worth a tile
+    if relation.key_rows is not None:
+        return relation.key_rows.numel()
+    if relation.key_counts is not None and relation.query_counts is not None:
+        keys, queries = relation.key_counts, relation.query_counts
+        return len(keys) * int(keys.max()) * int(queries.max())
+    return relation.num_keys * relation.num_queries
 
 
 def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -121,11 +114,9 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[index].transpose(1, 2)
 
 
-def attend(graph, q, k, v, return_weights: bool = False):
+def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
-    seg = segments_of(graph) if graph.num_edges() else None
-    if seg is None:
-        return dgl_ops.attend(graph, q, k, v, return_weights=return_weights)
+    seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad
         Q = q[:, :, None]

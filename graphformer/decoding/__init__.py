@@ -34,7 +34,7 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6
             batch = make_batch(pool, chunk).to(device)
             limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
             if incremental:
-                stepper = model.incremental_stepper(batch, beam, int(limits.max()), pool)
+                stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool)
             else:
                 stepper = RecomputeStepper(model, chunk, beam, pool, device)
             if beam == 1:

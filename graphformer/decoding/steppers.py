@@ -1,6 +1,6 @@
 """Steppers: the model's next-token distribution for a set of growing hypotheses.
 
-Search (greedy or beam) sees only this interface:
+Search (greedy or beam) sees only this interface::
 
     stepper.step(tokens)   feed each hypothesis its newest token (H,), get (H, V) log-probs
     stepper.reorder(idx)   hypothesis h now continues hypothesis idx[h] (beam search)
@@ -16,35 +16,15 @@ Two implementations give the same numbers:
 """
 from __future__ import annotations
 
-import dgl
 import torch
 
-from graphformer.attention import graph_attention
-from graphformer.attention.padded import Segments
 from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch
-
-
-def bipartite(u: torch.Tensor, v: torch.Tensor, num_src: int, num_dst: int) -> dgl.DGLGraph:
-    """A graph from ``num_src`` key nodes to ``num_dst`` query nodes with edges u -> v."""
-    return dgl.heterograph({("key", "attends", "query"): (u, v)},
-                           num_nodes_dict={"key": num_src, "query": num_dst}, idtype=torch.int64,
-                           device=u.device)
-
-
-def rows_graph(key_index: torch.Tensor, num_keys: int) -> dgl.DGLGraph:
-    """A graph whose query i attends to the key ids in row i of ``key_index`` (-1: no key).
-
-    The graph keeps this row layout, so the ``padded`` attention backend computes it with dense
-    batched matmuls; the others read its edges.
-    """
-    rows = Segments.of_rows(key_index)
-    graph = bipartite(*rows.edges(), num_keys, len(key_index))
-    graph._graphformer_segments = rows
-    return graph
+from graphformer.graphs.relation import Relation
 
 
 class IncrementalStepper:
-    """Incremental graph decoding for a `graphformer.model.GraphTransformer`.
+    """Incremental graph decoding for a `graphformer.model.GraphTransformer` or a
+    `graphformer.model.UniversalTransformer`: both run ``model.decode`` on the new nodes.
 
     Args:
         model: the model (used in eval mode under no_grad by the caller).
@@ -57,7 +37,8 @@ class IncrementalStepper:
 
     The node computed at step j for row h of the batch is cached under id ``j * num_hyps + h``
     (one slice of keys and values per layer; per ACT step for the Universal Transformer) and never
-    moves. Beam search reorders hypotheses by re-pointing edges instead of copying caches:
+    moves. A Universal Transformer node halted before the deepest step keeps serving its last
+    keys and values there, as in training. Beam search reorders hypotheses by re-pointing edges instead of copying caches:
     ``lineage[h, j]`` is the row whose step-j node is hypothesis h's j-th target node, and the
     edges into h's new node start from those ids.
     """
@@ -69,66 +50,63 @@ class IncrementalStepper:
         self.device = batch.src_tokens.device
         memory = model.encode(batch)
         self.num_memory = len(memory)
-        self.memory_kv = self._memory_kv(memory)
+        self.memory_kv = model.memory_kv(memory)
         self.num_hyps = batch.size * hyps_per_sentence
         sentence = torch.arange(batch.size, device=self.device).repeat_interleave(hyps_per_sentence)
         self.src_lengths = batch.src_lengths[sentence].tolist()
         self.src_offsets = batch.src_offsets[sentence].tolist()
         # With full cross-attention the edges never change: build them once.
-        self.fixed_cross_graph = self._cross_graph(None) if self.pool.cross_is_full else None
+        self.fixed_cross_relation = self._cross_relation(None) if self.pool.cross_is_full else None
         cfg = model.cfg
-        shape = (self._cache_depth(), max_steps, self.num_hyps, cfg.heads, cfg.d_model // cfg.heads)
+        self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
+        shape = (self.depth, max_steps, self.num_hyps, cfg.heads, cfg.d_model // cfg.heads)
         self.keys = memory.new_zeros(shape)
         self.values = memory.new_zeros(shape)
         self.lineage = torch.arange(self.num_hyps, device=self.device)[:, None].repeat(1, max_steps)
         self.max_steps = max_steps
         self.t = 0
 
-    def _memory_kv(self, memory):
-        return [layer.memory_kv(memory) for layer in self.model.decoder.layers]
-
-    def _cache_depth(self) -> int:
-        return self.model.cfg.layers
-
-    def _self_graph(self, hyps: torch.Tensor) -> dgl.DGLGraph:
+    def _self_relation(self, hyps: torch.Tensor) -> Relation:
         """Edges from the cached target nodes of the given hypotheses to their new node t (for the
-        causal pattern: nodes 0..t); query i of the graph is hypothesis hyps[i]."""
+        causal pattern: nodes 0..t); query i of the relation is hypothesis hyps[i]."""
         t, T = self.t, self.max_steps
         keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
-        return rows_graph(keys * self.num_hyps + self.lineage[hyps][:, keys], T * self.num_hyps)
+        return Relation.of_rows(keys * self.num_hyps + self.lineage[hyps][:, keys], T * self.num_hyps)
 
-    def _cross_graph(self, t: int | None) -> dgl.DGLGraph:
+    def _cross_relation(self, t: int | None) -> Relation:
         """Edges from source nodes to each hypothesis's new node t (all source nodes if t is None)."""
         rows = [torch.arange(n) if t is None else self.pool.incoming(CROSS, n, t) for n in self.src_lengths]
         key_index = torch.full((self.num_hyps, max(len(r) for r in rows)), -1, dtype=torch.int64)
         for h, (keys, first) in enumerate(zip(rows, self.src_offsets)):
             key_index[h, :len(keys)] = keys + first
-        return rows_graph(key_index.to(self.device), self.num_memory)
+        return Relation.of_rows(key_index.to(self.device), self.num_memory)
 
-    def cross_graph(self) -> dgl.DGLGraph:
-        return self.fixed_cross_graph if self.fixed_cross_graph is not None else self._cross_graph(self.t)
+    def cross_relation(self) -> Relation:
+        if self.fixed_cross_relation is not None:
+            return self.fixed_cross_relation
+        return self._cross_relation(self.t)
 
     def _cached(self, cache: torch.Tensor, depth: int) -> torch.Tensor:
         """(max_steps * num_hyps, heads, d_head) view of one layer's (or ACT step's) cache."""
         return cache[depth].reshape((-1,) + cache.shape[3:])
 
+    def _remember(self, depth: int, k: torch.Tensor, v: torch.Tensor):
+        """Cache the new nodes' keys and values of one layer (or ACT step); attend over the cache."""
+        self.keys[depth, self.t], self.values[depth, self.t] = k, v
+        self.reached = max(self.reached, depth + 1)
+        return self._cached(self.keys, depth), self._cached(self.values, depth)
+
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
-        model, t = self.model, self.t
-        x = model.tgt_embed(tokens, torch.full_like(tokens, t))
+        t, self.reached = self.t, 0
         everyone = torch.arange(self.num_hyps, device=self.device)
-        self_graph, cross_graph = self._self_graph(everyone), self.cross_graph()
-        for i, layer in enumerate(model.decoder.layers):
-            q, k, v = layer.self_pre(x)
-            self.keys[i, t] = k
-            self.values[i, t] = v
-            o = graph_attention(self_graph, q, self._cached(self.keys, i), self._cached(self.values, i))
-            x = layer.self_post(x, o)
-            mem_k, mem_v = self.memory_kv[i]
-            x = layer.cross_post(x, graph_attention(cross_graph, layer.cross_pre(x), mem_k, mem_v))
+        out = self.model.decode(tokens, torch.full_like(tokens, t), self._self_relation(everyone),
+                                self.cross_relation(), self.memory_kv, self._remember)
+        for depth in range(self.reached, self.depth):  # every node halted early: deeper slices keep its last
+            self.keys[depth, t], self.values[depth, t] = self.keys[depth - 1, t], self.values[depth - 1, t]
         self.t += 1
-        return model.generator(model.decoder.norm(x))
+        return out.log_probs
 
     def reorder(self, parents: torch.Tensor) -> None:
         self.lineage = self.lineage[parents]

@@ -11,6 +11,10 @@ Teacher forcing for a target sentence y_1..y_k (without specials) uses m = k + 1
 
     decoder input   <s>  y_1 ... y_k
     gold output     y_1  ...  y_k </s>
+
+The DGL graph is built and batched on the CPU and stays there; `GraphBatch.to` moves the
+per-node tensors, and each `GraphBatch.relation` reads its edges into index tensors on
+that device once per batch (this is all the attention backends need).
 """
 from __future__ import annotations
 
@@ -21,8 +25,8 @@ from typing import Optional, Sequence
 import dgl
 import torch
 
-from graphformer.attention.padded import mark_segments
 from graphformer.graphs.pool import CROSS, DEC, ENC, SPAN, SRC, TGT, GraphPool
+from graphformer.graphs.relation import Relation
 from graphformer.vocab import EOS, PAD, SOS
 
 
@@ -31,7 +35,7 @@ class GraphBatch:
     """What a model needs to run one mini-batch.
 
     Attributes:
-        graph: batched heterograph (see `graphformer.graphs.pool`).
+        graph: batched heterograph (see `graphformer.graphs.pool`), where DGL built it (CPU).
         src_tokens, src_pos: (N_src,) token id and position of each source node.
         tgt_tokens, tgt_pos: (N_tgt,) decoder input token and position of each target node.
         gold: (N_tgt,) the token each target node must predict; ``None`` for inference batches.
@@ -59,15 +63,18 @@ class GraphBatch:
     def num_tgt_tokens(self) -> int:
         return len(self.tgt_tokens)
 
-    def relation(self, etype: tuple[str, str, str]) -> dgl.DGLGraph:
-        """The single-relation graph of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` (sliced once, then cached)."""
+    @property
+    def device(self) -> torch.device:
+        """Where the per-node tensors, and the relations' index tensors, are."""
+        return self.src_tokens.device
+
+    def relation(self, etype: tuple[str, str, str]) -> Relation:
+        """The `Relation` of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` on the batch's device,
+        with each sample's key and query counts (read once, then cached)."""
         if etype not in self._relations:
-            graph = self.graph[etype]
-            if etype != SPAN:  # attention backends may compute each sample as one dense tile
-                keys, queries = {ENC: (self.src_nodes, self.src_nodes), DEC: (self.tgt_lengths, self.tgt_lengths),
-                                 CROSS: (self.src_nodes, self.tgt_lengths)}[etype]
-                mark_segments(graph, keys, queries)
-            self._relations[etype] = graph
+            keys, queries = {ENC: (self.src_nodes, self.src_nodes), DEC: (self.tgt_lengths, self.tgt_lengths),
+                             CROSS: (self.src_nodes, self.tgt_lengths), SPAN: (self.src_nodes, self.src_nodes)}[etype]
+            self._relations[etype] = Relation.of_graph(self.graph[etype], keys, queries, device=self.device)
         return self._relations[etype]
 
     @property
@@ -80,12 +87,13 @@ class GraphBatch:
         return torch.cumsum(self.src_nodes, 0) - self.src_nodes
 
     def to(self, device: torch.device | str) -> "GraphBatch":
+        """The batch with its tensors on ``device``; the DGL graph stays on the CPU."""
         moved = {
             name: getattr(self, name).to(device)
             for name in ("src_tokens", "src_pos", "tgt_tokens", "tgt_pos", "src_lengths", "tgt_lengths", "src_nodes")
         }
         gold = None if self.gold is None else self.gold.to(device)
-        return replace(self, graph=self.graph.to(device), gold=gold, _relations={}, **moved)
+        return replace(self, gold=gold, _relations={}, **moved)
 
 
 def make_batch(

@@ -1,5 +1,5 @@
 """Layers and models: embeddings, multi-head attention, encoder/decoder layers, the Transformer
-and the Adaptive Universal Transformer.
+and the Adaptive Universal Transformer, and the factory that picks one from a config.
 
 ``ModelConfig`` is imported eagerly (the command line reads its fields without torch); the
 models load torch and DGL on first use.
@@ -8,14 +8,20 @@ from importlib import import_module
 
 from graphformer.model.config import ModelConfig
 
-_LAZY = {"GraphTransformer": "graphformer.model.transformer", "build_model": "graphformer.model.transformer",
-         "make_model": "graphformer.model.transformer"}
+_WHERE = {
+    "GraphTransformer": "graphformer.model.transformer",
+    "UniversalTransformer": "graphformer.model.universal",
+    "ModelOutput": "graphformer.model.output",
+    "MODEL_CLASSES": "graphformer.model.factory",
+    "build_model": "graphformer.model.factory",
+    "make_model": "graphformer.model.factory",
+}
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
+    if name in _WHERE:
+        return getattr(import_module(_WHERE[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["GraphTransformer", "ModelConfig", "build_model", "make_model"]
+__all__ = ["ModelConfig", *_WHERE]

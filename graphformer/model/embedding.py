@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 
-import dgl
 import torch
 from torch import nn
+
+from graphformer.graphs import SPAN
 
 
 class TokenEmbedding(nn.Module):
@@ -100,7 +101,16 @@ def embed_source(embedder: Embedder, batch) -> torch.Tensor:
     x = embedder(batch.src_tokens, batch.src_pos)
     if not batch.has_spans:
         return x
-    from graphformer.graphs import SPAN
-    members = batch.relation(SPAN)
-    is_span = (members.in_degrees() > 0)[:, None]
-    return torch.where(is_span, dgl.ops.copy_u_mean(members, x), x)
+    members = batch.relation(SPAN)  # token u -> span v: mean_{u -> v} x_u, as index_add on any device
+    total = x.new_zeros(x.shape).index_add(0, members.v, x[members.u])
+    count = x.new_zeros(len(x)).index_add(0, members.v, x.new_ones(members.num_edges))[:, None]
+    return torch.where(count > 0, total / count.clamp(min=1), x)
+
+
+def make_embedders(cfg) -> tuple[Embedder, Embedder]:
+    """Source and target embedders of a ModelConfig; with tie='all' they share one token table."""
+    positions = POSITIONS[cfg.positions]
+    src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
+    tgt_tokens = src_tokens if cfg.tie == "all" else TokenEmbedding(cfg.tgt_vocab, cfg.d_model)
+    return (Embedder(src_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout),
+            Embedder(tgt_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout))

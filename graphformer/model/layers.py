@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from graphformer.attention import graph_attention
+from graphformer.attention import DEFAULT_BACKEND, graph_attention
 from graphformer.model.attention import MultiHeadAttention
 
 
@@ -74,9 +74,13 @@ class EncoderLayer(nn.Module):
         x = self.attn_block.leave(x, self.self_attn.out(o))
         return self.ff_block(x, self.feed_forward)
 
-    def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, relation, x: torch.Tensor, backend: str = DEFAULT_BACKEND, remember=None) -> torch.Tensor:
+        """``remember(k, v) -> (keys, values)``, if given, keeps these nodes' keys and values and
+        returns those to attend over (the Universal Transformer's halted tokens keep theirs)."""
         q, k, v = self.pre(x)
-        return self.post(x, graph_attention(graph, q, k, v, name="enc"))
+        if remember is not None:
+            k, v = remember(k, v)
+        return self.post(x, graph_attention(relation, q, k, v, backend, name="enc"))
 
 
 class DecoderLayer(nn.Module):
@@ -108,8 +112,26 @@ class DecoderLayer(nn.Module):
         x = self.cross_block.leave(x, self.cross_attn.out(o))
         return self.ff_block(x, self.feed_forward)
 
-    def forward(self, self_graph, cross_graph, x: torch.Tensor, memory_kv) -> torch.Tensor:
+    def forward(self, self_relation, cross_relation, x: torch.Tensor, memory_kv,
+                backend: str = DEFAULT_BACKEND, remember=None) -> torch.Tensor:
+        """One decoder layer on the nodes x. ``remember(k, v) -> (keys, values)``, if given, keeps
+        these nodes' self-attention keys and values and returns those to attend over (a decoding
+        cache, or the Universal Transformer's keys of halted tokens); default: these."""
         q, k, v = self.self_pre(x)
-        x = self.self_post(x, graph_attention(self_graph, q, k, v, name="dec"))
+        if remember is not None:
+            k, v = remember(k, v)
+        x = self.self_post(x, graph_attention(self_relation, q, k, v, backend, name="dec"))
         mem_k, mem_v = memory_kv
-        return self.cross_post(x, graph_attention(cross_graph, self.cross_pre(x), mem_k, mem_v, name="cross"))
+        return self.cross_post(x, graph_attention(cross_relation, self.cross_pre(x), mem_k, mem_v, backend,
+                                                  name="cross"))
+
+
+class Generator(nn.Module):
+    """(N, d_model) -> (N, vocab) log-probabilities."""
+
+    def __init__(self, d_model: int, vocab: int):
+        super().__init__()
+        self.proj = nn.Linear(d_model, vocab)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.proj(h), dim=-1)

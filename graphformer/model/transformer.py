@@ -6,25 +6,25 @@
 
 Pre-norm stacks end with a final layer norm (their residual stream is never normalised
 otherwise); post-norm stacks already end normalised and have none.
+
+`GraphTransformer.decode` runs the decoder on any set of target nodes: all of a batch's in
+training, the newest node of each hypothesis in incremental decoding (which passes ``remember``
+to keep each layer's keys and values in its cache).
 """
 from __future__ import annotations
+
+from typing import Callable, Optional
 
 import torch
 from torch import nn
 
+from graphformer.attention import DEFAULT_BACKEND, check_backend
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool
+from graphformer.graphs.relation import Relation
 from graphformer.model.config import ModelConfig
-from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, embed_source
-from graphformer.model.layers import DecoderLayer, EncoderLayer
-
-
-def make_embedders(cfg: ModelConfig) -> tuple[Embedder, Embedder]:
-    """Source and target embedders; with tie='all' they share one token table."""
-    positions = POSITIONS[cfg.positions]
-    src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
-    tgt_tokens = src_tokens if cfg.tie == "all" else TokenEmbedding(cfg.tgt_vocab, cfg.d_model)
-    return (Embedder(src_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout),
-            Embedder(tgt_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout))
+from graphformer.model.embedding import embed_source, make_embedders
+from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator
+from graphformer.model.output import ModelOutput
 
 
 class Encoder(nn.Module):
@@ -35,9 +35,9 @@ class Encoder(nn.Module):
         )
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
 
-    def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, relation, x: torch.Tensor, backend: str = DEFAULT_BACKEND) -> torch.Tensor:
         for layer in self.layers:
-            x = layer(graph, x)
+            x = layer(relation, x, backend)
         return self.norm(x)
 
 
@@ -49,33 +49,34 @@ class Decoder(nn.Module):
         )
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
 
-    def forward(self, self_graph, cross_graph, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(self_graph, cross_graph, x, layer.memory_kv(memory))
+    def memory_kv(self, memory: torch.Tensor) -> list:
+        """Each layer's cross-attention keys and values of the encoder's output."""
+        return [layer.memory_kv(memory) for layer in self.layers]
+
+    def forward(self, self_relation, cross_relation, x: torch.Tensor, memory_kv: list,
+                backend: str = DEFAULT_BACKEND, remember: Optional[Callable] = None) -> torch.Tensor:
+        """``remember(i, k, v) -> (keys, values)``, if given, keeps layer i's self-attention keys
+        and values of these nodes and returns those the queries attend over (a decoding cache)."""
+        for i, layer in enumerate(self.layers):
+            keep = None if remember is None else (lambda k, v, i=i: remember(i, k, v))
+            x = layer(self_relation, cross_relation, x, memory_kv[i], backend, keep)
         return self.norm(x)
 
 
-class Generator(nn.Module):
-    """(N, d_model) -> (N, vocab) log-probabilities."""
-
-    def __init__(self, d_model: int, vocab: int):
-        super().__init__()
-        self.proj = nn.Linear(d_model, vocab)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.proj(h), dim=-1)
-
-
 class GraphTransformer(nn.Module):
-    """Encoder-decoder Transformer whose attention runs on the edges of a `GraphBatch`."""
+    """Encoder-decoder Transformer whose attention runs on the edges of a `GraphBatch`.
 
-    aux_loss = None  # the Transformer has no loss besides the likelihood
+    ``attention_backend`` names the attention implementation every layer uses (see
+    `graphformer.attention`); it changes speed, never results, so it is not part of the
+    config saved with checkpoints: set it on the model (``model.attention_backend = "torch"``).
+    """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
         if cfg.model != "transformer":
             raise ValueError(f"GraphTransformer needs model='transformer', got {cfg.model!r}; use build_model")
         self.cfg = cfg
+        self.attention_backend = check_backend(attention_backend)
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
@@ -95,32 +96,24 @@ class GraphTransformer(nn.Module):
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output (the memory)."""
-        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch))
+        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), self.attention_backend)
 
-    def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:
-        """(N_tgt, d_model) decoder output for the batch's target nodes."""
-        x = self.tgt_embed(batch.tgt_tokens, batch.tgt_pos)
-        return self.decoder(batch.relation(DEC), batch.relation(CROSS), x, memory)
+    def memory_kv(self, memory: torch.Tensor) -> list:
+        """What the decoder reads of the memory: each layer's cross-attention keys and values."""
+        return self.decoder.memory_kv(memory)
 
-    def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """(N_tgt, tgt_vocab) log-probabilities of the next token at every target node."""
-        return self.generator(self.decode(batch, self.encode(batch)))
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, self_relation: Relation,
+               cross_relation: Relation, memory_kv: list, remember: Optional[Callable] = None) -> ModelOutput:
+        """Log-probabilities (N, tgt_vocab) of the next token at N target nodes with these decoder
+        input tokens and positions. ``remember(layer, k, v) -> (keys, values)`` stores each layer's
+        keys and values of these nodes and returns the ones to attend over (default: these)."""
+        x = self.tgt_embed(tokens, positions)
+        h = self.decoder(self_relation, cross_relation, x, memory_kv, self.attention_backend, remember)
+        return ModelOutput(self.generator(h))
 
-    def incremental_stepper(self, batch, hyps_per_sentence: int, max_steps: int, pool):
-        from graphformer.decoding.steppers import IncrementalStepper
-        return IncrementalStepper(self, batch, hyps_per_sentence, max_steps, pool)
-
-
-def build_model(cfg: ModelConfig) -> nn.Module:
-    """The model class that ``cfg.model`` names."""
-    if cfg.model == "universal":
-        from graphformer.model.universal import UniversalTransformer
-        return UniversalTransformer(cfg)
-    return GraphTransformer(cfg)
-
-
-def make_model(src_vocab: int, tgt_vocab: int | None = None, **hyper) -> nn.Module:
-    """Build a `GraphTransformer` (or, with ``model="universal"``, a
-    `graphformer.model.universal.UniversalTransformer`); ``hyper`` are
-    `ModelConfig` fields."""
-    return build_model(ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper))
+    def forward(self, batch: GraphBatch, full_output: bool = False):
+        """(N_tgt, tgt_vocab) log-probabilities of the next token at every target node (a
+        `ModelOutput` with ``full_output``)."""
+        out = self.decode(batch.tgt_tokens, batch.tgt_pos, batch.relation(DEC), batch.relation(CROSS),
+                          self.memory_kv(self.encode(batch)))
+        return out if full_output else out.log_probs

@@ -16,98 +16,30 @@ value with the keys and values of its last step, so its state never changes agai
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Callable, Optional
 
-import dgl
 import torch
 from torch import nn
 
-from graphformer.attention import graph_attention
+from graphformer.attention import DEFAULT_BACKEND, check_backend
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
-from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source
-from graphformer.model.layers import DecoderLayer, EncoderLayer
-from graphformer.model.transformer import Generator, ModelConfig, make_embedders
-
-
-@dataclass
-class ACTStats:
-    """What one ACT pass did, for one side (source or target)."""
-
-    steps: torch.Tensor                               # (N,) steps each token took (1..max_depth)
-    remainders: torch.Tensor                          # (N,) R of each token
-    weights: torch.Tensor                             # (N, max_depth) halting weights w_s
-    active_nodes: list[int] = field(default_factory=list)   # tokens updated at each step
-    active_edges: list[int] = field(default_factory=list)   # messages sent at each step (all attentions)
-    states: list[torch.Tensor] = field(default_factory=list)  # (N, d) after each step, if recorded
-
-    @property
-    def ponder_cost(self) -> torch.Tensor:
-        return (self.steps.to(self.remainders.dtype) + self.remainders).mean()
-
-
-def restrict_to_destinations(graph: dgl.DGLGraph, active: torch.Tensor) -> tuple[dgl.DGLGraph, int]:
-    """The in-edges of the ``active`` destinations (bool mask), as a graph from all source nodes
-    to the active destinations only (renumbered 0..n_active-1)."""
-    u, v = graph.edges()
-    keep = active[v]
-    new_id = torch.cumsum(active, 0) - 1
-    num_src = graph.num_src_nodes()
-    sub = dgl.heterograph({("key", "attends", "query"): (u[keep], new_id[v[keep]])},
-                          num_nodes_dict={"key": num_src, "query": int(active.sum())},
-                          idtype=torch.int64, device=u.device)
-    return sub, int(keep.sum())
-
-
-class HaltingUnit(nn.Module):
-    def __init__(self, d_model: int, init_bias: float = 1.0):
-        super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.proj = nn.Linear(d_model, 1)
-        nn.init.constant_(self.proj.bias, init_bias)  # start by pondering for a few steps (as in UT)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.proj(self.norm(h))).squeeze(-1)
-
-
-class ACT:
-    """Bookkeeping of adaptive computation time for N tokens; ``step`` returns the active mask."""
-
-    def __init__(self, n: int, max_depth: int, threshold: float, like: torch.Tensor):
-        self.max_depth, self.threshold = max_depth, threshold
-        self.cumulative = like.new_zeros(n)
-        self.weights = like.new_zeros(n, max_depth)
-        self.steps = torch.zeros(n, dtype=torch.int64, device=like.device)
-        self.remainders = like.new_zeros(n)
-        self.running = torch.ones(n, dtype=torch.bool, device=like.device)
-
-    def weigh(self, s: int, p: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Halting weights of step s for the active tokens (p: their halting probabilities)."""
-        last = s == self.max_depth - 1
-        halts = (self.cumulative[active] + p > self.threshold) | last
-        remainder = 1.0 - self.cumulative[active]
-        w = torch.where(halts, remainder, p)
-        self.weights = self.weights.index_put((active.nonzero().squeeze(1), torch.full_like(p, s, dtype=torch.int64)), w)
-        self.cumulative = self.cumulative.index_put((active,), self.cumulative[active] + w)
-        self.steps[active] += 1
-        ids = active.nonzero().squeeze(1)
-        self.remainders = self.remainders.index_put((ids[halts],), remainder[halts])
-        self.running = self.running.clone()
-        self.running[ids[halts]] = False
-        return w
-
-    def finish(self, stats: ACTStats) -> ACTStats:
-        stats.steps, stats.remainders, stats.weights = self.steps, self.remainders, self.weights
-        return stats
+from graphformer.graphs.relation import Relation
+from graphformer.model.act import ACT, ACTStats, HaltingUnit
+from graphformer.model.config import ModelConfig
+from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source, make_embedders
+from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator
+from graphformer.model.output import ModelOutput
 
 
 class UniversalTransformer(nn.Module):
     """Encoder-decoder Universal Transformer with ACT, on the same graph batches as the Transformer."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
         if cfg.model != "universal":
             raise ValueError("UniversalTransformer needs a config with model='universal'")
         self.cfg = cfg
+        self.attention_backend = check_backend(attention_backend)  # as in GraphTransformer
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
         self.encoder_layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
@@ -122,9 +54,7 @@ class UniversalTransformer(nn.Module):
                 nn.init.xavier_uniform_(p)
         if cfg.tie != "none":
             self.generator.proj.weight = self.tgt_embed.tokens.table.weight
-        self.stats: dict[str, ACTStats] = {}
-        self.aux_loss = None
-        self.record_states = False  # keep every step's states in ``stats`` (for plots and tests)
+        self.record_states = False  # keep every step's states in the ACT statistics (for plots and tests)
 
     def make_pool(self):
         """A graph pool with this model's attention patterns."""
@@ -134,10 +64,11 @@ class UniversalTransformer(nn.Module):
         depth = self.depth.table[s].to(embedder.tokens.table.weight.dtype)
         return embedder.positions(positions).to(depth.dtype) + depth
 
-    def _ponder(self, side: str, h: torch.Tensor, positions: torch.Tensor, embedder: Embedder,
-                halt: HaltingUnit, update) -> torch.Tensor:
-        """The ACT loop of one side: ``update(x, active) -> (new states, messages sent)`` runs the
-        shared layer on the active tokens; returns the halting-weighted sum of states."""
+    def _ponder(self, h: torch.Tensor, positions: torch.Tensor, embedder: Embedder, halt: HaltingUnit,
+                update) -> tuple[torch.Tensor, ACTStats]:
+        """The ACT loop of one side: ``update(x, active, s) -> (new states, messages sent)`` runs
+        the shared layer on the active tokens at step s; returns the halting-weighted sum of states
+        and what ACT did."""
         act = ACT(len(h), self.cfg.max_depth, self.cfg.act_threshold, h.new_zeros(()))
         out = torch.zeros_like(h)
         stats = ACTStats(act.steps, act.remainders, act.weights)
@@ -146,44 +77,53 @@ class UniversalTransformer(nn.Module):
             if not bool(active.any()):
                 break
             x = h[active] + self._timing(positions[active], s, embedder)
-            new, n_edges = update(x, active)
+            new, n_edges = update(x, active, s)
             w = act.weigh(s, halt(new), active)
             h = h.index_put((active,), new)
             out = out.index_put((active,), out[active] + w[:, None] * new)
             self._record(stats, active, n_edges, h)
-        self.stats[side] = act.finish(stats)
-        return out
+        return out, act.finish(stats)
+
+    def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats]:
+        relation, layer, backend = batch.relation(ENC), self.encoder_layer, self.attention_backend
+        cache = {}  # keys and values of every source token, as of its last active step
+
+        def update(x, active, s):
+            sub = relation.restrict_to_destinations(active)
+            return layer(sub, x, backend, remember=_keep_latest(cache, active)), sub.num_edges
+
+        out, stats = self._ponder(embed_source(self.src_embed, batch), batch.src_pos, self.src_embed,
+                                  self.encoder_halt, update)
+        return self.encoder_norm(out), stats
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
-        graph, layer = batch.relation(ENC), self.encoder_layer
-        cache = {}  # keys and values of every source token, as of its last active step
+        return self._encode(batch)[0]
 
-        def update(x, active):
-            q, k, v = layer.pre(x)
-            cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
-            sub, n_edges = restrict_to_destinations(graph, active)
-            return layer.post(x, graph_attention(sub, q, cache["k"], cache["v"])), n_edges
+    def memory_kv(self, memory: torch.Tensor):
+        """The shared decoder layer's cross-attention keys and values of the memory."""
+        return self.decoder_layer.memory_kv(memory)
 
-        h = embed_source(self.src_embed, batch)
-        return self.encoder_norm(self._ponder("src", h, batch.src_pos, self.src_embed, self.encoder_halt, update))
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, self_relation: Relation,
+               cross_relation: Relation, memory_kv, remember: Optional[Callable] = None) -> ModelOutput:
+        """Log-probabilities (N, tgt_vocab) at N target nodes, pondering each with ACT; the
+        statistics are in ``stats['tgt']``. ``remember(s, k, v) -> (keys, values)`` stores the
+        nodes' keys and values at step s (halted nodes: those of their last step) and returns the
+        ones to attend over (default: these)."""
+        layer, backend = self.decoder_layer, self.attention_backend
+        cache = {}  # keys and values of every target node, as of its last active step
 
-    def decode(self, batch: GraphBatch, memory: torch.Tensor) -> torch.Tensor:
-        self_graph, cross_graph, layer = batch.relation(DEC), batch.relation(CROSS), self.decoder_layer
-        mem_k, mem_v = layer.memory_kv(memory)
-        cache = {}
+        def update(x, active, s):
+            keep = _keep_latest(cache, active)
+            remember_at_s = keep if remember is None else (lambda k, v: remember(s, *keep(k, v)))
+            sub_self = self_relation.restrict_to_destinations(active)
+            sub_cross = cross_relation.restrict_to_destinations(active)
+            x = layer(sub_self, sub_cross, x, memory_kv, backend, remember=remember_at_s)
+            return x, sub_self.num_edges + sub_cross.num_edges
 
-        def update(x, active):
-            q, k, v = layer.self_pre(x)
-            cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
-            sub_self, e_self = restrict_to_destinations(self_graph, active)
-            x = layer.self_post(x, graph_attention(sub_self, q, cache["k"], cache["v"]))
-            sub_cross, e_cross = restrict_to_destinations(cross_graph, active)
-            x = layer.cross_post(x, graph_attention(sub_cross, layer.cross_pre(x), mem_k, mem_v))
-            return x, e_self + e_cross
-
-        h = self.tgt_embed(batch.tgt_tokens, batch.tgt_pos)
-        return self.decoder_norm(self._ponder("tgt", h, batch.tgt_pos, self.tgt_embed, self.decoder_halt, update))
+        h = self.tgt_embed(tokens, positions)
+        out, stats = self._ponder(h, positions, self.tgt_embed, self.decoder_halt, update)
+        return ModelOutput(self.generator(self.decoder_norm(out)), stats={"tgt": stats})
 
     def _record(self, stats: ACTStats, active: torch.Tensor, n_edges: int, h: torch.Tensor) -> None:
         stats.active_nodes.append(int(active.sum()))
@@ -191,14 +131,26 @@ class UniversalTransformer(nn.Module):
         if self.record_states:
             stats.states.append(h.detach().clone())
 
-    def forward(self, batch: GraphBatch) -> torch.Tensor:
-        log_probs = self.generator(self.decode(batch, self.encode(batch)))
-        self.aux_loss = self.cfg.ponder_weight * (self.stats["src"].ponder_cost + self.stats["tgt"].ponder_cost)
-        return log_probs
+    def forward(self, batch: GraphBatch, full_output: bool = False):
+        """(N_tgt, tgt_vocab) log-probabilities; with ``full_output`` a `ModelOutput` that
+        also holds the weighted ponder cost (``aux_loss``) and both sides' ACT statistics."""
+        memory, src_stats = self._encode(batch)
+        out = self.decode(batch.tgt_tokens, batch.tgt_pos, batch.relation(DEC), batch.relation(CROSS),
+                          self.memory_kv(memory))
+        if not full_output:
+            return out.log_probs
+        tgt_stats = out.stats["tgt"]
+        aux_loss = self.cfg.ponder_weight * (src_stats.ponder_cost + tgt_stats.ponder_cost)
+        return ModelOutput(out.log_probs, aux_loss, {"src": src_stats, "tgt": tgt_stats})
 
-    def incremental_stepper(self, batch, hyps_per_sentence, max_steps, pool):
-        from graphformer.decoding.universal import UniversalStepper
-        return UniversalStepper(self, batch, hyps_per_sentence, max_steps, pool)
+
+def _keep_latest(cache: dict, active: torch.Tensor):
+    """A ``remember`` for a layer call on the active tokens: their new keys and values replace
+    theirs in ``cache``, whose full tables are what the queries attend over."""
+    def remember(k, v):
+        cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
+        return cache["k"], cache["v"]
+    return remember
 
 
 def _scatter(table, active: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

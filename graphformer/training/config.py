@@ -17,7 +17,7 @@ from graphformer.errors import ConfigError
 # metric -> True when larger is better
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
-ATTENTION_BACKENDS = ("auto", "dgl", "padded", "blocked")
+ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
 RESUME_OVERRIDES = ("epochs", "max_steps")
 RUNTIME = ("device", "threads", "attention_backend")
 
@@ -52,10 +52,11 @@ class TrainConfig(DictConfig):
     device: str = option("auto", "auto | cpu | cuda | cuda:N")
     threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
                                     "use, shared among torchrun's processes)", range=AT_LEAST_1)
-    attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; blocked: "
-                                    "block-sparse tiles (long sequences, local patterns); padded: one dense tile "
-                                    "per sample (batches of short sentences); auto: padded where tiles are mostly "
-                                    "edges, else dgl", choices=ATTENTION_BACKENDS)
+    attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
+                                    "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
+                                    "(long sequences, local patterns); padded: one dense tile per sample (batches of "
+                                    "short sentences); auto: padded where tiles are mostly edges, else dgl where DGL "
+                                    "runs on the device, else torch", choices=ATTENTION_BACKENDS)
 
     def check(self) -> None:
         if self.batch_size is None and self.batch_tokens is None:

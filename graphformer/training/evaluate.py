@@ -22,11 +22,12 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
                         batch_tokens=batch_tokens, shuffle=False)
     for idx in plan:
         batch = make_batch(pool, [split.src[i] for i in idx], [split.tgt[i] for i in idx]).to(device)
-        log_probs = model(batch)
+        output = model(batch, full_output=True)
+        log_probs = output.log_probs
         total_loss += float(label_smoothed_nll(log_probs, batch.gold, 0.0))
         c, n = token_accuracy_counts(log_probs, batch.gold)
         correct, total = correct + c, total + n
-        ponder.add(model)
+        ponder.add(output.stats or {}, model.cfg.max_depth)
     model.train(was_training)
     return {"loss": total_loss / total, "token_accuracy": correct / total, **ponder.summary()}
 
@@ -38,12 +39,13 @@ class PonderTally:
         self.entering: dict[str, list[int]] = {}
         self.steps: dict[str, list[int]] = {}
 
-    def add(self, model) -> None:
-        for side, stats in getattr(model, "stats", {}).items():
-            entering = self.entering.setdefault(side, [0] * model.cfg.max_depth)
-            for s, n in enumerate(stats.active_nodes):
+    def add(self, stats: dict, max_depth: int) -> None:
+        """``stats``: a forward pass's ACT statistics per side (`ModelOutput.stats`)."""
+        for side, side_stats in stats.items():
+            entering = self.entering.setdefault(side, [0] * max_depth)
+            for s, n in enumerate(side_stats.active_nodes):
                 entering[s] += n
-            self.steps.setdefault(side, []).extend(stats.steps.tolist())
+            self.steps.setdefault(side, []).extend(side_stats.steps.tolist())
 
     def summary(self) -> dict:
         out = {}

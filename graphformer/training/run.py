@@ -38,7 +38,7 @@ def check_matches_run(state: dict, run: RunDir, path: Path) -> None:
 class LoadedRun:
     """A trained model and everything needed to feed it, read from a run directory."""
 
-    def __init__(self, run_dir: str | Path, which: str = "best", device="cpu"):
+    def __init__(self, run_dir: str | Path, which: str = "best", device="cpu", attention_backend: str = "auto"):
         self.run_dir = Path(run_dir)
         device = resolve_device(device)
         path = checkpoint.find(self.run_dir, which)
@@ -48,7 +48,7 @@ class LoadedRun:
         self.train_cfg = TrainConfig.from_dict(state["train_config"])
         self.task = get_task(self.train_cfg.task)
         self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
-        self.model = load_model(state, path).to(device).eval()
+        self.model = load_model(state, path, attention_backend).to(device).eval()
         self.progress = state["progress"]
 
     def data_dir(self) -> Path:
@@ -66,8 +66,8 @@ class LoadedRun:
         return self.task.pipelines()
 
 
-def load_model(state: dict, path: Path):
-    model = model_from_config(ModelConfig.from_dict(state["model_config"]))
+def load_model(state: dict, path: Path, attention_backend: str = "auto"):
+    model = model_from_config(ModelConfig.from_dict(state["model_config"]), attention_backend)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError:

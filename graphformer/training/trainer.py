@@ -82,7 +82,7 @@ class Trainer:
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
         torch.manual_seed(self.cfg.seed)
         random.seed(self.cfg.seed)
-        self.model = model_from_config(model_cfg)
+        self.model = model_from_config(model_cfg, self.cfg.attention_backend)
         self.pool = self.model.make_pool()
         if self.ctx.is_main:
             self.files.write_config(model_cfg, self.cfg)
@@ -99,7 +99,7 @@ class Trainer:
         self._load_data()
         self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
         self._encode()
-        self.model = load_model(state, path)
+        self.model = load_model(state, path, self.cfg.attention_backend)
         self.pool = self.model.make_pool()
         self._build_optimizer()
         self.optimizer.load_state_dict(state["optimizer"])
@@ -183,10 +183,11 @@ class Trainer:
             batch = make_batch(self.pool, [train.src[j] for j in idx], [train.tgt[j] for j in idx]).to(self.ctx.device)
             sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
             with sync:
-                loss = label_smoothed_nll(self.net(batch), batch.gold, self.cfg.label_smoothing)
+                output = self.net(batch, full_output=True)
+                loss = label_smoothed_nll(output.log_probs, batch.gold, self.cfg.label_smoothing)
                 objective = loss * (self.ctx.world / global_tokens)
-                if self.model.aux_loss is not None:  # the Universal Transformer's ponder cost
-                    objective = objective + self.model.aux_loss * (self.ctx.world * len(batch.gold) / global_tokens)
+                if output.aux_loss is not None:  # the Universal Transformer's ponder cost
+                    objective = objective + output.aux_loss * (self.ctx.world * len(batch.gold) / global_tokens)
                 objective.backward()
             total += float(loss)
         total = distributed.all_reduce_sum(total, self.ctx)

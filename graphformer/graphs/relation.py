@@ -1,0 +1,106 @@
+"""A relation: who attends to whom in one attention sub-layer, as a plain value.
+
+Every attention call receives one. It holds the edges u -> v (key u, query v) as index tensors
+on the compute device, the number of key and query nodes, and what its builder knows about how
+nodes group into samples:
+
+* ``key_counts``, ``query_counts`` (B,): a batch numbers nodes sample by sample, and no edge
+  crosses samples (`GraphBatch.relation`);
+* ``key_rows`` (N_dst, K): incremental decoding lists each query's keys as one row, -1 padded.
+
+Layouts that a backend derives from the edges (padded per-sample tiles, block-sparse tiles, a
+DGL graph on the compute device) are built on first use and kept in `layouts`, so a
+relation reused by every layer of a batch pays for them once. The DGL graph a relation came from
+stays where DGL built it (the CPU for PyPI's DGL): DGL is the structure library, and the
+attention backends read only the tensors here (the ``dgl`` backend builds its own graph on the
+compute device when it needs one there).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+
+@dataclass(eq=False)
+class Relation:
+    """The edges of one attention sub-layer and the layouts derived from them.
+
+    Attributes:
+        u, v: (E,) int64 key and query node id of each edge, on the compute device.
+        num_keys, num_queries: key (source) and query (destination) nodes.
+        key_counts, query_counts: (B,) keys and queries of each sample, when nodes are numbered
+            sample by sample and no edge joins two samples; ``None`` if unknown.
+        key_rows: (num_queries, K) key ids of each query, -1 past its last key, when the edges
+            are listed row by row in this order (`of_rows`); ``None`` otherwise.
+        graph: the DGL graph the edges were read from, where DGL keeps it (may be ``None``).
+        layouts: backend layouts built from the edges, by name (see `layout`).
+    """
+
+    u: torch.Tensor
+    v: torch.Tensor
+    num_keys: int
+    num_queries: int
+    key_counts: Optional[torch.Tensor] = None
+    query_counts: Optional[torch.Tensor] = None
+    key_rows: Optional[torch.Tensor] = None
+    graph: object = None
+    layouts: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of_graph(cls, graph, key_counts: torch.Tensor | None = None, query_counts: torch.Tensor | None = None,
+                 device: torch.device | str | None = None) -> "Relation":
+        """The relation of a single-relation DGL graph, its index tensors moved to ``device``
+        (default: where the graph is). The graph itself stays where it is."""
+        u, v = graph.edges()
+        device = graph.device if device is None else device
+        counts = [None if c is None else c.to(device) for c in (key_counts, query_counts)]
+        return cls(u.to(device), v.to(device), graph.num_src_nodes(), graph.num_dst_nodes(), *counts, graph=graph)
+
+    @classmethod
+    def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> "Relation":
+        """Query i attends to the key ids in row i of ``key_rows`` (-1: no key); edges row by row."""
+        rows, columns = (key_rows >= 0).nonzero(as_tuple=True)
+        return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), key_rows=key_rows)
+
+    @property
+    def device(self) -> torch.device:
+        return self.u.device
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.u)
+
+    def edges(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, v): key and query node id of each edge."""
+        return self.u, self.v
+
+    def layout(self, name, build: Callable[["Relation"], object]):
+        """The layout ``name``, built as ``build(self)`` on first use and kept with the relation."""
+        if name not in self.layouts:
+            self.layouts[name] = build(self)
+        return self.layouts[name]
+
+    def restrict_to_destinations(self, active: torch.Tensor) -> "Relation":
+        """The in-edges of the ``active`` queries ((num_queries,) bool), from all keys to the
+        active queries only, renumbered 0..n_active-1 in order. Sample counts and key rows follow."""
+        keep = active[self.v]
+        new_id = torch.cumsum(active, 0) - 1
+        query_counts = key_rows = None
+        if self.query_counts is not None:
+            sample = self.layout("query_sample", _query_sample)
+            query_counts = torch.zeros_like(self.query_counts).index_add_(0, sample, active.to(sample.dtype))
+        if self.key_rows is not None:
+            key_rows = self.key_rows[active]
+        return Relation(self.u[keep], new_id[self.v[keep]], self.num_keys, int(active.sum()),
+                        self.key_counts, query_counts, key_rows)
+
+
+def _query_sample(relation: Relation) -> torch.Tensor:
+    """(num_queries,) the sample of each query node."""
+    counts = relation.query_counts
+    return torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+
+
+__all__ = ["Relation"]

@@ -1,0 +1,71 @@
+r"""Adaptive computation time (Graves, 2016) for N tokens, as the Universal Transformer uses it.
+
+    p_s   = sigmoid(w_h . LN(h_s) + b_h)                          per token, per step (HaltingUnit)
+    halt at the first step S where  p_1 + ... + p_S > threshold   (or at s = max_depth)
+    w_s   = p_s for s < S,   w_S = R = 1 - (p_1 + ... + p_{S-1})     (the weights sum to 1)
+    ponder cost = S + R, averaged over tokens
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ACTStats:
+    """What one ACT pass did, for one side (source or target)."""
+
+    steps: torch.Tensor                               # (N,) steps each token took (1..max_depth)
+    remainders: torch.Tensor                          # (N,) R of each token
+    weights: torch.Tensor                             # (N, max_depth) halting weights w_s
+    active_nodes: list[int] = field(default_factory=list)   # tokens updated at each step
+    active_edges: list[int] = field(default_factory=list)   # messages sent at each step (all attentions)
+    states: list[torch.Tensor] = field(default_factory=list)  # (N, d) after each step, if recorded
+
+    @property
+    def ponder_cost(self) -> torch.Tensor:
+        return (self.steps.to(self.remainders.dtype) + self.remainders).mean()
+
+
+class HaltingUnit(nn.Module):
+    def __init__(self, d_model: int, init_bias: float = 1.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.proj = nn.Linear(d_model, 1)
+        nn.init.constant_(self.proj.bias, init_bias)  # start by pondering for a few steps (as in UT)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.proj(self.norm(h))).squeeze(-1)
+
+
+class ACT:
+    """Bookkeeping of adaptive computation time for N tokens; ``step`` returns the active mask."""
+
+    def __init__(self, n: int, max_depth: int, threshold: float, like: torch.Tensor):
+        self.max_depth, self.threshold = max_depth, threshold
+        self.cumulative = like.new_zeros(n)
+        self.weights = like.new_zeros(n, max_depth)
+        self.steps = torch.zeros(n, dtype=torch.int64, device=like.device)
+        self.remainders = like.new_zeros(n)
+        self.running = torch.ones(n, dtype=torch.bool, device=like.device)
+
+    def weigh(self, s: int, p: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Halting weights of step s for the active tokens (p: their halting probabilities)."""
+        last = s == self.max_depth - 1
+        halts = (self.cumulative[active] + p > self.threshold) | last
+        remainder = 1.0 - self.cumulative[active]
+        w = torch.where(halts, remainder, p)
+        self.weights = self.weights.index_put((active.nonzero().squeeze(1), torch.full_like(p, s, dtype=torch.int64)), w)
+        self.cumulative = self.cumulative.index_put((active,), self.cumulative[active] + w)
+        self.steps[active] += 1
+        ids = active.nonzero().squeeze(1)
+        self.remainders = self.remainders.index_put((ids[halts],), remainder[halts])
+        self.running = self.running.clone()
+        self.running[ids[halts]] = False
+        return w
+
+    def finish(self, stats: ACTStats) -> ACTStats:
+        stats.steps, stats.remainders, stats.weights = self.steps, self.remainders, self.weights
+        return stats

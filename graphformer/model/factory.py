@@ -1,0 +1,22 @@
+"""The model that a config names: one place that knows every model class."""
+from torch import nn
+
+from graphformer.attention import DEFAULT_BACKEND
+from graphformer.model.config import ModelConfig
+from graphformer.model.transformer import GraphTransformer
+from graphformer.model.universal import UniversalTransformer
+
+MODEL_CLASSES = {"transformer": GraphTransformer, "universal": UniversalTransformer}
+
+
+def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND) -> nn.Module:
+    """The model that ``cfg.model`` names."""
+    return MODEL_CLASSES[cfg.model](cfg, attention_backend)
+
+
+def make_model(src_vocab: int, tgt_vocab: int | None = None, attention_backend: str = DEFAULT_BACKEND,
+               **hyper) -> nn.Module:
+    """Build a `GraphTransformer` (or, with ``model="universal"``, a `UniversalTransformer`);
+    ``hyper`` are `ModelConfig` fields."""
+    cfg = ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper)
+    return build_model(cfg, attention_backend)

@@ -1,0 +1,64 @@
+"""On a CUDA machine (skipped elsewhere): attention, training and decoding on the GPU with
+whatever DGL is installed (PyPI's is CPU-only; the relations carry everything to the GPU).
+``make gpu-check`` runs these and benchmarks/gpu_check.py."""
+import pytest
+import torch
+
+from graphformer import make_model
+from graphformer.attention import BACKENDS, dgl_ops
+from graphformer.decoding import translate_ids
+from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
+from helpers import TINY_MODEL, random_pairs, small_copy_data
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")]
+GPU_BACKENDS = ["auto", "torch", "padded", "blocked"] + (["dgl"] if torch.cuda.is_available()
+                                                         and dgl_ops.runs_on(torch.device("cuda")) else [])
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("enc", ["full", "window:2+global:1", "tree:1"])
+def test_attention_on_the_gpu_equals_the_dgl_kernels_on_the_cpu(backend, enc):
+    src, tgt = random_pairs(6, 30, max_len=20)
+    cpu = make_batch(GraphPool(enc), src, tgt)
+    gpu = cpu.to("cuda")
+    for etype in (ENC, DEC, CROSS):
+        rel_cpu, rel_gpu = cpu.relation(etype), gpu.relation(etype)
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(n, 2, 8, dtype=torch.float64, generator=gen) for n in
+                   (rel_cpu.num_queries, rel_cpu.num_keys, rel_cpu.num_keys))
+        ref = BACKENDS["dgl"](rel_cpu, q, k, v)
+        out = BACKENDS[backend](rel_gpu, q.cuda(), k.cuda(), v.cuda())
+        torch.testing.assert_close(out.cpu(), ref, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "universal"])
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_training_step_and_decoding_on_the_gpu_equal_the_cpu(kind, backend):
+    extra = {"model": "universal", "max_depth": 3} if kind == "universal" else {"layers": 2}
+    model = make_model(25, d_model=16, heads=2, d_ff=32, dropout=0.0, **extra).double()
+    src, tgt = random_pairs(6, 25, max_len=12, seed=5)
+    pool = model.make_pool()
+    results = []
+    for device, name in (("cpu", "dgl"), ("cuda", backend)):
+        model.to(device).attention_backend = name
+        model.zero_grad()
+        batch = make_batch(pool, src, tgt).to(device)
+        out = model(batch)
+        (-out.gather(1, batch.gold[:, None]).sum()).backward()
+        hyps = translate_ids(model, src, beam=2, extra_len=3)
+        results.append((out.detach().cpu(), [p.grad.cpu() for p in model.parameters() if p.grad is not None],
+                        [h.tokens for h in hyps]))
+    (out_cpu, grads_cpu, hyps_cpu), (out_gpu, grads_gpu, hyps_gpu) = results
+    torch.testing.assert_close(out_gpu, out_cpu, atol=1e-9, rtol=0)
+    for a, b in zip(grads_gpu, grads_cpu):
+        torch.testing.assert_close(a, b, atol=1e-8, rtol=0)
+    assert hyps_gpu == hyps_cpu
+
+
+def test_cli_trains_and_translates_on_cuda(tmp_path, capsys):
+    from graphformer.cli import main
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    run = tmp_path / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--device", "cuda",
+                 "--epochs", "1", "--batch-size", "16", *TINY_MODEL]) == 0
+    assert main(["evaluate", str(run), "--split", "test", "--device", "cuda", "--json"]) == 0
