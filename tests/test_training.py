@@ -117,3 +117,22 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path):
         one.train_step([sum(steps[s], [])], tokens)
     for (name, p), q in zip(acc.model.named_parameters(), one.model.parameters()):
         torch.testing.assert_close(p, q, atol=1e-10, rtol=0, msg=name)
+
+
+def test_tensorboard_logs_steps_metrics_and_attention_images(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    run = tmp_path / "run"
+    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16", "--viz-every", "1",
+           "--tensorboard", "--out", str(run), *TINY_MODEL])
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    steps = read_jsonl(run / "steps.jsonl")
+    loss = events.Scalars("train/loss")
+    assert [e.step for e in loss] == [s["step"] for s in steps]
+    assert [e.value for e in loss] == pytest.approx([s["loss"] for s in steps], rel=1e-6)
+    assert {"train/lr", "train/tokens_per_s", "valid/loss", "valid/exact_match"} <= set(events.Tags()["scalars"])
+    assert len(events.Scalars("valid/loss")) == 2
+    images = events.Images("attention/cross")
+    assert len(images) == 3 and images[0].width > 100  # epoch 0 (untrained), 1 and 2

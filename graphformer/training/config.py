@@ -19,7 +19,7 @@ SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
 ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
 RESUME_OVERRIDES = ("epochs", "max_steps")
-RUNTIME = ("device", "threads", "attention_backend")
+RUNTIME = ("device", "threads", "attention_backend", "tensorboard")
 
 
 @dataclass
@@ -52,6 +52,8 @@ class TrainConfig(DictConfig):
     device: str = option("auto", "auto | cpu | cuda | cuda:N")
     threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
                                     "use, shared among torchrun's processes)", range=AT_LEAST_1)
+    tensorboard: bool = option(False, "also log loss, learning rate, tokens/s, validation metrics and recorded "
+                               "attention maps to RUN_DIR/tensorboard (needs the tensorboard extra)")
     attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
                                     "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
                                     "(long sequences, local patterns); padded: one dense tile per sample (batches of "

@@ -5,6 +5,7 @@ Gloo serves CPU processes, NCCL one GPU per process.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -112,8 +113,6 @@ def teardown(ctx: Context) -> None:
 
 def parameter_digests(model: torch.nn.Module, ctx: Context) -> list[str]:
     """SHA-256 of every rank's parameters, gathered on all ranks (all equal when in sync)."""
-    import hashlib
-
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().cpu().contiguous().numpy().tobytes())

@@ -10,8 +10,6 @@ import dataclasses
 import math
 import random
 import signal
-import sys
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -20,7 +18,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from graphformer.data.batching import plan_batches, shard
+from graphformer.data.tasks import get_task
 from graphformer.errors import UserError
+from graphformer.files import write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
@@ -28,11 +28,13 @@ from graphformer.training import checkpoint, distributed
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
-from graphformer.data.tasks import get_task
+from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
 from graphformer.training.run import check_matches_run, load_model, read_splits, vocabs_for
-from graphformer.files import write_json_atomic
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
+from graphformer.viz import plots
+from graphformer.viz.maps import RELATIONS
+from graphformer.viz.recording import check_recordable, picture, record_epoch
 from graphformer.vocab import Vocab
 
 
@@ -52,6 +54,7 @@ class Trainer:
         self.cfg = dataclasses.replace(train_cfg, threads=train_cfg.threads or distributed.default_threads())
         torch.set_num_threads(self.cfg.threads)
         self.show_progress = show_progress and self.ctx.is_main
+        self.board = None  # TensorBoardLog once the run directory is open, with cfg.tensorboard
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
         self._stop_requested = False
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
@@ -69,11 +72,12 @@ class Trainer:
         if self.ctx.is_main:
             self.files.create()
             self.files.lock()
+            if self.cfg.tensorboard:
+                self.board = TensorBoardLog(self.run_dir / "tensorboard")
 
     def _start(self, model_cfg: ModelConfig):
         if self.ctx.is_main and self.files.holds_run():
             raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
-        from graphformer.viz.recording import check_recordable
         check_recordable(model_cfg.model, self.cfg.viz_every)
         self._open_run_dir()
         self._load_data()
@@ -244,7 +248,9 @@ class Trainer:
             self.progress["batch"] = s + 1
             self.progress["step"] += 1
             loss = loss_sum / global_tokens
-            report.step(global_tokens, loss=loss, lr=lr)
+            rate = report.step(global_tokens, loss=loss, lr=lr)
+            if self.board:
+                self.board.step(self.progress["step"], loss, lr, rate)
             self._log(STEPS, {"step": self.progress["step"], "epoch": epoch, "loss": loss,
                               "lr": lr, "tokens": global_tokens})
             if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
@@ -277,6 +283,8 @@ class Trainer:
         if is_best:
             self.progress["best"] = metrics[f"valid_{self.cfg.select_by}"]
         self._log(METRICS, metrics)
+        if self.board:
+            self.board.epoch(metrics)
         if self.ctx.is_main and self.cfg.viz_every and (epoch + 1) % self.cfg.viz_every == 0:
             self._record_attention(epoch + 1)
         self.save(best=is_best)
@@ -288,6 +296,8 @@ class Trainer:
         """Release the DDP wrapper before the process group it uses, leave the group, unlock the run."""
         self.net = self.model
         distributed.teardown(self.ctx)
+        if self.board:
+            self.board.close()
         self.files.unlock()
 
     def _check_ranks_in_sync(self):
@@ -299,10 +309,14 @@ class Trainer:
             raise RuntimeError(f"parameters differ across ranks after training: {digests}")
 
     def _record_attention(self, epoch: int) -> None:
-        """Maps of the first validation sample, for ``graphformer animate``."""
-        from graphformer.viz.recording import record_epoch
-        record_epoch(self.model, self.splits["valid"], self.pool, self.src_vocab, self.tgt_vocab,
-                     self.run_dir, epoch)
+        """Maps of the first validation sample, for ``graphformer animate`` (and TensorBoard)."""
+        path = record_epoch(self.model, self.splits["valid"], self.pool, self.src_vocab, self.tgt_vocab,
+                            self.run_dir, epoch)
+        if self.board and path is not None:
+            record = checkpoint.load(path)
+            for relation in RELATIONS:
+                figure = plots.draw(picture(record, relation, layer=-1, head="all"))
+                self.board.attention(f"attention/{relation}", plots.png_bytes(figure), self.progress["step"])
 
     def _improves(self, metrics: dict) -> bool:
         best, value = self.progress["best"], metrics[f"valid_{self.cfg.select_by}"]
@@ -324,41 +338,6 @@ class NonFiniteLoss(ArithmeticError):
     def __init__(self, value: float):
         super().__init__(f"non-finite loss {value}")
         self.value = value
-
-
-def format_metrics(metrics: dict) -> str:
-    """One console line, numbers rounded (metrics.jsonl keeps them in full)."""
-    shown = {k.removeprefix("valid_").replace("_", " "): v for k, v in metrics.items() if k not in ("epoch", "step")}
-    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()]
-    return f"epoch {metrics['epoch']} (step {metrics['step']}): valid " + ", ".join(parts)
-
-
-class Progress:
-    """Training progress on stderr: a tqdm bar on a terminal, else a plain line every 30 seconds
-    (log files get no carriage-return clutter)."""
-
-    def __init__(self, total: int, done: int, desc: str, enabled: bool, every_s: float = 30.0):
-        self.total, self.done, self.desc, self.every_s = total, done, desc, every_s
-        self.enabled, self.tty = enabled, sys.stderr.isatty()
-        self.tic = self.last_line = time.perf_counter()
-        self.tokens = 0
-        self.bar = tqdm(total=total, initial=done, desc=desc, dynamic_ncols=True, leave=False,
-                        disable=not (enabled and self.tty))
-
-    def step(self, tokens: int, loss: float, lr: float) -> None:
-        self.done += 1
-        self.tokens += tokens
-        now = time.perf_counter()
-        rate = self.tokens / max(now - self.tic, 1e-9)
-        self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}", refresh=False)
-        self.bar.update()
-        if self.enabled and not self.tty and (now - self.last_line >= self.every_s or self.done == self.total):
-            self.last_line = now
-            print(f"{self.desc} step {self.done}/{self.total}: loss {loss:.3f}, {rate:.0f} tokens/s, lr {lr:.2e}",
-                  file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def _tuplify(x):

@@ -1,0 +1,85 @@
+"""What a training run tells its user while it runs: the console (a progress bar on a terminal,
+plain lines in a log file, rounded metrics) and, optionally, TensorBoard.
+
+The logs in the run directory (``steps.jsonl``, ``metrics.jsonl``) keep every number in full;
+these are views for people.
+"""
+from __future__ import annotations
+
+import io
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from graphformer.errors import UserError
+
+
+def format_metrics(metrics: dict) -> str:
+    """One console line, numbers rounded (metrics.jsonl keeps them in full)."""
+    shown = {k.removeprefix("valid_").replace("_", " "): v for k, v in metrics.items() if k not in ("epoch", "step")}
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()]
+    return f"epoch {metrics['epoch']} (step {metrics['step']}): valid " + ", ".join(parts)
+
+
+class Progress:
+    """Training progress on stderr: a tqdm bar on a terminal, else a plain line every 30 seconds
+    (log files get no carriage-return clutter)."""
+
+    def __init__(self, total: int, done: int, desc: str, enabled: bool, every_s: float = 30.0):
+        self.total, self.done, self.desc, self.every_s = total, done, desc, every_s
+        self.enabled, self.tty = enabled, sys.stderr.isatty()
+        self.tic = self.last_line = time.perf_counter()
+        self.tokens = 0
+        self.bar = tqdm(total=total, initial=done, desc=desc, dynamic_ncols=True, leave=False,
+                        disable=not (enabled and self.tty))
+
+    def step(self, tokens: int, loss: float, lr: float) -> float:
+        """Count one optimizer step of ``tokens`` target tokens; returns tokens/s so far."""
+        self.done += 1
+        self.tokens += tokens
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.tic, 1e-9)
+        self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}", refresh=False)
+        self.bar.update()
+        if self.enabled and not self.tty and (now - self.last_line >= self.every_s or self.done == self.total):
+            self.last_line = now
+            print(f"{self.desc} step {self.done}/{self.total}: loss {loss:.3f}, {rate:.0f} tokens/s, lr {lr:.2e}",
+                  file=sys.stderr, flush=True)
+        return rate
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class TensorBoardLog:
+    """Loss, learning rate and tokens/s per step, validation metrics per epoch, and recorded
+    attention maps as images, in ``folder`` (``tensorboard --logdir RUN_DIR/tensorboard``)."""
+
+    def __init__(self, folder: Path):
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # needs the optional tensorboard package
+        except ImportError:
+            raise UserError("tensorboard logging needs the tensorboard package: pip install -e .[tensorboard]") from None
+        self.writer = SummaryWriter(str(folder))
+
+    def step(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
+        self.writer.add_scalar("train/loss", loss, step)
+        self.writer.add_scalar("train/lr", lr, step)
+        self.writer.add_scalar("train/tokens_per_s", tokens_per_s, step)
+
+    def epoch(self, metrics: dict) -> None:
+        for name, value in metrics.items():
+            if name.startswith("valid_") and isinstance(value, (int, float)):
+                self.writer.add_scalar(f"valid/{name.removeprefix('valid_')}", value, metrics["step"])
+
+    def attention(self, name: str, png: bytes, step: int) -> None:
+        from PIL import Image
+
+        image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+        self.writer.add_image(name, image, step, dataformats="HWC")
+
+    def close(self) -> None:
+        self.writer.close()
