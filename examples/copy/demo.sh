@@ -6,9 +6,9 @@ RUN=${RUN:-runs/demo-copy}
 if [ -e "$RUN" ]; then
     echo "$RUN exists from an earlier demo; remove it to train again (rm -r $RUN)" >&2
 else
-    "$BIN/graphformer" train --task copy --out "$RUN" \
-        --layers 2 --d-model 128 --heads 4 --d-ff 256 --dropout 0.1 \
-        --lr-factor 0.5 --warmup 400 --batch-size 64 --epochs 12 --seed 1
+    # The defaults are these settings: 2 layers, d_model 128, 4 heads, d_ff 256, dropout 0.1,
+    # lr factor 0.5, warm-up 400, 64 sentences a batch, 12 epochs, seed 1.
+    "$BIN/graphformer" train --task copy --out "$RUN"
 fi
 echo
 "$BIN/graphformer" evaluate "$RUN" --split test --beam 1
