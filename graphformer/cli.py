@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import MISSING, fields
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def _train_parser(sub):
                        "(encoder only).")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint, with "
-                   "its saved configuration (only --epochs and --max-steps, and where it runs, may change)")
+                   "its saved configuration (only --epochs, --max-steps and --patience, and how it runs: --device, "
+                   "--threads, --attention-backend, --tensorboard, --keep-last, may change)")
     p.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file {model: {...}, train: {...}} "
                    "(a run's config.json is one); flags given here override it")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -89,7 +91,7 @@ def _eval_parser(sub):
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    _decoding_options(p)
+    _decoding_options(p, skip=("batch_tokens",))
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -102,11 +104,26 @@ def _translate_parser(sub):
     p.set_defaults(func=cmd_translate)
 
 
-def _decoding_options(p):
-    add_config_options(p, DecodeConfig)
-    p.add_argument("--checkpoint", choices=("best", "last"), default="best", help="(default: best)")
+def _decoding_options(p, skip=()):
+    add_config_options(p, DecodeConfig, skip)
+    p.add_argument("--checkpoint", default="best", metavar="WHICH",
+                   help="best, last, averaged (see graphformer average) or a checkpoint file (default: best)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
+
+
+def _average_parser(sub):
+    p = sub.add_parser("average", help="average the weights of kept epoch checkpoints",
+                       description="Write RUN_DIR/checkpoint_averaged.pt, the mean of the weights of the last N "
+                                   "(or best N by validation metric) epoch checkpoints that training kept with "
+                                   "--keep-last; evaluate and translate read it with --checkpoint averaged.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--last", type=int, metavar="N", help="the N newest kept epochs")
+    which.add_argument("--best", type=int, metavar="N", help="the N kept epochs with the best validation metric "
+                       "(the run's select_by)")
+    p.add_argument("-o", "--output", help="file to write (default: RUN_DIR/checkpoint_averaged.pt)")
+    p.set_defaults(func=cmd_average)
 
 
 def _head(text: str):
@@ -157,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(sub)
     _eval_parser(sub)
     _translate_parser(sub)
+    _average_parser(sub)
     _animate_parser(sub)
     _heatmap_parser(sub)
     return parser
@@ -276,6 +294,9 @@ def read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args) -> int:
+    from tqdm.auto import tqdm
+
+    from graphformer.data.batching import plan_batches
     from graphformer.decoding import translate_ids
     from graphformer.vocab import UNK
 
@@ -299,13 +320,45 @@ def cmd_translate(args) -> int:
         listed = ", ".join(sorted(unknown, key=lambda t: (-unknown[t], t))[:10])
         print(f"graphformer: warning: {sum(unknown.values())} input tokens ({len(unknown)} distinct) are not in the "
               f"vocabulary and read as <unk>: {listed}{', ...' if len(unknown) > 10 else ''}", file=sys.stderr)
-    nonempty = [i for i, s in enumerate(src) if s]
-    hyps = translate_ids(run.model, [src[i] for i in nonempty], beam=decoding.beam, alpha=decoding.alpha) \
-        if nonempty else []
     out = [""] * len(src)
-    for i, hyp in zip(nonempty, hyps):
-        out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
+    nonempty = [i for i, s in enumerate(src) if s]
+    # Batches of similar lengths (no padding is ever computed, but a batch waits for its longest
+    # sentence); the output keeps the input's order.
+    plan = plan_batches([len(src[i]) for i in nonempty], [0] * len(nonempty), batch_tokens=decoding.batch_tokens,
+                        shuffle=False)
+    tic, tokens = time.perf_counter(), 0
+    with tqdm(total=len(nonempty), unit="sentence", disable=sys.stdout.isatty() or not nonempty,
+              file=sys.stderr) as bar:
+        for batch in plan:
+            chosen = [nonempty[j] for j in batch]
+            hyps = translate_ids(run.model, [src[i] for i in chosen], beam=decoding.beam, alpha=decoding.alpha,
+                                 batch_size=len(chosen))
+            for i, hyp in zip(chosen, hyps):
+                out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
+                tokens += len(hyp.tokens)
+            bar.update(len(chosen))
     sys.stdout.write("".join(line + "\n" for line in out))
+    seconds = max(time.perf_counter() - tic, 1e-9)
+    print(f"translated {len(nonempty)} sentences ({tokens} tokens) in {seconds:.1f} s: "
+          f"{len(nonempty) / seconds:.1f} sentences/s, {tokens / seconds:.0f} tokens/s", file=sys.stderr)
+    return 0
+
+
+def cmd_average(args) -> int:
+    from graphformer.training.average import choose, write_average
+    from graphformer.training.config import SELECT_BY
+    from graphformer.training.run_dir import RunDir
+
+    count = args.last or args.best
+    if count < 1:
+        raise UserError(f"--{'last' if args.last is not None else 'best'} must be at least 1, got {count}")
+    run = RunDir(args.run_dir)
+    if not run.path.is_dir():
+        raise UserError(f"run directory {run.path} does not exist; give the --out directory of a training run")
+    select_by = run.read_config()[1].get("select_by") or "loss"
+    paths = choose(run, last=args.last, best=args.best, select_by=select_by, larger_is_better=SELECT_BY[select_by])
+    output = write_average(run, paths, args.output)
+    print(f"wrote {output}: the average of {', '.join(p.stem for p in paths)}")
     return 0
 
 

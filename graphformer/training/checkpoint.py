@@ -15,7 +15,7 @@ from graphformer.errors import UserError
 from graphformer.files import write_atomic
 
 FORMAT = "graphformer-checkpoint-1"
-LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"
+LAST, BEST, AVERAGED = "checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_averaged.pt"
 
 
 def save_atomic(state: dict, path: str | Path) -> None:
@@ -40,10 +40,17 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
 
 
 def find(run_dir: str | Path, which: str = "best") -> Path:
-    """The run's best (or last) checkpoint, falling back to the other one."""
+    """The run's ``best`` (or ``last``) checkpoint, falling back to the other one; ``averaged``
+    (written by ``graphformer average``); or the path of a checkpoint file."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} does not exist; give the --out directory of a training run")
+    if which not in ("best", "last"):
+        path = run_dir / AVERAGED if which == "averaged" else Path(which)
+        if not path.is_file():
+            hint = "write it with graphformer average" if which == "averaged" else "give best, last, averaged or a file"
+            raise UserError(f"checkpoint {path} does not exist; {hint}")
+        return path
     order = (BEST, LAST) if which == "best" else (LAST, BEST)
     for name in order:
         if (run_dir / name).is_file():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, option
+from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.data.tasks import TASKS, get_task
 from graphformer.errors import ConfigError
 
@@ -18,8 +18,8 @@ from graphformer.errors import ConfigError
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
 ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
-RESUME_OVERRIDES = ("epochs", "max_steps")
-RUNTIME = ("device", "threads", "attention_backend", "tensorboard")
+RESUME_OVERRIDES = ("epochs", "max_steps", "patience")
+RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 
 
 @dataclass
@@ -45,6 +45,10 @@ class TrainConfig(DictConfig):
     valid_beam: int = option(1, "beam of the per-epoch exact-match check (1 = greedy)", range=AT_LEAST_1)
     select_by: Optional[str] = option(None, "validation metric that picks checkpoint_best.pt (default: "
                                       "the task's: exact_match for copy/sort, loss otherwise)", choices=tuple(SELECT_BY))
+    patience: Optional[int] = option(None, "stop early after N epochs without a better validation metric "
+                                     "(select_by)", range=AT_LEAST_1)
+    keep_last: int = option(0, "keep the checkpoints of the last N epochs in RUN_DIR/checkpoints, for "
+                            "graphformer average", range=Range(low=0))
     save_every: Optional[int] = option(None, "also write checkpoint_last.pt every N steps", range=AT_LEAST_1)
     max_steps: Optional[int] = option(None, "stop with a checkpoint after this many optimizer steps", range=AT_LEAST_1)
     viz_every: Optional[int] = option(None, "record attention maps of a validation sample every N epochs",
@@ -81,6 +85,8 @@ class DecodeConfig(DictConfig):
 
     beam: int = option(5, "beam size (1 = greedy)", range=AT_LEAST_1)
     alpha: float = option(0.6, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE)
+    batch_tokens: int = option(4000, "source tokens per decoding batch (sentences of similar length decode "
+                               "together)", range=AT_LEAST_1)
 
 
 def check_device_name(name: str) -> None:

@@ -4,6 +4,8 @@
     RUN_DIR/vocab.json           {"src": [...], "tgt": [...]} tokens by id
     RUN_DIR/checkpoint_last.pt   written every epoch (and on Ctrl-C, --max-steps, --save-every)
     RUN_DIR/checkpoint_best.pt   the epoch with the best validation metric (TrainConfig.select_by)
+    RUN_DIR/checkpoints/         epoch_NNNN.pt of the last keep_last epochs, for `graphformer average`
+    RUN_DIR/checkpoint_averaged.pt  written by `graphformer average`
     RUN_DIR/metrics.jsonl        one JSON object per epoch
     RUN_DIR/steps.jsonl          one JSON object per optimizer step
     RUN_DIR/data/                generated copy/sort data (unless --data-dir says otherwise)
@@ -24,10 +26,11 @@ from pathlib import Path
 from graphformer.errors import UserError
 from graphformer.files import remove_temporaries, write_json_atomic, write_text_atomic
 from graphformer.training import checkpoint
-from graphformer.training.checkpoint import BEST, LAST
+from graphformer.training.checkpoint import AVERAGED, BEST, LAST
 
 CONFIG, VOCAB = "config.json", "vocab.json"
 STEPS, METRICS = "steps.jsonl", "metrics.jsonl"
+EPOCHS = "checkpoints"
 LOCK = ".lock"
 
 
@@ -102,6 +105,20 @@ class RunDir:
         if best:
             checkpoint.save_atomic(state, self.path / BEST)
         checkpoint.save_atomic(state, self.path / LAST)
+
+    def epoch_checkpoints(self) -> list[Path]:
+        """The kept per-epoch checkpoints, oldest first."""
+        folder = self.path / EPOCHS
+        return sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
+
+    def keep_epoch_checkpoint(self, state: dict, epoch: int, keep_last: int) -> None:
+        """Add ``epochs/epoch_NNNN.pt``, dropping the oldest first so that never more than
+        ``keep_last`` are on disk."""
+        (self.path / EPOCHS).mkdir(exist_ok=True)
+        older = [p for p in self.epoch_checkpoints() if p.name != f"epoch_{epoch:04d}.pt"]
+        for path in older[:max(0, len(older) - keep_last + 1)]:
+            path.unlink()
+        checkpoint.save_atomic(state, self.path / EPOCHS / f"epoch_{epoch:04d}.pt")
 
     def log(self, name: str, record: dict) -> None:
         """Append one JSON line; non-finite numbers are written as null (JSON has no NaN)."""

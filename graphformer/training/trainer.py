@@ -219,6 +219,7 @@ class Trainer:
                 if not self._train_epoch():
                     break
                 metrics = self._end_epoch()
+                done = self._out_of_patience()
             if self.ctx.distributed:
                 self._check_ranks_in_sync()
             return metrics
@@ -282,15 +283,27 @@ class Trainer:
         is_best = self.ctx.is_main and self._improves(metrics)
         if is_best:
             self.progress["best"] = metrics[f"valid_{self.cfg.select_by}"]
+        self.progress["epochs_since_best"] = 0 if is_best else self.progress.get("epochs_since_best", 0) + 1
         self._log(METRICS, metrics)
         if self.board:
             self.board.epoch(metrics)
         if self.ctx.is_main and self.cfg.viz_every and (epoch + 1) % self.cfg.viz_every == 0:
             self._record_attention(epoch + 1)
         self.save(best=is_best)
+        if self.ctx.is_main and self.cfg.keep_last:
+            self.files.keep_epoch_checkpoint(self.state(), epoch + 1, self.cfg.keep_last)
         if self.show_progress:
             tqdm.write(format_metrics(metrics))
         return metrics
+
+    def _out_of_patience(self) -> bool:
+        """Early stopping: ``patience`` epochs in a row without a better validation metric."""
+        tired = bool(self.cfg.patience) and self.progress["epochs_since_best"] >= self.cfg.patience
+        if self.ctx.distributed:  # only the main process validates; all must stop together
+            tired = distributed.all_reduce_sum(float(tired and self.ctx.is_main), self.ctx) > 0
+        if tired and self.show_progress:
+            tqdm.write(f"early stop: no better valid {self.cfg.select_by} for {self.cfg.patience} epochs")
+        return tired
 
     def close(self):
         """Release the DDP wrapper before the process group it uses, leave the group, unlock the run."""

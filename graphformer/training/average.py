@@ -1,0 +1,72 @@
+"""Checkpoint averaging: the mean of the weights of several epochs of one run.
+
+Averaging the parameters of the last few epochs (Vaswani et al., 2017, averaged the last 5 or
+20 checkpoints) smooths out the noise of the last updates, and usually scores a little better
+than any single one of them. Only checkpoints of one model with one vocabulary can be averaged;
+buffers and integer tensors are taken from the newest checkpoint.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from graphformer.errors import UserError
+from graphformer.training import checkpoint
+from graphformer.training.run_dir import AVERAGED, METRICS, RunDir
+
+
+def average_states(paths: list[Path]) -> dict:
+    """A checkpoint whose weights are the mean of those in ``paths`` (newest last)."""
+    states = [checkpoint.load(p) for p in paths]
+    newest = states[-1]
+    for path, state in zip(paths, states):
+        for key in ("model_config", "vocab"):
+            if state[key] != newest[key]:
+                raise UserError(f"{path} has another {key.replace('_', ' ')} than {paths[-1]}; "
+                                "only checkpoints of one run can be averaged")
+    model = {}
+    for name, tensor in newest["model"].items():
+        if tensor.is_floating_point():
+            total = sum(s["model"][name].double() for s in states)
+            model[name] = (total / len(states)).to(tensor.dtype)
+        else:
+            model[name] = tensor
+    return {"model_config": newest["model_config"], "train_config": newest["train_config"], "model": model,
+            "vocab": newest["vocab"], "progress": newest["progress"],
+            "averaged_from": [p.name for p in paths]}
+
+
+def choose(run: RunDir, last: int | None = None, best: int | None = None, select_by: str = "loss",
+           larger_is_better: bool = False) -> list[Path]:
+    """The kept epoch checkpoints to average: the ``last`` newest, or the ``best`` by the
+    validation metric recorded in metrics.jsonl; oldest first."""
+    kept = run.epoch_checkpoints()
+    wanted = last or best
+    if not kept:
+        raise UserError(f"{run.path} keeps no epoch checkpoints; train with --keep-last N to keep them")
+    if wanted > len(kept):
+        raise UserError(f"{run.path} keeps {len(kept)} epoch checkpoints, fewer than the {wanted} asked for; "
+                        f"ask for at most {len(kept)} or train with a larger --keep-last")
+    if last:
+        return kept[-last:]
+    if not (run / METRICS).is_file():
+        raise UserError(f"{run / METRICS} is missing: without validation metrics, use --last instead of --best")
+    metric = {}
+    for line in (run / METRICS).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        metric[record["epoch"]] = record.get(f"valid_{select_by}")
+    missing = float("-inf") if larger_is_better else float("inf")  # an epoch without the metric ranks last
+    ranked = sorted(kept, key=lambda p: _or(metric.get(int(p.stem.split("_")[1])), missing), reverse=larger_is_better)
+    return sorted(ranked[:best])
+
+
+def write_average(run: RunDir, paths: list[Path], output: Path | None = None) -> Path:
+    output = Path(output) if output else run / AVERAGED
+    checkpoint.save_atomic(average_states(paths), output)
+    return output
+
+
+def _or(value, default):
+    return default if value is None else value

@@ -1,0 +1,102 @@
+"""Kept epoch checkpoints, their average, early stopping, and translating a file in batches."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from graphformer.cli import main
+from graphformer.training import checkpoint
+from helpers import TINY_MODEL, read_jsonl, small_copy_data
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("average")
+    data = small_copy_data(root / "data", n_train=96)
+    run = root / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "4",
+                 "--batch-size", "16", "--keep-last", "2", *TINY_MODEL]) == 0
+    return run
+
+
+def test_keep_last_keeps_only_the_newest_epochs(run):
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["epoch_0003.pt", "epoch_0004.pt"]
+    assert checkpoint.load(run / "checkpoints" / "epoch_0004.pt")["progress"]["epoch"] == 4
+
+
+def test_average_is_the_mean_of_the_kept_weights(run, tmp_path, capsys):
+    work = tmp_path / "run"
+    shutil.copytree(run, work)
+    assert main(["average", str(work), "--last", "2"]) == 0
+    assert "epoch_0003, epoch_0004" in capsys.readouterr().out
+    averaged = checkpoint.load(work / "checkpoint_averaged.pt")
+    a, b = (checkpoint.load(work / "checkpoints" / f"epoch_000{e}.pt")["model"] for e in (3, 4))
+    for name, value in averaged["model"].items():
+        torch.testing.assert_close(value, (a[name] + b[name]) / 2, rtol=0, atol=1e-6)
+    assert main(["evaluate", str(work), "--checkpoint", "averaged", "--beam", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint"].endswith("checkpoint_averaged.pt")
+    (tmp_path / "in.txt").write_text("a b c\n")
+    assert main(["translate", str(work), "--checkpoint", str(work / "checkpoint_averaged.pt"),
+                 "--input", str(tmp_path / "in.txt")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+    assert main(["average", str(work), "--best", "1", "-o", str(tmp_path / "best.pt")]) == 0
+    best_epoch = min(read_jsonl(work / "metrics.jsonl")[2:], key=lambda m: m["valid_loss"])["epoch"]
+    assert checkpoint.load(tmp_path / "best.pt")["averaged_from"] == [f"epoch_{best_epoch:04d}.pt"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--last", "3"], "keeps 2 epoch checkpoints, fewer than the 3 asked for"),
+    (["--best", "0"], "--best must be at least 1"),
+])
+def test_average_refuses_what_it_cannot_do(run, tmp_path, capsys, argv, needle):
+    work = tmp_path / "run"
+    shutil.copytree(run, work)
+    assert main(["average", str(work), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert not (work / "checkpoint_averaged.pt").exists()
+
+
+def test_average_refuses_checkpoints_of_another_model(run, tmp_path, capsys):
+    other_data = small_copy_data(tmp_path / "data", n_train=32)
+    other = tmp_path / "other"
+    assert main(["train", "--task", "parallel", "--data-dir", str(other_data), "--out", str(other), "--epochs", "1",
+                 "--batch-size", "16", "--keep-last", "1", *TINY_MODEL, "--d-ff", "48"]) == 0
+    work = tmp_path / "run"
+    shutil.copytree(run, work)
+    shutil.copy(other / "checkpoints" / "epoch_0001.pt", work / "checkpoints" / "epoch_0001.pt")
+    assert main(["average", str(work), "--last", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "only checkpoints of one run can be averaged" in err and "epoch_0001.pt" in err
+    assert not (work / "checkpoint_averaged.pt").exists()
+
+
+def test_patience_stops_training_early(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=48)
+    run = tmp_path / "run"
+    # exact match stays 0 for a tiny model in its first epochs: no improvement after the first
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "20",
+                 "--batch-size", "16", "--select-by", "exact_match", "--patience", "1", *TINY_MODEL]) == 0
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert [m["valid_exact_match"] for m in metrics] == [0.0, 0.0]
+    assert len(metrics) == 2
+
+
+def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys):
+    lines = ["a b c d e f", "q", "", "m n o p", "x y"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1",
+                 "--batch-tokens", "5"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out.split("\n")[:-1]
+    assert len(out) == 5 and out[2] == "" and all(out[i] for i in (0, 1, 3, 4))
+    assert "translated 4 sentences" in captured.err and "sentences/s" in captured.err
+    # the same lines one at a time: batching by length changes nothing but the speed
+    one_by_one = []
+    for line in lines:
+        (tmp_path / "one.txt").write_text(line + "\n")
+        assert main(["translate", str(run), "--input", str(tmp_path / "one.txt"), "--beam", "1"]) == 0
+        one_by_one.append(capsys.readouterr().out.split("\n")[0])
+    assert one_by_one == out
