@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import make_batch, tree
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import save_atomic
@@ -25,8 +25,8 @@ def check_recordable(model_kind: str, viz_every: int | None) -> None:
     """Only the Transformer's maps are recorded; the Universal Transformer's per-step subgraphs
     are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`)."""
     if viz_every and model_kind != "transformer":
-        raise UserError(f"--viz-every records the attention of --model transformer only, not --model {model_kind}; "
-                        "drop --viz-every (notebook 03 draws the Universal Transformer's ponder steps)")
+        raise ConfigError("viz_every", f"records the attention of the transformer model only, not of model "
+                          f"{model_kind!r}; leave it out (notebook 03 draws the Universal Transformer's ponder steps)")
 
 
 def span_labels(n: int) -> list[str]:
@@ -77,9 +77,9 @@ def picture(record: dict, relation: str = "cross", layer: int = -1, head: int | 
     maps = record["maps"][relation]
     layers, heads = maps.shape[:2]
     if not -layers <= layer < layers:
-        raise UserError(f"--layer {layer} is out of range: the model has {layers} layers")
+        raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layers")
     if head != "all" and not 0 <= head < heads:
-        raise UserError(f"--head {head} is out of range: the model has {heads} heads")
+        raise ConfigError("head", f"{head} is out of range: the model has {heads} heads")
     chosen = list(range(heads)) if head == "all" else [head]
     src = record["src_labels"]
     keys, queries = {"enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
