@@ -22,12 +22,24 @@ from graphformer.model.config import ModelConfig
 from graphformer.training.config import DecodeConfig, TrainConfig, resume_config
 
 
+class _ShowDefaults(argparse.HelpFormatter):
+    """Every option's default in its help, once: added where the help does not already say it
+    (config options say theirs; options without a meaningful default say nothing)."""
+
+    def _get_help_string(self, action):
+        help_text = action.help or ""
+        quiet = (None, False, argparse.SUPPRESS)
+        if "default" in help_text or any(action.default is q for q in quiet) or not action.option_strings:
+            return help_text
+        return help_text + " (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (argparse's own prints the whole usage first) and no
-    abbreviated options (``--epoch 2`` must not quietly mean ``--epochs 2``)."""
+    """argparse with a one-line error (argparse's own prints the whole usage first), no
+    abbreviated options (``--epoch 2`` must not quietly mean ``--epochs 2``), and defaults shown."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, allow_abbrev=False, **kwargs)
+        super().__init__(*args, allow_abbrev=False, formatter_class=_ShowDefaults, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")

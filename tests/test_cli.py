@@ -100,6 +100,8 @@ def test_help_of_every_subcommand():
             assert entry.count("default") <= 1, (cmd, option, entry)
         if cmd in ("evaluate", "translate"):
             assert "beam size (1 = greedy) (default: 5)" in text and "(default: 0.6)" in text
+        if cmd == "heatmap":  # options outside the configs show their defaults too
+            assert "one panel per head (default: 0)" in text and "(default: last)" in text
     assert "--lr-factor X Noam factor" in " ".join(
         subprocess.run([sys.executable, "-m", "graphformer", "train", "--help"], capture_output=True, text=True).stdout.split())
 
