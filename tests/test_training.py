@@ -136,3 +136,31 @@ def test_tensorboard_logs_steps_metrics_and_attention_images(tmp_path):
     assert len(events.Scalars("valid/loss")) == 2
     images = events.Images("attention/cross")
     assert len(images) == 3 and images[0].width > 100  # epoch 0 (untrained), 1 and 2
+
+
+def test_default_threads_share_the_physical_cores_among_processes(monkeypatch):
+    import os
+
+    from graphformer.training import distributed
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(distributed, "_physical_cores", lambda: 4)  # 2 hyper-threads per core
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert distributed.default_threads() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nproc_per_node=2
+    assert distributed.default_threads() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own choice wins
+    assert distributed.default_threads() == 3
+
+
+def test_config_json_records_threads_and_backend(tmp_path):
+    import json
+
+    data = small_copy_data(tmp_path / "data", n_train=32)
+    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "1", "--batch-size", "16", "--threads", "1",
+           "--attention-backend", "torch", "--out", str(tmp_path / "run"), *TINY_MODEL])
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
+    assert (saved["threads"], saved["attention_backend"]) == (1, "torch")
+    assert checkpoint.load(tmp_path / "run" / checkpoint.LAST)["train_config"]["attention_backend"] == "torch"
