@@ -205,3 +205,11 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path, capsys):
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "--device cuda: no CUDA device is visible here; use cpu" in err
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+def test_the_command_line_offers_exactly_the_registered_backends():
+    from graphformer.attention import BACKENDS, DEFAULT_BACKEND
+    from graphformer.training.config import ATTENTION_BACKENDS, TrainConfig
+
+    assert set(ATTENTION_BACKENDS) == set(BACKENDS)
+    assert TrainConfig.defaults()["attention_backend"] == DEFAULT_BACKEND
