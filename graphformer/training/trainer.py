@@ -10,6 +10,7 @@ import dataclasses
 import math
 import random
 import signal
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -237,6 +238,7 @@ class Trainer:
         for s in range(self.progress["batch"], len(steps)):
             global_tokens = sum(len(train.tgt[j]) + 1 for b in global_steps[s] for j in b)
             lr = self.schedule.get_last_lr()[0]
+            tic = time.perf_counter()
             try:
                 loss_sum = self.train_step(steps[s], global_tokens)
             except NonFiniteLoss as err:
@@ -253,7 +255,7 @@ class Trainer:
             if self.board:
                 self.board.step(self.progress["step"], loss, lr, rate)
             self._log(STEPS, {"step": self.progress["step"], "epoch": epoch, "loss": loss,
-                              "lr": lr, "tokens": global_tokens})
+                              "lr": lr, "tokens": global_tokens, "seconds": time.perf_counter() - tic})
             if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
                 self.save()
             if self._should_stop():
