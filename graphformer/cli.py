@@ -281,7 +281,8 @@ def cmd_evaluate(args) -> int:
     run, decoding = _load_run(args)
     _, detokenize = run.pipelines()
     scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
-                      tgt_vocab=run.tgt_vocab, references=run.references(args.split), detokenize=detokenize)
+                      tgt_vocab=run.tgt_vocab, references=run.references(args.split), detokenize=detokenize,
+                      bleu_tokenize=run.bleu_tokenize())
     scores.update(split=args.split, beam=decoding.beam, alpha=decoding.alpha, checkpoint=str(run.path))
     if args.json:
         print(json.dumps(scores))

@@ -204,6 +204,6 @@ def test_recall_is_a_registered_training_task(tmp_path):
 
     cfg = TrainConfig(task="recall")
     assert cfg.select_by == "exact_match"  # one answer token: exact match is accuracy
-    folder = get_task("recall").prepare(None, tmp_path, seed=cfg.seed)
+    folder = get_task("recall").prepare(cfg, tmp_path)
     sources = (folder / "valid.src").read_text().splitlines()
     assert len(sources) == 200 and {len(line.split()) for line in sources} == {1024}

@@ -111,3 +111,41 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 1000 and {"bleu", "bleu_tokenized", "bleu_signature"} <= set(scores)
     assert 0.0 <= scores["bleu"] <= 100.0
+
+
+@pytest.mark.slow
+def test_subword_vocabulary_learned_on_training_text(tmp_path, capsys, monkeypatch):
+    import json
+
+    from graphformer.data.subwords import SubwordPipeline
+
+    monkeypatch.setenv("GRAPHFORMER_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    assert main(["train", "--task", "multi30k", "--data-dir", str(MIRROR), "--bpe", "1000", "--train-limit", "300",
+                 "--out", str(run), "--epochs", "1", "--batch-size", "32", *TINY_MODEL]) == 0
+    pieces = SubwordPipeline(run / "subwords.model")
+    assert pieces.model.get_piece_size() == 1000
+    assert pieces.detokenize(pieces.tokenize("Ein Mann fährt ein Fahrrad.")) == "Ein Mann fährt ein Fahrrad."
+    train_src = (run / "data-bpe1000" / "train.src").read_text(encoding="utf-8").splitlines()
+    assert len(train_src) == 29000 and "▁" in train_src[0]
+    vocab = json.loads((run / "vocab.json").read_text())["src"]
+    assert len(vocab) <= 1000 + 4  # the pieces and graphformer's specials
+    (tmp_path / "in.txt").write_text("A man is riding a bike.\n")
+    capsys.readouterr()
+    assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "\u2581" not in out and len(out.splitlines()) == 1, out
+    assert main(["evaluate", str(run), "--split", "valid", "--beam", "1", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 1014 and 0.0 <= scores["bleu_tokenized"] <= 100.0 and 0.0 <= scores["bleu"] <= 100.0
+
+    (run / "subwords.model").unlink()  # a run cannot read text without its subword model
+    assert main(["evaluate", str(run), "--split", "valid", "--beam", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "subwords.model is missing" in err
+
+
+def test_subwords_are_for_raw_text_tasks_only(tmp_path, capsys):
+    assert main(["train", "--task", "copy", "--bpe", "1000", "--out", str(tmp_path / "run")]) == 2
+    assert "--bpe applies to the multi30k task" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

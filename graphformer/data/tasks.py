@@ -14,7 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
-from graphformer.data import listops, multi30k, recall, synthetic
+from graphformer.data import listops, multi30k, recall, subwords, synthetic
+from graphformer.data.text import write_lines_atomic
 from graphformer.errors import ConfigError, UserError
 
 Tokenize = Callable[[str], list]
@@ -27,23 +28,28 @@ class Task:
     select_by = "loss"          # the validation metric that picks checkpoint_best.pt by default
     needs_data_dir = True       # the data_dir option is required
 
-    def data_dir(self, data_dir: Optional[str], run_dir: Path) -> Path:
-        """Where the tokenized train/valid/test.{src,tgt} files of a run are."""
-        return Path(data_dir)
+    def data_dir(self, cfg, run_dir: Path) -> Path:
+        """Where the tokenized train/valid/test.{src,tgt} files of a run (``cfg``: its TrainConfig) are."""
+        return Path(cfg.data_dir)
 
-    def prepare(self, data_dir: Optional[str], run_dir: Path, seed: int) -> Path:
+    def prepare(self, cfg, run_dir: Path) -> Path:
         """Make sure the files exist (generate or fetch them); returns their folder."""
-        folder = self.data_dir(data_dir, run_dir)
+        folder = self.data_dir(cfg, run_dir)
         if not folder.is_dir():
             raise UserError(f"data directory {folder} does not exist; give a folder with train/valid/test .src/.tgt files")
         return folder
 
-    def pipelines(self) -> tuple[Tokenize, Detokenize]:
+    def pipelines(self, cfg, run_dir: Path) -> tuple[Tokenize, Detokenize]:
         """(line -> tokens, target tokens -> line)."""
         return str.split, " ".join
 
-    def references(self, folder: Path, split: str) -> Optional[list[str]]:
+    def references(self, cfg, run_dir: Path, split: str) -> Optional[list[str]]:
         """Raw (untokenized) target lines of a split, for BLEU; None where the task has none."""
+        return None
+
+    def bleu_tokenize(self, cfg) -> Optional[Tokenize]:
+        """How text is tokenized for the tokenized BLEU score, if the model's own tokens are not
+        the words to score (subwords); None: score the model's tokens."""
         return None
 
 
@@ -57,30 +63,54 @@ class GeneratedTask(Task):
     def __init__(self, write: Callable[..., Path]):
         self.write = write
 
-    def data_dir(self, data_dir, run_dir):
-        return Path(data_dir) if data_dir else run_dir / "data"
+    def data_dir(self, cfg, run_dir):
+        return Path(cfg.data_dir) if cfg.data_dir else run_dir / "data"
 
-    def prepare(self, data_dir, run_dir, seed):
-        return self.write(self.data_dir(data_dir, run_dir), seed=seed)
+    def prepare(self, cfg, run_dir):
+        return self.write(self.data_dir(cfg, run_dir), seed=cfg.seed)
 
 
 class Multi30kTask(Task):
     """English -> German, fetched (or read from the mirror in data_dir), Moses-tokenized into
-    RUN_DIR/data, BLEU against the raw references."""
+    RUN_DIR/data, BLEU against the raw references. With ``bpe``, SentencePiece pieces learned on
+    the training split instead of Moses words (`graphformer.data.subwords`)."""
 
     needs_data_dir = False
 
-    def data_dir(self, data_dir, run_dir):
-        return run_dir / "data"
+    def data_dir(self, cfg, run_dir):
+        return run_dir / (f"data-bpe{cfg.bpe}" if cfg.bpe else "data")
 
-    def prepare(self, data_dir, run_dir, seed):
-        return multi30k.prepare(self.data_dir(data_dir, run_dir), mirror=data_dir)
+    def prepare(self, cfg, run_dir):
+        if not cfg.bpe:
+            return multi30k.prepare(run_dir / "data", mirror=cfg.data_dir)  # with the raw references
+        folder = self.data_dir(cfg, run_dir)
+        if all((folder / f"{split}.{side}").is_file() for split in multi30k.SPLIT_FILES for side in ("src", "tgt")):
+            return folder
+        raw = multi30k.fetch(cfg.data_dir)
+        sentences = {split: (multi30k.read_gz(raw / f"{stem}.{multi30k.SRC_LANG}.gz"),
+                             multi30k.read_gz(raw / f"{stem}.{multi30k.TGT_LANG}.gz"))
+                     for split, stem in multi30k.SPLIT_FILES.items()}
+        if not (run_dir / subwords.MODEL).is_file():
+            subwords.learn(sentences["train"][0] + sentences["train"][1], cfg.bpe, run_dir / subwords.MODEL)
+        pieces = subwords.SubwordPipeline(run_dir / subwords.MODEL)
+        folder.mkdir(exist_ok=True)
+        for split, (en, de) in sentences.items():
+            write_lines_atomic(folder / f"{split}.ref", de)
+            write_lines_atomic(folder / f"{split}.tgt", [" ".join(pieces.tokenize(x)) for x in de])
+            write_lines_atomic(folder / f"{split}.src", [" ".join(pieces.tokenize(x)) for x in en])
+        return folder
 
-    def pipelines(self):
+    def pipelines(self, cfg, run_dir):
+        if cfg.bpe:
+            pieces = subwords.SubwordPipeline(run_dir / subwords.MODEL)
+            return pieces.tokenize, pieces.detokenize
         return multi30k.MosesPipeline(multi30k.SRC_LANG).tokenize, multi30k.MosesPipeline(multi30k.TGT_LANG).detokenize
 
-    def references(self, folder, split):
-        return (folder / f"{split}.ref").read_text(encoding="utf-8").splitlines()
+    def references(self, cfg, run_dir, split):
+        return (self.data_dir(cfg, run_dir) / f"{split}.ref").read_text(encoding="utf-8").splitlines()
+
+    def bleu_tokenize(self, cfg):
+        return multi30k.MosesPipeline(multi30k.TGT_LANG).tokenize if cfg.bpe else None
 
 
 TASKS: dict[str, Task] = {

@@ -30,6 +30,9 @@ class TrainConfig(DictConfig):
                                      "generate them (default RUN_DIR/data); multi30k: a local mirror of the raw "
                                      ".gz files instead of downloading", metavar="DIR")
     train_limit: Optional[int] = option(None, "use only the first N training pairs", range=AT_LEAST_1)
+    bpe: Optional[int] = option(None, "multi30k: a SentencePiece BPE vocabulary of this many pieces, learned on the "
+                                "training split and kept in RUN_DIR/subwords.model, instead of Moses words",
+                                range=Range(low=100))
     min_count: int = option(1, "drop tokens seen fewer times in the training data", range=AT_LEAST_1)
     shared_vocab: bool = option(True, "one vocabulary for both sides (--no-shared-vocab: one per side)")
     seed: int = option(1, "seed of data generation, initialisation, dropout and batch order")
@@ -77,6 +80,8 @@ class TrainConfig(DictConfig):
         if self.batch_size is not None and self.batch_tokens is not None:
             raise ConfigError("batch_size", "and batch_tokens exclude each other: give one")
         check_device_name(self.device)
+        if self.bpe and self.task != "multi30k":
+            raise ConfigError("bpe", f"applies to the multi30k task (raw text), not to {self.task!r}")
 
 
 @dataclass

@@ -63,14 +63,20 @@ def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: floa
 
 
 def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6,
-             tgt_vocab=None, references: list[str] | None = None, detokenize=None) -> dict:
+             tgt_vocab=None, references: list[str] | None = None, detokenize=None, bleu_tokenize=None) -> dict:
     """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
-    and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`)."""
+    and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`).
+    ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
+    where the model's tokens are not words (subwords); by default the model's tokens are scored."""
     scores = teacher_forced(model, split, pool)
     scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha)
     scores["n"] = len(split)
     if references is not None:
         from graphformer.training.bleu import bleu_scores
         hyp_tokens = [tgt_vocab.decode(h.tokens) for h in hyps]
-        scores.update(bleu_scores(hyp_tokens, split.tgt_words, [detokenize(h) for h in hyp_tokens], references))
+        hyp_text = [detokenize(h) for h in hyp_tokens]
+        ref_tokens = split.tgt_words
+        if bleu_tokenize is not None:
+            hyp_tokens, ref_tokens = [bleu_tokenize(h) for h in hyp_text], [bleu_tokenize(r) for r in references]
+        scores.update(bleu_scores(hyp_tokens, ref_tokens, hyp_text, references))
     return scores

@@ -52,18 +52,23 @@ class LoadedRun:
         self.progress = state["progress"]
 
     def data_dir(self) -> Path:
-        return self.task.prepare(self.train_cfg.data_dir, self.run_dir, self.train_cfg.seed)
+        return self.task.prepare(self.train_cfg, self.run_dir)
 
     def split(self, name: str) -> Split:
         return read_split(self.data_dir(), name).encode(self.src_vocab, self.tgt_vocab)
 
     def references(self, name: str) -> list[str] | None:
         """Raw (untokenized) references of a translation task, for BLEU."""
-        return self.task.references(self.data_dir(), name)
+        self.data_dir()
+        return self.task.references(self.train_cfg, self.run_dir, name)
 
     def pipelines(self):
         """(tokenize source line -> tokens, detokenize target tokens -> line) of the run's task."""
-        return self.task.pipelines()
+        return self.task.pipelines(self.train_cfg, self.run_dir)
+
+    def bleu_tokenize(self):
+        """The tokenizer of the tokenized BLEU score, where the model's tokens are not words."""
+        return self.task.bleu_tokenize(self.train_cfg)
 
 
 def load_model(state: dict, path: Path, attention_backend: str = "auto"):

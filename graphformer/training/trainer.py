@@ -121,10 +121,10 @@ class Trainer:
     def _load_data(self):
         task = get_task(self.cfg.task)
         if self.ctx.is_main:
-            task.prepare(self.cfg.data_dir, self.run_dir, self.cfg.seed)
+            task.prepare(self.cfg, self.run_dir)
         if self.ctx.distributed:
             torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
-        self.splits = read_splits(task.data_dir(self.cfg.data_dir, self.run_dir))
+        self.splits = read_splits(task.data_dir(self.cfg, self.run_dir))
         if self.cfg.train_limit:
             train = self.splits["train"]
             train.src_words, train.tgt_words = train.src_words[:self.cfg.train_limit], train.tgt_words[:self.cfg.train_limit]

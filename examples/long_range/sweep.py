@@ -1,0 +1,185 @@
+"""Train the encoder classifier with each attention pattern on one long-range task, same budget and
+seed, and tabulate accuracy, seconds per step, peak memory and edges per query.
+
+    python examples/long_range/sweep.py --task recall --length 1024 --steps 300 \
+        --patterns full,window:64,window:64+global:1 --out runs/sweep/recall-1024
+
+writes ``OUT/sweep.json``, ``OUT/sweep.md`` and ``OUT/sweep.png``; each pattern's run directory
+is ``OUT/runs/NAME`` (a finished run is reused, so an interrupted sweep continues where it
+stopped). Every pattern trains in its own process:
+
+* accuracy: ``graphformer evaluate --split test --beam 1`` (exact match of the one label);
+* seconds per step: the median over the run's ``steps.jsonl`` (the first steps, which warm up
+  the allocator, excluded);
+* peak memory: the largest resident set of the training process, minus that of a process that
+  only imports graphformer and torch (what the pattern, the model and the optimiser add);
+* edges per query: the encoder graph's edges divided by its nodes, for one sample of the length.
+
+Mean pooling (``--pooling mean``, the default here) keeps purely local patterns local; with
+``--pooling cls`` every pattern gains a global ``<cls>`` node and with it long reach.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+PATTERNS = {  # name -> encoder pattern; BigBird = window + global + random
+    "full": "full",
+    "window": "window:64",
+    "window+global": "window:64+global:2",
+    "dilated": "window:8+dilated:32,16",
+    "block": "block:64",
+    "random": "window:1+random:32",
+    "bigbird": "window:32+global:2+random:16",
+    "tree": "tree:4",
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--task", choices=("recall", "listops"), required=True)
+    p.add_argument("--length", type=int, required=True, help="tokens per sample (listops: the longest)")
+    p.add_argument("--patterns", default=",".join(PATTERNS),
+                   help="comma-separated names from the table in this file, or NAME=SPEC for your own")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps per pattern (the same budget for all)")
+    p.add_argument("--batch-tokens", type=int, default=8192, help="tokens per batch")
+    p.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    p.add_argument("--train-options", default="", metavar="OPTIONS",
+                   help="further graphformer train options for every run, e.g. \"--layers 2 --d-model 64\"")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--sizes", default="2000,200,200", help="train,valid,test samples")
+    p.add_argument("--out", required=True, type=Path)
+    return p.parse_args(argv)
+
+
+def pattern_specs(text: str) -> dict[str, str]:
+    specs = {}
+    for item in text.split(","):
+        name, _, spec = item.partition("=")
+        if not spec and name not in PATTERNS:
+            raise SystemExit(f"sweep: unknown pattern {name!r}; use one of {', '.join(PATTERNS)} or NAME=SPEC")
+        specs[name] = spec or PATTERNS[name]
+    return specs
+
+
+def make_data(task: str, length: int, sizes: dict, seed: int, folder: Path) -> Path:
+    from graphformer.data import listops, recall
+
+    if task == "recall":
+        return recall.write_recall(folder, seed=seed, sizes=sizes, min_length=length, max_length=length)
+    return listops.write_listops(folder, seed=seed, sizes=sizes, min_length=max(4, length // 2), max_length=length)
+
+
+def run_measured(command: list[str]) -> tuple[int, int]:
+    """(exit status, peak resident set in bytes) of one child process."""
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024
+
+
+def edges_per_query(spec: str, length: int, pooling: str) -> float:
+    from graphformer.graphs import GraphPool
+    from graphformer.graphs.pool import ENC
+
+    pool = GraphPool(spec, targets=False, cls_node=pooling == "cls")
+    graph = pool.graph(length + 1, 0)  # the tokens and </s>
+    return graph.num_edges(ENC) / graph.num_nodes("src")
+
+
+def train_one(name: str, spec: str, args, data: Path) -> dict:
+    run = args.out / "runs" / name
+    graphformer = [sys.executable, "-m", "graphformer"]
+    peak = None
+    if not (run / "checkpoint_last.pt").is_file():
+        status, peak = run_measured([
+            *graphformer, "train", "--task", args.task, "--data-dir", str(data), "--out", str(run), "--quiet",
+            "--model", "encoder", "--pooling", args.pooling, "--enc-attention", spec,
+            "--max-len", str(args.length + 2), "--batch-tokens", str(args.batch_tokens), "--epochs", "1000",
+            "--max-steps", str(args.steps), "--seed", str(args.seed), *shlex.split(args.train_options)])
+        if status != 0:
+            return {"name": name, "pattern": spec, "error": f"training exited with status {status}"}
+        (run / "peak_rss_bytes").write_text(str(peak))
+    peak = int((run / "peak_rss_bytes").read_text()) if (run / "peak_rss_bytes").is_file() else peak
+    scores = json.loads(subprocess.run([*graphformer, "evaluate", str(run), "--split", "test", "--beam", "1",
+                                        "--json"], capture_output=True, text=True, check=True).stdout)
+    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+    timed = [s["seconds"] for s in steps[min(5, len(steps) - 1):]]
+    return {"name": name, "pattern": spec, "accuracy": scores["exact_match"], "steps": len(steps),
+            "seconds_per_step": statistics.median(timed), "peak_rss_bytes": peak,
+            "edges_per_query": edges_per_query(spec, args.length, args.pooling)}
+
+
+def baseline_rss() -> int:
+    _, peak = run_measured([sys.executable, "-c", "import torch, dgl, graphformer.training.trainer"])
+    return peak
+
+
+def write_table(rows: list[dict], args, baseline: int) -> None:
+    full = next((r for r in rows if r["name"] == "full" and "error" not in r), None)
+    lines = [f"{args.task}, L = {args.length}, {args.steps} steps per pattern, pooling {args.pooling}; "
+             f"memory above the {baseline / 2**20:.0f} MiB of a process that only imports torch and graphformer",
+             "", "| pattern | spec | accuracy | s / step | vs full | peak memory (MiB) | vs full | edges / query |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | |")
+            continue
+        memory = (r["peak_rss_bytes"] - baseline) / 2**20
+        speed = f"{full['seconds_per_step'] / r['seconds_per_step']:.1f}x" if full else ""
+        smaller = f"{(full['peak_rss_bytes'] - baseline) / max(r['peak_rss_bytes'] - baseline, 1):.1f}x" if full else ""
+        lines.append(f"| {r['name']} | `{r['pattern']}` | {r['accuracy']:.3f} | {r['seconds_per_step']:.3f} | {speed} "
+                     f"| {memory:.0f} | {smaller} | {r['edges_per_query']:.1f} |")
+    (args.out / "sweep.md").write_text("\n".join(lines) + "\n")
+
+
+def plot(rows: list[dict], args, baseline: int) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    done = [r for r in rows if "error" not in r]
+    figure = Figure(figsize=(6.5, 4.2))
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    sizes = [max((r["peak_rss_bytes"] - baseline) / 2**20, 1) for r in done]
+    ax.scatter([r["seconds_per_step"] for r in done], [r["accuracy"] for r in done],
+               s=[20 + 200 * s / max(sizes) for s in sizes], alpha=0.6)
+    for r in done:
+        ax.annotate(r["name"], (r["seconds_per_step"], r["accuracy"]), fontsize=8, xytext=(4, 4),
+                    textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds per training step (log)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"{args.task}, L = {args.length} (marker area: peak memory)")
+    figure.tight_layout()
+    figure.savefig(args.out / "sweep.png", dpi=120)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    specs = pattern_specs(args.patterns)
+    args.out.mkdir(parents=True, exist_ok=True)
+    sizes = dict(zip(("train", "valid", "test"), map(int, args.sizes.split(","))))
+    data = make_data(args.task, args.length, sizes, args.seed, args.out / "data")
+    baseline = baseline_rss()
+    rows = []
+    for name, spec in specs.items():
+        print(f"{name}: {spec}", flush=True)
+        rows.append(train_one(name, spec, args, data))
+        print(f"  {rows[-1]}", flush=True)
+    (args.out / "sweep.json").write_text(json.dumps({"task": args.task, "length": args.length, "steps": args.steps,
+                                                     "pooling": args.pooling, "baseline_rss_bytes": baseline,
+                                                     "rows": rows}, indent=1) + "\n")
+    write_table(rows, args, baseline)
+    plot(rows, args, baseline)
+    print((args.out / "sweep.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
