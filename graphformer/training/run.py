@@ -53,8 +53,8 @@ def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
     if longest is not None and longest[0] > max_len:
         needed, name, side, line, tokens = longest
         raise ConfigError("max_len", f"({max_len}) is shorter than the data: {name}.{side} line {line} has {tokens} "
-                          f"tokens, {needed} positions with the model's special nodes; set max_len to "
-                          f"{needed} or more")
+                          f"tokens, which take {needed} positions with the model's special nodes; it must be "
+                          f"at least {needed}")
 
 
 def check_matches_run(state: dict, run: RunDir, path: Path) -> None:
