@@ -9,12 +9,11 @@ from torch import nn
 
 from graphformer.attention import BACKENDS
 from graphformer.cli import main
-from graphformer.data import recall
 from graphformer.graphs import make_batch
 from graphformer.model import make_model
 from graphformer.training import checkpoint
 from graphformer.vocab import EOS, PAD, SOS
-from helpers import TINY_MODEL, read_jsonl
+from helpers import TINY_MODEL, read_jsonl, small_recall_data
 from reference import pad, pattern_mask
 
 TINY = dict(layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0)
@@ -155,11 +154,6 @@ def test_the_classifier_learns_which_token_comes_first():
 
 # ---- through the command line ----------------------------------------------------------------
 
-def recall_data(path):
-    return recall.write_recall(path, seed=1, sizes={"train": 160, "valid": 30, "test": 30},
-                               min_length=8, max_length=12, num_keys=6, num_values=4)
-
-
 def train(args):
     assert main(["train", *args]) == 0
 
@@ -167,7 +161,7 @@ def train(args):
 @pytest.fixture(scope="module")
 def recall_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("recall")
-    data = recall_data(tmp / "data")
+    data = small_recall_data(tmp / "data")
     train(["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--enc-attention", "window:2+global:1",
            "--epochs", "2", "--batch-size", "16", "--out", str(tmp / "run"), *TINY_MODEL])
     return tmp / "run", data
@@ -196,7 +190,7 @@ def test_evaluate_json_accuracy_is_the_share_of_translated_labels_that_are_right
 
 
 def test_resume_of_an_encoder_run_continues_exactly(tmp_path):
-    data = recall_data(tmp_path / "data")
+    data = small_recall_data(tmp_path / "data")
     common = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--pooling", "mean",
               "--epochs", "2", "--batch-size", "16", "--dropout", "0.1", *TINY_MODEL]
     train([*common, "--out", str(tmp_path / "straight")])
@@ -230,7 +224,7 @@ def test_a_model_that_does_not_fit_the_task_is_a_one_line_error(tmp_path, capsys
 
 
 def test_a_sample_longer_than_the_positional_table_is_a_one_line_error(tmp_path, capsys):
-    data = recall_data(tmp_path / "data")
+    data = small_recall_data(tmp_path / "data")
     longest = max(len(line.split()) for split in ("train", "valid") for line in
                   (data / f"{split}.src").read_text().splitlines())
     args = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--out", str(tmp_path / "run"),
