@@ -14,8 +14,8 @@ Teacher forcing for a target sentence y_1..y_k (without specials) uses m = k + 1
 
 A classifier's batch (a pool with ``targets=False``) has no target nodes: its gold holds one
 label per sample, the single token of each target, and with ``pool.cls_node`` every source starts
-with a `<cls>` node, which carries the `<s>` token (as in RoBERTa; the source side has no other
-use for it):
+with a global `<cls>` node, which carries the `<s>` token (as in RoBERTa; the source side has no
+other use for it):
 
     source nodes    <cls>  x_1 ... x_n  </s>        gold   label
 

@@ -17,9 +17,9 @@ adds span nodes after each sample's n source tokens and a fourth relation, ('src
 from every token to the spans that hold it, which builds the span nodes' inputs.
 
 An encoder classifier's pool (``targets=False``) builds source graphs only (m = 0: the decoder's
-relations are empty) and, with ``cls_node``, gives every source a `<cls>` node in front of its
-tokens. The `<cls>` node is an ordinary source node: which tokens it reads and is read by is the
-encoder pattern's business (``global:1`` makes it, the first node, read and be read by all).
+relations are empty) and, with ``cls_node``, gives every source a global `<cls>` node in front of
+its tokens: the encoder pattern becomes ``PATTERN+global:1``, so the first node reads every token
+and every token reads it. Those are edges like any others; no code treats the node specially.
 """
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ class GraphPool:
         cache_size: how many (n, m) graphs to keep.
         targets: False for a classifier: samples have one label and no target nodes (see
             `graphformer.graphs.batch.make_batch`).
-        cls_node: put a `<cls>` node before each source's tokens (classifiers only).
+        cls_node: put a global `<cls>` node before each source's tokens (classifiers only): the
+            encoder pattern gets the term ``global:1``.
     """
 
     def __init__(self, enc: Pattern | str = "full", dec: Pattern | str = "causal",
@@ -62,6 +63,8 @@ class GraphPool:
             raise ValueError("a <cls> node serves classifiers only: give targets=False with cls_node=True")
         self.targets, self.cls_node = targets, cls_node
         self.enc, self.dec, self.cross = _as_pattern(enc), _as_pattern(dec), _as_pattern(cross)
+        if cls_node:  # node 0 of every source is <cls>: it reads every token and every token reads it
+            self.enc = patterns.union(self.enc, patterns.global_tokens(1))
         for relation, pattern in (("dec", self.dec), ("cross", self.cross)):
             if patterns.adds_span_nodes(pattern):
                 raise ConfigError(f"{relation}_attention", f"{pattern.spec!r}: tree patterns add span nodes to the "

@@ -9,13 +9,12 @@ The loss is the trainer's: label-smoothed cross-entropy of ``logp`` against the 
 ``batch.gold`` (see `graphformer.graphs.batch.make_batch`), and accuracy is the share of argmax
 labels that are right. No decoder is built.
 
-The `<cls>` node is a node like the tokens, not special code: the encoder pattern decides which
-tokens it reads and is read by. With it placed first, ``global:1`` joins it to every token (``full``,
-``window:64+global:1``, ...). So the classifier reads every token through the `<cls>` node only
-when the pattern says so; but once it does, any pattern gets long reach through it (two hops:
-token -> `<cls>` -> token). Mean pooling has no `<cls>` node: the label sees each token's final
-state, which under a purely local pattern has heard only of its neighbourhood, so it shows where
-local patterns fail.
+The `<cls>` node is global, and that is expressed as edges, not special code: the classifier's
+graph pool adds the term ``global:1`` to the encoder pattern, so the first node of every sample
+reads every token and every token reads it (`graphformer.graphs.pool.GraphPool`). Through it any
+pattern gets long reach (two hops: token -> `<cls>` -> token). Mean pooling has no `<cls>` node
+and adds no edges: the label reads each token's final state, which under a purely local pattern
+has heard only of its neighbourhood, so it shows where local patterns fail.
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ class ModelConfig(DictConfig):
     model: str = option("transformer", "transformer: a stack of layers per side; universal: one shared layer "
                         "per side, repeated with adaptive computation time; encoder: the encoder stack and a "
                         "classification head, one label per sample (tasks listops, recall)", choices=MODELS)
-    layers: int = option(2, "layers per side (transformer)", range=AT_LEAST_1)
+    layers: int = option(2, "layers per side (transformer, encoder)", range=AT_LEAST_1)
     d_model: int = option(128, "width of every node's hidden state", range=Range(low=2))
     heads: int = option(4, "attention heads (must divide d_model)", range=AT_LEAST_1)
     d_ff: int = option(256, "hidden width of the feed-forward sub-layers", range=AT_LEAST_1)
@@ -46,9 +46,10 @@ class ModelConfig(DictConfig):
     dec_attention: str = option("causal", "decoder self-attention pattern (causal), e.g. causal-window:8",
                                 metavar="SPEC")
     cross_attention: str = option("full", "target -> source attention pattern, e.g. window:2", metavar="SPEC")
-    pooling: str = option("cls", "encoder: what the label is read from: cls: a <cls> node placed first, which "
-                          "reads and is read by the tokens the encoder pattern joins it to (global:1 joins all); "
-                          "mean: the mean of the token nodes", choices=POOLINGS)
+    pooling: str = option("cls", "encoder: what the label is read from: cls: a global <cls> node placed first "
+                          "(the encoder pattern gets +global:1: it reads every token, every token reads it); "
+                          "mean: the mean of the token nodes (no <cls> node: local patterns stay local)",
+                          choices=POOLINGS)
     max_depth: int = option(8, "universal: most steps per token", range=AT_LEAST_1)
     act_threshold: float = option(0.99, "universal: halt once the summed halting probability exceeds this",
                                   range=Range(low=0, high=1, open_low=True))
