@@ -315,7 +315,7 @@ def cmd_translate(args) -> int:
 
     run, decoding = _load_run(args)
     lines = read_input(args.input)
-    limit = run.model.cfg.max_len - 1  # the source's </s> takes the last position
+    limit = run.model.cfg.max_len - run.model.make_pool().source_positions(0)  # </s> (and <cls>) take positions
     tokenize, detokenize = run.pipelines()
     src, unknown = [], {}
     for i, line in enumerate(lines, 1):

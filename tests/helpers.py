@@ -17,6 +17,13 @@ def small_copy_data(path, n_train=240, seed=1):
     return synthetic.write_task("copy", path, seed=seed, sizes={"train": n_train, "valid": 40, "test": 40})
 
 
+def small_recall_data(path, seed=1):
+    """Associative recall of 8-12 tokens (4 values: chance 25 %), for the encoder classifier."""
+    from graphformer.data import recall
+    return recall.write_recall(path, seed=seed, sizes={"train": 160, "valid": 30, "test": 30},
+                               min_length=8, max_length=12, num_keys=6, num_values=4)
+
+
 def read_jsonl(path):
     import json
     return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]

@@ -8,13 +8,18 @@ import pytest
 import torch
 
 from graphformer.training import checkpoint
-from helpers import TINY_MODEL, read_jsonl, small_copy_data
+from helpers import TINY_MODEL, read_jsonl, small_copy_data, small_recall_data
+
+TASKS = {"transformer": (small_copy_data, ["--task", "parallel"]),
+         "encoder": (small_recall_data, ["--task", "recall", "--model", "encoder"])}
 
 
 @pytest.mark.slow
-def test_two_processes_match_single_process(tmp_path):
-    data = small_copy_data(tmp_path / "data")
-    common = ["train", "--task", "parallel", "--data-dir", str(data), "--batch-size", "8", "--dropout", "0",
+@pytest.mark.parametrize("model", TASKS)
+def test_two_processes_match_single_process(tmp_path, model):
+    write_data, task = TASKS[model]
+    data = write_data(tmp_path / "data")
+    common = ["train", *task, "--data-dir", str(data), "--batch-size", "8", "--dropout", "0",
               "--max-steps", "5", "--device", "cpu", *TINY_MODEL]
     # Loopback only: the machine's host name need not resolve (CI sandboxes), see docs/howto/scale.md.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}

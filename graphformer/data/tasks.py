@@ -2,7 +2,8 @@
 
 A task says where its aligned ``{train,valid,test}.{src,tgt}`` files come from (generated,
 fetched, or the user's own), how a line of text becomes tokens and back, which validation metric
-picks the best checkpoint, and whether raw references exist for BLEU. The trainer, ``evaluate``
+picks the best checkpoint, whether raw references exist for BLEU, and whether it is classification
+(one label token per target line, for ``--model encoder``) or sequence to sequence. The trainer, ``evaluate``
 and ``translate`` see tasks only through this interface: a new task is a subclass of ``Task`` and
 one line in ``TASKS``.
 
@@ -27,6 +28,7 @@ class Task:
 
     select_by = "loss"          # the validation metric that picks checkpoint_best.pt by default
     needs_data_dir = True       # the data_dir option is required
+    classification = False      # targets are one label token each (the encoder classifier's tasks)
 
     def data_dir(self, cfg, run_dir: Path) -> Path:
         """Where the tokenized train/valid/test.{src,tgt} files of a run (``cfg``: its TrainConfig) are."""
@@ -60,8 +62,9 @@ class GeneratedTask(Task):
     select_by = "exact_match"
     needs_data_dir = False
 
-    def __init__(self, write: Callable[..., Path]):
+    def __init__(self, write: Callable[..., Path], classification: bool = False):
         self.write = write
+        self.classification = classification
 
     def data_dir(self, cfg, run_dir):
         return Path(cfg.data_dir) if cfg.data_dir else run_dir / "data"
@@ -116,11 +119,15 @@ class Multi30kTask(Task):
 TASKS: dict[str, Task] = {
     "copy": GeneratedTask(partial(synthetic.write_task, "copy")),
     "sort": GeneratedTask(partial(synthetic.write_task, "sort")),
-    "listops": GeneratedTask(listops.write_listops),   # 500-2000 tokens: raise max_len
-    "recall": GeneratedTask(recall.write_recall),      # 1024 tokens: raise max_len
+    "listops": GeneratedTask(listops.write_listops, classification=True),   # 500-2000 tokens: raise max_len
+    "recall": GeneratedTask(recall.write_recall, classification=True),      # 1024 tokens: raise max_len
     "parallel": Task(),
     "multi30k": Multi30kTask(),
 }
+
+
+def classification_tasks() -> list[str]:
+    return [name for name, task in TASKS.items() if task.classification]
 
 
 def get_task(name: str) -> Task:

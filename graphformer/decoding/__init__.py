@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from graphformer.decoding.labels import classify_ids
 from graphformer.decoding.search import Hypothesis, beam_search, greedy_search
 from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper
 from graphformer.graphs import GraphPool, make_batch
@@ -19,8 +20,11 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6
                   incremental: bool = True) -> list[Hypothesis]:
     """Decode each source id sequence; results in input order.
 
-    Sentences are decoded in batches of similar length; ``beam=1`` is greedy search.
+    Sentences are decoded in batches of similar length; ``beam=1`` is greedy search. A classifier
+    (``model.cfg.classifies``) has nothing to search: each result is its one most likely label.
     """
+    if model.cfg.classifies:
+        return classify_ids(model, src, pool)
     pool = pool or model.make_pool()
     was_training = model.training
     model.eval()

@@ -12,6 +12,13 @@ Teacher forcing for a target sentence y_1..y_k (without specials) uses m = k + 1
     decoder input   <s>  y_1 ... y_k
     gold output     y_1  ...  y_k </s>
 
+A classifier's batch (a pool with ``targets=False``) has no target nodes: its gold holds one
+label per sample, the single token of each target, and with ``pool.cls_node`` every source starts
+with a global `<cls>` node, which carries the `<s>` token (as in RoBERTa; the source side has no
+other use for it):
+
+    source nodes    <cls>  x_1 ... x_n  </s>        gold   label
+
 The DGL graph is built and batched on the CPU and stays there; `GraphBatch.to` moves the
 per-node tensors, and each `GraphBatch.relation` reads its edges into index tensors on
 that device once per batch (this is all the attention backends need).
@@ -38,8 +45,10 @@ class GraphBatch:
         graph: batched heterograph (see `graphformer.graphs.pool`), where DGL built it (CPU).
         src_tokens, src_pos: (N_src,) token id and position of each source node.
         tgt_tokens, tgt_pos: (N_tgt,) decoder input token and position of each target node.
-        gold: (N_tgt,) the token each target node must predict; ``None`` for inference batches.
-        src_lengths, tgt_lengths: (B,) tokens per sample.
+        gold: what the model's log-probabilities are scored against: (N_tgt,) the token each target
+            node must predict, or for a classifier's batch (B,) each sample's label; ``None`` for
+            inference batches.
+        src_lengths, tgt_lengths: (B,) token nodes per sample (with `</s>`, `<cls>`, `<s>`).
         src_nodes: (B,) source nodes per sample: its tokens, then the span nodes a tree encoder
             pattern adds (equal to ``src_lengths`` for every other pattern).
     """
@@ -105,7 +114,8 @@ def make_batch(
 
     Sequences are given without specials; `</s>` ends every source, `<s>` starts every decoder input
     and `</s>` ends every gold output. Without targets the batch has no target nodes and serves as
-    the start of decoding.
+    the start of decoding. With a classifier's pool (``pool.targets`` false) each target is one
+    label token, the batch has no target nodes either, and ``gold`` holds the (B,) labels.
     """
     if len(src) == 0:
         raise ValueError("empty batch: give at least one sample")
@@ -115,14 +125,16 @@ def make_batch(
     if tgt is not None and len(tgt) != len(src):
         raise ValueError(f"{len(src)} source sequences but {len(tgt)} target sequences")
 
-    src_lengths = torch.tensor([len(s) + 1 for s in src])
-    spans = [pool.span_nodes(len(s) + 1) for s in src]
+    src_lengths = torch.tensor([pool.source_positions(len(s)) for s in src])
+    spans = [pool.span_nodes(n) for n in src_lengths.tolist()]
+    cls = (SOS,) * pool.cls_node
     # Span nodes (tree patterns) carry <pad>: their inputs are pooled from their tokens instead.
-    src_tokens = torch.tensor([t for s, k in zip(src, spans) for t in (*s, EOS, *[PAD] * k)], dtype=torch.int64)
-    if tgt is None:
+    src_tokens = torch.tensor([t for s, k in zip(src, spans) for t in (*cls, *s, EOS, *[PAD] * k)],
+                              dtype=torch.int64)
+    if tgt is None or not pool.targets:
         tgt_lengths = torch.zeros(len(src), dtype=torch.int64)
         tgt_tokens = torch.zeros(0, dtype=torch.int64)
-        gold = None
+        gold = None if tgt is None else labels(tgt)
     else:
         tgt_lengths = torch.tensor([len(t) + 1 for t in tgt])
         tgt_tokens = torch.tensor([t for y in tgt for t in (SOS, *y)], dtype=torch.int64)
@@ -140,6 +152,14 @@ def make_batch(
         tgt_lengths=tgt_lengths,
         src_nodes=src_lengths + torch.tensor(spans, dtype=torch.int64),
     )
+
+
+def labels(tgt: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(B,) the label of each sample of a classifier: its target's one token."""
+    for i, t in enumerate(tgt):
+        if len(t) != 1:
+            raise ValueError(f"sample {i} has a target of {len(t)} tokens; a classifier's target is one label token")
+    return torch.tensor([t[0] for t in tgt], dtype=torch.int64)
 
 
 __all__ = ["GraphBatch", "make_batch", "ENC", "DEC", "CROSS", "SPAN", "SRC", "TGT"]

@@ -15,6 +15,11 @@ Which edges each relation has is an attention pattern (`graphformer.graphs.patte
 the defaults give the original Transformer. A tree encoder pattern (`graphformer.graphs.tree`)
 adds span nodes after each sample's n source tokens and a fourth relation, ('src', 'span', 'src'),
 from every token to the spans that hold it, which builds the span nodes' inputs.
+
+An encoder classifier's pool (``targets=False``) builds source graphs only (m = 0: the decoder's
+relations are empty) and, with ``cls_node``, gives every source a global `<cls>` node in front of
+its tokens: the encoder pattern becomes ``PATTERN+global:1``, so the first node reads every token
+and every token reads it. Those are edges like any others; no code treats the node specially.
 """
 from __future__ import annotations
 
@@ -46,11 +51,20 @@ class GraphPool:
         dec: decoder self-attention pattern; must be causal.
         cross: source -> target pattern.
         cache_size: how many (n, m) graphs to keep.
+        targets: False for a classifier: samples have one label and no target nodes (see
+            `graphformer.graphs.batch.make_batch`).
+        cls_node: put a global `<cls>` node before each source's tokens (classifiers only): the
+            encoder pattern gets the term ``global:1``.
     """
 
     def __init__(self, enc: Pattern | str = "full", dec: Pattern | str = "causal",
-                 cross: Pattern | str = "full", cache_size: int = 4096):
+                 cross: Pattern | str = "full", cache_size: int = 4096, targets: bool = True, cls_node: bool = False):
+        if cls_node and targets:
+            raise ValueError("a <cls> node serves classifiers only: give targets=False with cls_node=True")
+        self.targets, self.cls_node = targets, cls_node
         self.enc, self.dec, self.cross = _as_pattern(enc), _as_pattern(dec), _as_pattern(cross)
+        if cls_node:  # node 0 of every source is <cls>: it reads every token and every token reads it
+            self.enc = patterns.union(self.enc, patterns.global_tokens(1))
         for relation, pattern in (("dec", self.dec), ("cross", self.cross)):
             if patterns.adds_span_nodes(pattern):
                 raise ConfigError(f"{relation}_attention", f"{pattern.spec!r}: tree patterns add span nodes to the "
@@ -60,6 +74,14 @@ class GraphPool:
         self.graph = lru_cache(maxsize=cache_size)(self._build)
         self.incoming = lru_cache(maxsize=cache_size)(self._incoming)
         self._edges(DEC, 8, 8)  # a decoder pattern that is not causal fails now, not at the first batch
+
+    def source_positions(self, tokens: int) -> int:
+        """Positions a source of ``tokens`` tokens takes: its tokens, `</s>` and the `<cls>` node if any."""
+        return tokens + 1 + self.cls_node
+
+    def gold_count(self, target_tokens: int) -> int:
+        """Entries of a batch's gold a sample adds: its target tokens and `</s>`, or one label."""
+        return target_tokens + 1 if self.targets else 1
 
     def span_nodes(self, n: int) -> int:
         """Span nodes the encoder pattern adds to a source of n tokens (0 but for tree patterns)."""

@@ -1,5 +1,6 @@
-"""Layers and models: embeddings, multi-head attention, encoder/decoder layers, the Transformer
-and the Adaptive Universal Transformer, and the factory that picks one from a config.
+"""Layers and models: embeddings, multi-head attention, encoder/decoder layers, the Transformer,
+the Adaptive Universal Transformer, the encoder-only classifier, and the factory that picks one
+from a config.
 
 ``ModelConfig`` is imported eagerly (the command line reads its fields without torch); the
 models load torch and DGL on first use.
@@ -11,6 +12,7 @@ from graphformer.model.config import ModelConfig
 _WHERE = {
     "GraphTransformer": "graphformer.model.transformer",
     "UniversalTransformer": "graphformer.model.universal",
+    "EncoderClassifier": "graphformer.model.classifier",
     "ModelOutput": "graphformer.model.output",
     "MODEL_CLASSES": "graphformer.model.factory",
     "build_model": "graphformer.model.factory",

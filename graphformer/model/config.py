@@ -12,22 +12,27 @@ from dataclasses import dataclass, fields
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
 
-MODELS = ("transformer", "universal")
+MODELS = ("transformer", "universal", "encoder")
+CLASSIFIERS = ("encoder",)  # models that give one label per sample (graphformer.model.classifier)
 POSITIONS = ("sinusoidal", "learned")
 TYING = ("none", "decoder", "all")
+POOLINGS = ("cls", "mean")
 UNIVERSAL_ONLY = ("max_depth", "act_threshold", "ponder_weight")
+ENCODER_ONLY = ("pooling",)
+DECODER_ONLY = ("dec_attention", "cross_attention", "tie")
 
 
 @dataclass
 class ModelConfig(DictConfig):
-    """Hyper-parameters of a ``GraphTransformer`` or ``UniversalTransformer`` (saved with every
-    checkpoint). Build the model with ``graphformer.model.build_model(cfg)``."""
+    """Hyper-parameters of a ``GraphTransformer``, ``UniversalTransformer`` or ``EncoderClassifier``
+    (saved with every checkpoint). Build the model with ``graphformer.model.build_model(cfg)``."""
 
     src_vocab: int = option(help="source vocabulary size", range=AT_LEAST_1, cli=False)
     tgt_vocab: int = option(help="target vocabulary size", range=AT_LEAST_1, cli=False)
     model: str = option("transformer", "transformer: a stack of layers per side; universal: one shared layer "
-                        "per side, repeated with adaptive computation time", choices=MODELS)
-    layers: int = option(2, "layers per side (transformer)", range=AT_LEAST_1)
+                        "per side, repeated with adaptive computation time; encoder: the encoder stack and a "
+                        "classification head, one label per sample (tasks listops, recall)", choices=MODELS)
+    layers: int = option(2, "layers per side (transformer, encoder)", range=AT_LEAST_1)
     d_model: int = option(128, "width of every node's hidden state", range=Range(low=2))
     heads: int = option(4, "attention heads (must divide d_model)", range=AT_LEAST_1)
     d_ff: int = option(256, "hidden width of the feed-forward sub-layers", range=AT_LEAST_1)
@@ -41,6 +46,10 @@ class ModelConfig(DictConfig):
     dec_attention: str = option("causal", "decoder self-attention pattern (causal), e.g. causal-window:8",
                                 metavar="SPEC")
     cross_attention: str = option("full", "target -> source attention pattern, e.g. window:2", metavar="SPEC")
+    pooling: str = option("cls", "encoder: what the label is read from: cls: a global <cls> node placed first "
+                          "(the encoder pattern gets +global:1: it reads every token, every token reads it); "
+                          "mean: the mean of the token nodes (no <cls> node: local patterns stay local)",
+                          choices=POOLINGS)
     max_depth: int = option(8, "universal: most steps per token", range=AT_LEAST_1)
     act_threshold: float = option(0.99, "universal: halt once the summed halting probability exceeds this",
                                   range=Range(low=0, high=1, open_low=True))
@@ -53,17 +62,32 @@ class ModelConfig(DictConfig):
         if self.d_model % 2:
             raise ConfigError("d_model", f"must be even for positional encodings, got {self.d_model}")
         if self.model != "universal":
-            changed = [f.name for f in fields(self) if f.name in UNIVERSAL_ONLY
-                       and getattr(self, f.name) not in (None, f.default)]  # None: runs saved before 0.2
-            if changed:
-                raise ConfigError(changed[0], "and the other adaptive computation time options apply only to "
-                                  "the universal model (model='universal')")
+            self._refuse_changed(UNIVERSAL_ONLY, "and the other adaptive computation time options apply only to "
+                                 "the universal model (model='universal')")
+        if self.model != "encoder":
+            self._refuse_changed(ENCODER_ONLY, "applies only to the encoder classifier (model='encoder')")
+        else:
+            self._refuse_changed(DECODER_ONLY, "applies to models with a decoder; the encoder classifier "
+                                 "(model='encoder') has none")
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ConfigError("tie", "'all' needs one vocabulary for source and target (equal sizes)")
         self.graph_pool()  # parses and checks the attention patterns: fails early, with their own message
 
+    def _refuse_changed(self, names: tuple[str, ...], why: str) -> None:
+        changed = [f.name for f in fields(self) if f.name in names
+                   and getattr(self, f.name) not in (None, f.default)]  # None: runs saved before they existed
+        if changed:
+            raise ConfigError(changed[0], why)
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the model gives one label per sample (an encoder classifier) rather than a sequence."""
+        return self.model in CLASSIFIERS
+
     def graph_pool(self):
-        """A ``GraphPool`` with these attention patterns."""
+        """A ``GraphPool`` with these attention patterns (a classifier's: source graphs only)."""
         from graphformer.graphs.pool import GraphPool  # torch and DGL: only once a model is made
 
+        if self.classifies:
+            return GraphPool(self.enc_attention, targets=False, cls_node=self.pooling == "cls")
         return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention)

@@ -1,4 +1,9 @@
-"""Scores of a model on a split: loss and token accuracy (teacher forcing), exact match (decoding)."""
+"""Scores of a model on a split: loss and token accuracy (teacher forcing), exact match (decoding).
+
+For a classifier (``model='encoder'``) the same code scores one label per sample: the loss is the
+mean cross-entropy per sample, "decoding" is the argmax label, and exact match is the accuracy
+(also reported as ``accuracy``).
+"""
 from __future__ import annotations
 
 import torch
@@ -71,6 +76,8 @@ def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float =
     scores = teacher_forced(model, split, pool)
     scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha)
     scores["n"] = len(split)
+    if model.cfg.classifies:
+        scores["accuracy"] = scores["exact_match"]
     if references is not None:
         from graphformer.training.bleu import bleu_scores
         hyp_tokens = [tgt_vocab.decode(h.tokens) for h in hyps]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphformer.data.tasks import get_task
+from graphformer.data.tasks import classification_tasks, get_task
 from graphformer.data.corpus import Split, build_vocabs, read_split
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
 from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint
@@ -22,7 +22,39 @@ def read_splits(data_dir: Path, names=("train", "valid")) -> dict[str, Split]:
 
 
 def vocabs_for(train: Split, cfg: TrainConfig) -> tuple[Vocab, Vocab]:
-    return build_vocabs(train, cfg.min_count, cfg.shared_vocab)
+    """The source and target vocabularies of a new run. A classification task's target vocabulary
+    is its labels alone (whatever ``shared_vocab`` says): the classifier's head scores only those."""
+    shared = cfg.shared_vocab and not get_task(cfg.task).classification
+    return build_vocabs(train, cfg.min_count, shared)
+
+
+def check_model_fits_task(model_cfg: ModelConfig, task_name: str) -> None:
+    """A classifier trains on classification tasks, a sequence model on the others."""
+    task = get_task(task_name)
+    if model_cfg.classifies and not task.classification:
+        raise ConfigError("model", f"{model_cfg.model!r} is a classifier (one label per sample) and task "
+                          f"{task_name!r} asks for sequences; use it with {' or '.join(classification_tasks())}, "
+                          "or choose model transformer or universal")
+    if task.classification and not model_cfg.classifies:
+        raise ConfigError("model", f"{model_cfg.model!r} generates sequences and task {task_name!r} is "
+                          "classification (one label per sample); choose model encoder")
+
+
+def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
+    """Every sample must fit the positional table: fail before training, naming max_len and the
+    value that would fit (source positions count `</s>` and a `<cls>` node, target positions `<s>`)."""
+    longest = None  # (positions, split, side, line, tokens)
+    for name, split in splits.items():
+        for side, seqs, positions in (("src", split.src_words, pool.source_positions),
+                                      ("tgt", split.tgt_words, lambda m: m + 1 if pool.targets else 0)):
+            for i, seq in enumerate(seqs):
+                if longest is None or positions(len(seq)) > longest[0]:
+                    longest = (positions(len(seq)), name, side, i + 1, len(seq))
+    if longest is not None and longest[0] > max_len:
+        needed, name, side, line, tokens = longest
+        raise ConfigError("max_len", f"({max_len}) is shorter than the data: {name}.{side} line {line} has {tokens} "
+                          f"tokens, which take {needed} positions with the model's special nodes; it must be "
+                          f"at least {needed}")
 
 
 def check_matches_run(state: dict, run: RunDir, path: Path) -> None:

@@ -30,7 +30,8 @@ from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run import check_matches_run, load_model, read_splits, vocabs_for
+from graphformer.training.run import (check_lengths, check_matches_run, check_model_fits_task, load_model,
+                                      read_splits, vocabs_for)
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
@@ -80,8 +81,10 @@ class Trainer:
         if self.ctx.is_main and self.files.holds_run():
             raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
         check_recordable(model_cfg.model, self.cfg.viz_every)
+        check_model_fits_task(model_cfg, self.cfg.task)
         self._open_run_dir()
         self._load_data()
+        check_lengths(self.splits, model_cfg.graph_pool(), model_cfg.max_len)
         self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
         self._encode()
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
@@ -236,7 +239,7 @@ class Trainer:
         report = Progress(len(steps), self.progress["batch"], f"epoch {epoch + 1}/{self.cfg.epochs}",
                           enabled=self.show_progress)
         for s in range(self.progress["batch"], len(steps)):
-            global_tokens = sum(len(train.tgt[j]) + 1 for b in global_steps[s] for j in b)
+            global_tokens = sum(self.pool.gold_count(len(train.tgt[j])) for b in global_steps[s] for j in b)
             lr = self.schedule.get_last_lr()[0]
             tic = time.perf_counter()
             try:

@@ -1,0 +1,33 @@
+"""Decoding for a classifier (``model='encoder'``): the most likely label of each sample.
+
+There is nothing to search: one forward pass gives every label's log-probability. The result has
+the shape of a decoded sequence (a `Hypothesis` of one token), so ``evaluate`` scores it as exact
+match (which for a classifier is accuracy) and ``translate`` prints it as a line.
+"""
+from __future__ import annotations
+
+import torch
+
+from graphformer.data.batching import plan_batches
+from graphformer.decoding.search import Hypothesis
+from graphformer.graphs import GraphPool, make_batch
+
+
+@torch.no_grad()
+def classify_ids(model, src: list[list[int]], pool: GraphPool | None = None,
+                 batch_tokens: int = 4096) -> list[Hypothesis]:
+    """The predicted label of each source id sequence, in input order, in batches of about
+    ``batch_tokens`` source tokens."""
+    pool = pool or model.make_pool()
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    results: list[Hypothesis | None] = [None] * len(src)
+    try:
+        for idx in plan_batches([len(s) for s in src], [1] * len(src), batch_tokens=batch_tokens, shuffle=False):
+            labels, log_probs = model.predict(make_batch(pool, [src[i] for i in idx]).to(device))
+            for i, label, log_prob in zip(idx, labels.tolist(), log_probs.tolist()):
+                results[i] = Hypothesis(tokens=[label], log_prob=log_prob, score=log_prob)
+    finally:
+        model.train(was_training)
+    return results

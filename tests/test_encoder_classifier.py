@@ -1,0 +1,246 @@
+"""The encoder-only classifier (``--model encoder``): batches, pooling, the dense reference,
+backends, learning, resume, evaluate/translate and its bad-input errors."""
+import json
+import random
+
+import pytest
+import torch
+from torch import nn
+
+from graphformer.attention import BACKENDS
+from graphformer.cli import main
+from graphformer.graphs import make_batch
+from graphformer.model import make_model
+from graphformer.training import checkpoint
+from graphformer.vocab import EOS, PAD, SOS
+from helpers import TINY_MODEL, read_jsonl, small_recall_data
+from reference import pad, pattern_mask
+
+TINY = dict(layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0)
+
+
+def classifier(pattern="full", pooling="cls", src_vocab=20, labels=9, **hyper):
+    torch.manual_seed(0)
+    return make_model(src_vocab, labels, model="encoder", enc_attention=pattern, pooling=pooling,
+                      **{**TINY, **hyper}).double().eval()
+
+
+def test_a_batch_has_a_cls_node_first_one_label_per_sample_and_no_target_nodes():
+    model = classifier("window:1+global:1")
+    batch = make_batch(model.make_pool(), [[5, 6, 7], [8, 9]], [[4], [6]])
+    assert batch.src_tokens.tolist() == [SOS, 5, 6, 7, EOS, SOS, 8, 9, EOS]
+    assert batch.src_pos.tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3]
+    assert batch.gold.tolist() == [4, 6] and batch.num_tgt_tokens == 0
+    log_probs = model(batch)
+    assert log_probs.shape == (2, 9)
+    torch.testing.assert_close(log_probs.exp().sum(1), torch.ones(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="target of 2 tokens"):
+        make_batch(model.make_pool(), [[5, 6]], [[4, 5]])
+
+
+def test_mean_pooling_has_no_cls_node_and_averages_the_token_nodes_only():
+    model = classifier("tree:2", pooling="mean")
+    batch = make_batch(model.make_pool(), [[5, 6, 7], [8, 9, 10, 11, 12]], [[4], [6]])
+    assert batch.src_tokens[:4].tolist() == [5, 6, 7, EOS] and int(batch.src_nodes[0]) > 4  # span nodes follow
+    h = model.encode(batch)
+    first, second = int(batch.src_nodes[0]), int(batch.src_lengths[1])
+    expected = torch.stack([h[:4].mean(0), h[first:first + second].mean(0)])
+    torch.testing.assert_close(model.summarize(batch, h), expected)
+
+
+def test_the_cls_node_is_global_through_edges_of_the_graph():
+    pool = classifier("window:1").make_pool()
+    assert pool.enc.spec == "window:1+global:1"
+    u, v = pool.graph(8, 0).edges(etype="enc")
+    edges = set(zip(u.tolist(), v.tolist()))
+    assert all((0, j) in edges and (j, 0) in edges for j in range(8))  # <cls> reads all, all read it
+    assert (1, 3) not in edges and (3, 1) not in edges  # the tokens stay local
+    assert classifier("window:1", pooling="mean").make_pool().enc.spec == "window:1"  # no <cls>, no edges added
+
+
+@pytest.mark.parametrize("pooling, reaches", [("cls", True), ("mean", False)])
+def test_through_the_cls_node_a_local_pattern_reaches_every_token(pooling, reaches):
+    """window:1, two layers: the first token hears of the last only via <cls> (token -> <cls> -> token)."""
+    model = classifier("window:1", pooling=pooling)
+    pool = model.make_pool()
+    first = int(pool.cls_node)  # node of x_1
+    a = model.encode(make_batch(pool, [[5, 6, 7, 8, 9, 10]]))[first]
+    b = model.encode(make_batch(pool, [[5, 6, 7, 8, 9, 11]]))[first]
+    assert (not torch.allclose(a, b)) == reaches
+
+
+class DenseClassifier(nn.Module):
+    """The reference: the classifier's layer weights copied into ``torch.nn.TransformerEncoder``,
+    on padded sequences; embeddings and head are the graph model's."""
+
+    def __init__(self, model):
+        super().__init__()
+        cfg = model.cfg
+        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, dropout=0.0, batch_first=True,
+                                           norm_first=cfg.norm_first)
+        self.encoder = nn.TransformerEncoder(layer, cfg.layers, norm=nn.LayerNorm(cfg.d_model),
+                                             enable_nested_tensor=False).double().eval()
+        for mine, theirs in zip(model.encoder.layers, self.encoder.layers):
+            theirs.self_attn.in_proj_weight.data.copy_(mine.self_attn.in_proj.weight)
+            theirs.self_attn.in_proj_bias.data.copy_(mine.self_attn.in_proj.bias)
+            theirs.self_attn.out_proj.load_state_dict(mine.self_attn.out_proj.state_dict())
+            theirs.linear1.load_state_dict(mine.feed_forward.linear1.state_dict())
+            theirs.linear2.load_state_dict(mine.feed_forward.linear2.state_dict())
+            theirs.norm1.load_state_dict(mine.attn_block.norm.state_dict())
+            theirs.norm2.load_state_dict(mine.ff_block.norm.state_dict())
+        self.encoder.norm.load_state_dict(model.encoder.norm.state_dict())
+        self.model = model
+
+    def forward(self, src, mask=None):
+        cls = (SOS,) if self.model.cfg.pooling == "cls" else ()
+        ids = pad([[*cls, *s, EOS] for s in src])
+        padding = pad([[*cls, *s, EOS] for s in src], value=-1) == -1
+        b, n = ids.shape
+        x = self.model.src_embed(ids.reshape(-1), torch.arange(n).repeat(b)).view(b, n, -1)
+        h = self.encoder(x, mask=mask, src_key_padding_mask=padding)
+        if cls:
+            pooled = h[:, 0]
+        else:
+            pooled = (h * ~padding[..., None]).sum(1) / (~padding).sum(1, keepdim=True)
+        return self.model.head(pooled)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_the_classifier_equals_torch_transformer_encoder_with_its_weights(pooling):
+    model = classifier(pooling=pooling)
+    rng = random.Random(0)
+    src = [[rng.randrange(4, 20) for _ in range(rng.randint(1, 9))] for _ in range(5)]
+    graph = model(make_batch(model.make_pool(), src))
+    torch.testing.assert_close(graph, DenseClassifier(model)(src), atol=1e-10, rtol=0)
+
+
+def test_a_sparse_pattern_equals_the_dense_encoder_under_its_mask():
+    model = classifier("window:1")  # and the <cls> node's global:1
+    src = [[4, 9, 5, 7, 11, 6], [8, 8, 12, 4, 5, 19]]  # one length: one mask for all samples
+    mask = pattern_mask(model.make_pool().enc, 8, 8)
+    graph = model(make_batch(model.make_pool(), src))
+    torch.testing.assert_close(graph, DenseClassifier(model)(src, mask), atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("pattern", ["window:2", "dilated:2,3", "block:8", "random:2", "tree:2"])
+def test_every_backend_gives_the_same_logits(pattern):
+    model = classifier(pattern)
+    rng = random.Random(1)
+    src = [[rng.randrange(4, 20) for _ in range(rng.randint(20, 60))] for _ in range(4)]
+    logits = {}
+    for backend in sorted(BACKENDS):
+        model.attention_backend = backend
+        logits[backend] = model(make_batch(model.make_pool(), src))
+    for backend, value in logits.items():
+        torch.testing.assert_close(value, logits["dgl"], atol=1e-10, rtol=0, msg=backend)
+
+
+def test_the_classifier_learns_which_token_comes_first():
+    """Label = the first token (10 labels, chance 10 %): well above chance after a few hundred steps."""
+    rng = random.Random(0)
+    values = list(range(4, 14))
+
+    def samples(n):
+        src = [[rng.choice(values) for _ in range(rng.randint(6, 12))] for _ in range(n)]
+        return src, [[s[0] - 2] for s in src]  # labels 2..11 of a 12-entry label vocabulary; the head masks specials
+
+    torch.manual_seed(0)
+    model = make_model(14, 12, model="encoder", layers=1, d_model=32, heads=4, d_ff=64, dropout=0.0,
+                       enc_attention="window:1")
+    pool = model.make_pool()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        src, tgt = samples(32)
+        batch = make_batch(pool, src, tgt)
+        loss = nn.functional.nll_loss(model(batch), batch.gold)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    src, tgt = samples(200)
+    labels, _ = model.eval().predict(make_batch(pool, src))
+    accuracy = float((labels == torch.tensor([t[0] for t in tgt])).double().mean())
+    assert accuracy > 0.8, accuracy  # about 0.96 here; chance is 0.1
+
+
+# ---- through the command line ----------------------------------------------------------------
+
+def train(args):
+    assert main(["train", *args]) == 0
+
+
+@pytest.fixture(scope="module")
+def recall_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("recall")
+    data = small_recall_data(tmp / "data")
+    train(["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--enc-attention", "window:2",
+           "--epochs", "2", "--batch-size", "16", "--out", str(tmp / "run"), *TINY_MODEL])
+    return tmp / "run", data
+
+
+def test_an_encoder_run_has_a_label_vocabulary_and_reports_accuracy(recall_run):
+    run, _ = recall_run
+    vocab = json.loads((run / "vocab.json").read_text())
+    assert sorted(vocab["tgt"][4:]) == ["v0", "v1", "v2", "v3"]  # the labels alone, though shared_vocab is on
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert metrics[-1]["valid_accuracy"] == metrics[-1]["valid_exact_match"]
+
+
+def test_evaluate_json_accuracy_is_the_share_of_translated_labels_that_are_right(recall_run, capsys):
+    run, data = recall_run
+    assert main(["evaluate", str(run), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert main(["translate", str(run), "--input", str(data / "test.src")]) == 0
+    predicted = capsys.readouterr().out.splitlines()
+    gold = (data / "test.tgt").read_text().splitlines()
+    assert len(predicted) == len(gold) == scores["n"] == 30
+    assert all(p in {"v0", "v1", "v2", "v3"} for p in predicted)
+    assert scores["accuracy"] == sum(p == g for p, g in zip(predicted, gold)) / len(gold)
+    assert scores["loss"] > 0
+
+
+def test_resume_of_an_encoder_run_continues_exactly(tmp_path):
+    data = small_recall_data(tmp_path / "data")
+    common = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--pooling", "mean",
+              "--epochs", "2", "--batch-size", "16", "--dropout", "0.1", *TINY_MODEL]
+    train([*common, "--out", str(tmp_path / "straight")])
+    train([*common, "--out", str(tmp_path / "stopped"), "--max-steps", "7"])
+    train(["--out", str(tmp_path / "stopped"), "--resume", "--max-steps", "1000", "--quiet"])
+    straight = read_jsonl(tmp_path / "straight" / "steps.jsonl")
+    resumed = read_jsonl(tmp_path / "stopped" / "steps.jsonl")
+    assert len(straight) == len(resumed) == 20
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
+    assert [r["tokens"] for r in straight[:3]] == [16, 16, 16]  # the loss is per sample: one label each
+    a = checkpoint.load(tmp_path / "straight" / checkpoint.LAST)["model"]
+    b = checkpoint.load(tmp_path / "stopped" / checkpoint.LAST)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "copy", "--model", "encoder"], "--model 'encoder' is a classifier (one label per sample) and task "
+                                               "'copy' asks for sequences; use it with listops or recall"),
+    (["--task", "recall", "--model", "transformer"], "--model 'transformer' generates sequences and task 'recall' "
+                                                     "is classification (one label per sample); choose model encoder"),
+    (["--task", "listops", "--model", "universal"], "--model 'universal' generates sequences"),
+    (["--task", "recall", "--model", "encoder", "--tie", "decoder"], "--tie applies to models with a decoder"),
+    (["--task", "recall", "--model", "encoder", "--dec-attention", "causal-window:2"], "--dec-attention applies"),
+    (["--task", "copy", "--pooling", "mean"], "--pooling applies only to the encoder classifier"),
+])
+def test_a_model_that_does_not_fit_the_task_is_a_one_line_error(tmp_path, capsys, args, message):
+    assert main(["train", *args, "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphformer: error: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()  # refused before the run (or its data) was made
+
+
+def test_a_sample_longer_than_the_positional_table_is_a_one_line_error(tmp_path, capsys):
+    data = small_recall_data(tmp_path / "data")
+    longest = max(len(line.split()) for split in ("train", "valid") for line in
+                  (data / f"{split}.src").read_text().splitlines())
+    args = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--out", str(tmp_path / "run"),
+            *TINY_MODEL]
+    assert main(["train", *args, "--max-len", str(longest + 1)]) == 2  # <cls> and </s> need two more
+    err = capsys.readouterr().err
+    assert f"--max-len ({longest + 1}) is shorter than the data" in err and f"at least {longest + 2}" in err
+    assert err.count("\n") == 1 and not (tmp_path / "run" / checkpoint.LAST).exists()
+    train([*args, "--max-len", str(longest + 2), "--max-steps", "1"])  # exactly enough
