@@ -1,0 +1,34 @@
+"""The long-range pattern sweep (examples/long_range/sweep.py) on a tiny recall task."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SWEEP = Path(__file__).resolve().parents[1] / "examples" / "long_range" / "sweep.py"
+
+
+@pytest.mark.slow
+def test_sweep_tabulates_every_pattern(tmp_path):
+    out = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16",
+                           "--patterns", "full,narrow=window:1", "--steps", "4", "--sizes", "48,16,16",
+                           "--batch-tokens", "256", "--train-options", "--layers 1 --d-model 32 --heads 4 --d-ff 64",
+                           "--out", str(out)], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "sweep.json").read_text())
+    rows = {r["name"]: r for r in result["rows"]}
+    assert set(rows) == {"full", "narrow"} and result["length"] == 16
+    n = 17  # 16 tokens and </s>
+    assert rows["full"]["edges_per_query"] == n
+    assert rows["narrow"]["edges_per_query"] == pytest.approx((n + 2 * (n - 1)) / n)  # itself and 2 neighbours
+    for row in rows.values():
+        assert row["steps"] == 4 and 0.0 <= row["accuracy"] <= 1.0
+        assert row["seconds_per_step"] > 0 and row["peak_rss_bytes"] > result["baseline_rss_bytes"]
+    table = (out / "sweep.md").read_text()
+    assert "| narrow | `window:1` |" in table and "| full | `full` |" in table
+    assert (out / "sweep.png").stat().st_size > 1000
+    again = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16", "--patterns", "nothing",
+                            "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert again.returncode != 0 and "unknown pattern 'nothing'" in again.stderr
