@@ -25,7 +25,7 @@ from graphformer.attention import DEFAULT_BACKEND, check_backend
 from graphformer.graphs import ENC, GraphBatch, GraphPool
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, embed_source
-from graphformer.model.layers import Generator
+from graphformer.model.layers import Generator, init_weights
 from graphformer.model.output import ModelOutput
 from graphformer.model.transformer import Encoder
 from graphformer.vocab import EOS, PAD, SOS
@@ -49,9 +49,7 @@ class EncoderClassifier(nn.Module):
                                   POSITIONS[cfg.positions](cfg.d_model, cfg.max_len), cfg.dropout)
         self.encoder = Encoder(cfg)
         self.head = Generator(cfg.d_model, cfg.tgt_vocab)
-        for p in self.parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
+        init_weights(self)
 
     def make_pool(self) -> GraphPool:
         """A source-only graph pool with this model's encoder pattern (and `<cls>` node)."""

@@ -135,3 +135,11 @@ class Generator(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(self.proj(h), dim=-1)
+
+
+def init_weights(model: nn.Module) -> None:
+    """Xavier-uniform initialisation of every matrix (Vaswani et al.); biases and norms keep
+    PyTorch's defaults. Call before tying weights, so a shared matrix is initialised once."""
+    for p in model.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)

@@ -23,7 +23,7 @@ from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool
 from graphformer.graphs.relation import Relation
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import embed_source, make_embedders
-from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator
+from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, init_weights
 from graphformer.model.output import ModelOutput
 
 
@@ -81,14 +81,9 @@ class GraphTransformer(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
-        self._init_weights()
+        init_weights(self)
         if cfg.tie != "none":
             self.generator.proj.weight = self.tgt_embed.tokens.table.weight
-
-    def _init_weights(self):
-        for p in self.parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
 
     def make_pool(self) -> GraphPool:
         """A graph pool with this model's attention patterns."""

@@ -27,7 +27,7 @@ from graphformer.graphs.relation import Relation
 from graphformer.model.act import ACT, ACTStats, HaltingUnit
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source, make_embedders
-from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator
+from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, init_weights
 from graphformer.model.output import ModelOutput
 
 
@@ -49,9 +49,7 @@ class UniversalTransformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
-        for name, p in self.named_parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
+        init_weights(self)
         if cfg.tie != "none":
             self.generator.proj.weight = self.tgt_embed.tokens.table.weight
         self.record_states = False  # keep every step's states in the ACT statistics (for plots and tests)
