@@ -33,7 +33,7 @@ from training_throughput import CONFIGS, DensePeer, pad  # noqa: E402
 
 from graphformer import make_model  # noqa: E402
 from graphformer.attention import dgl_ops  # noqa: E402
-from graphformer.data import tasks  # noqa: E402
+from graphformer.data import synthetic  # noqa: E402
 from graphformer.data.batching import plan_batches  # noqa: E402
 from graphformer.data.corpus import build_vocabs, read_split  # noqa: E402
 from graphformer.decoding import translate_ids  # noqa: E402
@@ -65,7 +65,7 @@ def timed(fn, repeats: int = 1) -> tuple[float, int]:
 
 def training(steps: int) -> list[dict]:
     config = CONFIGS["copy"]
-    data = tasks.write_task("copy", Path(tempfile.mkdtemp()) / "copy", seed=1)
+    data = synthetic.write_task("copy", Path(tempfile.mkdtemp()) / "copy", seed=1)
     train = read_split(data, "train")
     vocab, _ = build_vocabs(train, min_count=1)
     train.encode(vocab, vocab)

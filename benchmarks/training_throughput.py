@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from graphformer import make_model
-from graphformer.data import multi30k, tasks
+from graphformer.data import multi30k, synthetic
 from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import build_vocabs, read_split
 from graphformer.graphs import make_batch

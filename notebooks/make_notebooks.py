@@ -41,7 +41,7 @@ def train(run, data, *args):
 
 SMALL_DATA = '''from graphformer.data import synthetic
 data = synthetic.write_task("{task}", WORK / "{task}-data", seed=1,
-                        sizes={{"train": 600, "valid": 50, "test": 50}} if QUICK else tasks.SPLITS)
+                        sizes={{"train": 600, "valid": 50, "test": 50}} if QUICK else synthetic.SPLITS)
 '''
 
 NOTEBOOKS = {
