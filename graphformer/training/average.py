@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from graphformer.errors import UserError
 from graphformer.training import checkpoint
-from graphformer.training.run_dir import AVERAGED, METRICS, RunDir
+from graphformer.training.checkpoint import AVERAGED
+from graphformer.training.run_dir import METRICS, RunDir
 
 
 def average_states(paths: list[Path]) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 from graphformer.errors import UserError
 from graphformer.files import remove_temporaries, write_json_atomic, write_text_atomic
 from graphformer.training import checkpoint
-from graphformer.training.checkpoint import AVERAGED, BEST, LAST
+from graphformer.training.checkpoint import BEST, LAST
 
 CONFIG, VOCAB = "config.json", "vocab.json"
 STEPS, METRICS = "steps.jsonl", "metrics.jsonl"
