@@ -1,11 +1,15 @@
-"""The ``graphformer`` command: train, evaluate and translate.
+"""The ``graphformer`` command: train, evaluate, translate, average, animate, heatmap.
 
     graphformer train --task copy --out runs/copy
     graphformer evaluate runs/copy --split test --json
     echo "h e l l o" | graphformer translate runs/copy
 
-Errors a user can fix are printed as one line (``graphformer: error: ...``) with exit status 2;
-set GRAPHFORMER_DEBUG=1 to see the traceback instead.
+The options of ``train`` (and the decoding options) are built from the config dataclasses'
+fields (`graphformer.config_io`): one default, help text and list of choices each. Commands
+import their machinery when they run, so ``--help`` and argument errors need neither torch nor
+DGL. Errors a user can fix (`graphformer.errors.UserError`) are printed as one line
+(``graphformer: error: ...``) with exit status 2; anything else is a bug and keeps its
+traceback. Set GRAPHFORMER_DEBUG=1 to see the traceback of a user error too.
 """
 from __future__ import annotations
 
