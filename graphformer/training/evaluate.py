@@ -12,6 +12,7 @@ from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import Split
 from graphformer.decoding import translate_ids
 from graphformer.graphs import GraphPool, make_batch
+from graphformer.training.bleu import bleu_scores
 from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 
 
@@ -79,7 +80,6 @@ def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float =
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]
     if references is not None:
-        from graphformer.training.bleu import bleu_scores
         hyp_tokens = [tgt_vocab.decode(h.tokens) for h in hyps]
         hyp_text = [detokenize(h) for h in hyp_tokens]
         ref_tokens = split.tgt_words

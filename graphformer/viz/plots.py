@@ -22,6 +22,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from graphformer.errors import UserError
+from graphformer.graphs import patterns
 
 VIEWS = ("heatmap", "graph", "both")   # what one panel of a picture shows
 SCALES = ("shared", "per-head")         # one colour scale for all panels, or one each
@@ -276,7 +277,6 @@ def ponder_distribution(metrics: list[dict], path: str | Path) -> None:
 def pattern_matrices(specs: list[str], n: int = 16, path: str | Path | None = None) -> Figure:
     """Each attention pattern spec drawn as its (query, key) matrix for a sequence of n tokens;
     saved to ``path`` when given, and returned as a figure (``display(figure)`` in a notebook)."""
-    from graphformer.graphs import patterns
 
     figure = new_figure(2.1 * len(specs), 2.5)
     axes = figure.subplots(1, len(specs), squeeze=False)
