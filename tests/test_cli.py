@@ -215,3 +215,18 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     assert main(["train", "--out", str(run), "--resume", "--max-steps", str(state["progress"]["step"] + 2),
                  "--quiet"]) == 0
     assert read_jsonl(run / "steps.jsonl")[-1]["step"] == state["progress"]["step"] + 2
+
+
+def test_progress_in_a_log_file_is_plain_lines(tmp_path):
+    """stderr that is not a terminal gets whole lines (no carriage returns) and rounded metrics."""
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    proc = subprocess.run([sys.executable, "-m", "graphformer", "train", "--task", "parallel", "--data-dir", str(data),
+                           "--out", str(tmp_path / "run"), "--epochs", "2", "--batch-size", "16",
+                           *[a for a in TINY_MODEL if a != "--quiet"]], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "\r" not in proc.stderr
+    assert re.search(r"^epoch 2/2 step 4/4: loss \d+\.\d{3}, \d+ tokens/s, lr \d\.\d\de-\d\d$", proc.stderr, re.M), proc.stderr
+    line = re.search(r"^epoch 1 \(step 4\): valid .*$", proc.stderr + proc.stdout, re.M)
+    assert line, proc.stderr
+    numbers = re.findall(r"\d+\.\d+", line.group(0))
+    assert numbers and all(len(n.replace(".", "").lstrip("0")) <= 4 for n in numbers), line.group(0)  # rounded
