@@ -15,12 +15,16 @@ The layout comes from what the relation's builder knew (`graphformer.graphs.rela
 per-sample key and query counts (a batch's relations, and the Universal Transformer's subgraphs of
 active nodes), or one row of keys per query (incremental decoding). A relation with neither is
 one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
+A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
+keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
+and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 
 from graphformer.graphs.relation import Relation
 
@@ -101,6 +105,8 @@ def worth_it(relation: Relation, max_waste: float = 4.0) -> bool:
 def _tile_slots(relation: Relation) -> int:
     if relation.num_edges == 0:
         return 1  # nothing to compute: never worth a tile
+    if relation.tiles is not None:
+        return relation.num_queries * relation.tiles.span
     if relation.key_rows is not None:
         return relation.key_rows.numel()
     if relation.key_counts is not None and relation.query_counts is not None:
@@ -114,8 +120,45 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[index].transpose(1, 2)
 
 
+def _tile_view(x: torch.Tensor, relation: Relation) -> torch.Tensor:
+    """(num_keys, H, D) -> (B, H, span, D): each tile's block of keys, in place."""
+    tiles = relation.tiles
+    return x.view(-1, tiles.width, *x.shape[1:])[:, :tiles.span].transpose(1, 2)
+
+
+def _tile_padding(relation: Relation) -> torch.Tensor | None:
+    """(B, 1, 1, span) True past each tile's last key (None: every tile has ``span`` keys)."""
+    tiles = relation.tiles
+    if tiles.lengths is None:
+        return None
+    return (torch.arange(tiles.span, device=tiles.device) >= tiles.lengths[:, None])[:, None, None]
+
+
+def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
+    """Attention over a tiled relation: (B, H, m, D) queries against (B, H, span, D) key blocks,
+    read in place (strided views of the key and value tensors)."""
+    Q = q.reshape(-1, relation.tiles.queries, *q.shape[1:]).transpose(1, 2)
+    K, V = _tile_view(k, relation), _tile_view(v, relation)
+    padding = relation.layout("tile padding", _tile_padding)
+    if padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks as they are
+        return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
+    # Tiles of unequal lengths: plain matmuls (CPU PyTorch's fused attention is slow with a mask).
+    scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    if padding is not None:
+        scores.masked_fill_(padding, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = (weights @ V).transpose(1, 2).reshape(q.shape)
+    if not return_weights:
+        return out
+    rows = relation.key_rows  # edges are listed query by query, keys in order: the unmasked entries
+    per_query = weights.permute(0, 2, 3, 1).reshape(len(rows), rows.shape[1], -1)
+    return out, per_query[rows >= 0][..., None]
+
+
 def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
+    if relation.tiles is not None:
+        return _attend_tiles(relation, q, k, v, return_weights)
     seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad
