@@ -120,32 +120,19 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[index].transpose(1, 2)
 
 
-def _tile_view(x: torch.Tensor, relation: Relation) -> torch.Tensor:
-    """(num_keys, H, D) -> (B, H, span, D): each tile's block of keys, in place."""
-    tiles = relation.tiles
-    return x.view(-1, tiles.width, *x.shape[1:])[:, :tiles.span].transpose(1, 2)
-
-
-def _tile_padding(relation: Relation) -> torch.Tensor | None:
-    """(B, 1, 1, span) True past each tile's last key (None: every tile has ``span`` keys)."""
-    tiles = relation.tiles
-    if tiles.lengths is None:
-        return None
-    return (torch.arange(tiles.span, device=tiles.device) >= tiles.lengths[:, None])[:, None, None]
-
-
 def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
     """Attention over a tiled relation: (B, H, m, D) queries against (B, H, span, D) key blocks,
     read in place (strided views of the key and value tensors)."""
-    Q = q.reshape(-1, relation.tiles.queries, *q.shape[1:]).transpose(1, 2)
-    K, V = _tile_view(k, relation), _tile_view(v, relation)
-    padding = relation.layout("tile padding", _tile_padding)
-    if padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks as they are
+    tiles = relation.tiles
+    Q = q.reshape(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)
+    K = k.view(-1, tiles.width, *k.shape[1:])[:, :tiles.span].transpose(1, 2)
+    V = v.view(-1, tiles.width, *v.shape[1:])[:, :tiles.span].transpose(1, 2)
+    if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
         return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
     # Tiles of unequal lengths: plain matmuls (CPU PyTorch's fused attention is slow with a mask).
     scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
-    if padding is not None:
-        scores.masked_fill_(padding, float("-inf"))
+    if tiles.padding is not None:
+        scores.masked_fill_(tiles.padding, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     out = (weights @ V).transpose(1, 2).reshape(q.shape)
     if not return_weights:

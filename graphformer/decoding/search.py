@@ -49,27 +49,28 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
     num = len(max_lengths)
     device = max_lengths.device
     live = torch.arange(num, device=device)  # the hypothesis of each stepper row
+    limits = max_lengths
     tokens = torch.full((num,), SOS, dtype=torch.int64, device=device)
     finished = torch.zeros(num, dtype=torch.bool, device=device)
     total = torch.zeros(num, dtype=torch.float64, device=device)
     history = torch.full((num, int(max_lengths.max())), EOS, dtype=torch.int64, device=device)
     for t in range(history.shape[1]):
-        log_probs = _mask_step(stepper.step(tokens), t + 1 >= max_lengths[live])
-        best, nxt = log_probs.max(1)
-        running = ~finished[live]
-        history[live, t] = torch.where(running, nxt, EOS)
-        total[live] += torch.where(running, best, 0.0).double()
-        finished[live] |= nxt == EOS
-        if drop_finished:
-            still = ~finished[live]
-            if not bool(still.all()):  # some ended: the stepper drops them
-                rows = still.nonzero().squeeze(1)
-                if len(rows) == 0:
-                    break
-                live, nxt = live[rows], nxt[rows]
-                stepper.reorder(rows)
-        elif bool(finished.all()):
-            break
+        best, nxt = _mask_step(stepper.step(tokens), t + 1 >= limits).max(1)
+        if not drop_finished:  # finished rows are still stepped: they add nothing
+            best, nxt = torch.where(finished, 0.0, best), torch.where(finished, EOS, nxt)
+        history[live, t] = nxt
+        total[live] += best.double()
+        ended = nxt == EOS
+        if not drop_finished:
+            finished |= ended
+            if bool(finished.all()):
+                break
+        elif bool(ended.any()):  # those rows leave the stepper
+            rows = (~ended).nonzero().squeeze(1)
+            if len(rows) == 0:
+                break
+            live, nxt, limits = live[rows], nxt[rows], limits[rows]
+            stepper.reorder(rows)
         tokens = nxt
     out = history.tolist()
     return [Hypothesis(_until_eos(seq), float(lp), float(lp)) for seq, lp in zip(out, total.tolist())]

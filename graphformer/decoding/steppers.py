@@ -85,7 +85,7 @@ class IncrementalStepper:
         """Edges from each live hypothesis's cached target nodes to its new node t."""
         t, T = self.t, self.max_steps
         if self.causal:
-            return Relation.of_tiles(self.num_hyps, 1, T, [t + 1] * self.num_hyps, self.device)
+            return Relation.of_tiles(self.num_hyps, 1, T, t + 1, self.device)
         keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
         rows = torch.arange(self.num_hyps, device=self.device)[:, None] * T
         return Relation.of_rows(rows + keys, self.num_hyps * T)

@@ -33,7 +33,8 @@ class Tiles:
     Query i belongs to tile i // queries. Tile b owns the key ids b * width + j, j < width, and its
     first ``lengths[b]`` of them are its keys (the rest are unused slots), so a (B * width, H, d)
     key tensor is read as (B, width, H, d) blocks without gathering. ``span`` is the longest
-    tile's key count (a host int); ``lengths`` is None when every tile has ``span`` keys.
+    tile's key count (a host int). ``lengths`` (B,) and ``padding`` (B, 1, 1, span), True past a
+    tile's last key, are None when every tile has ``span`` keys.
     """
 
     queries: int
@@ -41,6 +42,7 @@ class Tiles:
     span: int
     device: torch.device
     lengths: Optional[torch.Tensor] = None
+    padding: Optional[torch.Tensor] = None
 
 
 @dataclass(eq=False)
@@ -93,16 +95,23 @@ class Relation:
         return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), _key_rows=key_rows)
 
     @classmethod
-    def of_tiles(cls, num_tiles: int, queries: int, width: int, lengths: list[int],
+    def of_tiles(cls, num_tiles: int, queries: int, width: int, lengths: list[int] | int,
                  device: torch.device | str | None = None) -> "Relation":
         """``num_tiles`` tiles of ``queries`` queries each, tile b's queries attending to the key
-        ids b * width + j for j < lengths[b] (see `Tiles`). Edges are listed query by query, keys
-        in increasing order, and built only if a backend asks for them."""
-        span = max(lengths)
-        uneven = any(n != span for n in lengths)
+        ids b * width + j for j < lengths[b] (an int: the same for every tile; see `Tiles`).
+        Edges are listed query by query, keys in increasing order, and built only if a backend
+        asks for them."""
         device = torch.device(device or "cpu")
-        tiles = Tiles(queries, width, span, device, torch.tensor(lengths, device=device) if uneven else None)
-        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles,
+        if isinstance(lengths, int) or min(lengths) == max(lengths):
+            span = lengths if isinstance(lengths, int) else lengths[0]
+            tiles = Tiles(queries, width, span, device)
+            return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles,
+                       num_edges=num_tiles * queries * span)
+        span = max(lengths)
+        counts = torch.tensor(lengths, device=device)
+        padding = (torch.arange(span, device=device) >= counts[:, None])[:, None, None]
+        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=Tiles(queries, width, span, device,
+                                                                                   counts, padding),
                    num_edges=queries * sum(lengths))
 
     @property
