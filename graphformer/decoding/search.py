@@ -56,19 +56,17 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
     history = torch.full((num, int(max_lengths.max())), EOS, dtype=torch.int64, device=device)
     for t in range(history.shape[1]):
         best, nxt = _mask_step(stepper.step(tokens), t + 1 >= limits).max(1)
-        if not drop_finished:  # finished rows are still stepped: they add nothing
-            best, nxt = torch.where(finished, 0.0, best), torch.where(finished, EOS, nxt)
+        done = finished[live]  # rows still stepped after their </s> add nothing
+        best, nxt = torch.where(done, 0.0, best), torch.where(done, EOS, nxt)
         history[live, t] = nxt
         total[live] += best.double()
-        ended = nxt == EOS
-        if not drop_finished:
-            finished |= ended
-            if bool(finished.all()):
-                break
-        elif bool(ended.any()):  # those rows leave the stepper
-            rows = (~ended).nonzero().squeeze(1)
-            if len(rows) == 0:
-                break
+        done |= nxt == EOS
+        finished[live] = done
+        ended = int(done.sum())
+        if ended == len(live):
+            break
+        if drop_finished and ended:  # those rows leave the stepper
+            rows = survivors(~done)
             live, nxt, limits = live[rows], nxt[rows], limits[rows]
             stepper.reorder(rows)
         tokens = nxt
@@ -133,13 +131,26 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
             return results
         if drop_finished and bool(done.any()):
             finish(done.nonzero().squeeze(1))
-            keep = (~done).nonzero().squeeze(1)
+            keep = survivors(~done)
             live, log_p, length, finished, history = live[keep], log_p[keep], length[keep], finished[keep], history[keep]
             token, parent, rows = token[keep], parent[keep], keep[:, None]
         stepper.reorder((rows * k + parent).flatten())
         tokens = token.flatten()
     finish(torch.arange(len(live), device=device))
     return results
+
+
+def survivors(keep: torch.Tensor) -> torch.Tensor:
+    """Indices of the True entries of ``keep`` (n,), ordered to move few of them: an entry among
+    the first L = keep.sum() stays where it is, and the ones past L fill the gaps.
+
+    >>> survivors(torch.tensor([True, False, True, False, True])).tolist()
+    [0, 4, 2]
+    """
+    n = int(keep.sum())
+    order = torch.arange(n, device=keep.device)
+    order[~keep[:n]] = keep[n:].nonzero().squeeze(1) + n
+    return order
 
 
 def _until_eos(seq: list[int]) -> list[int]:

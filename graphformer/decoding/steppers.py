@@ -67,11 +67,11 @@ class IncrementalStepper:
         self.num_hyps = batch.size * hyps_per_sentence
         cfg = model.cfg
         self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
-        # Keys (cache[0]) and values (cache[1]); reorder writes into the spare and swaps. Both
-        # start as zeros and only ever hold finite numbers, so slots past t are harmless to a
-        # backend that reads whole blocks (it multiplies them by 0).
+        # Keys (cache[0]) and values (cache[1]). They start as zeros and only ever hold finite
+        # numbers, so slots past t are harmless to a backend that reads whole blocks (it
+        # multiplies them by 0).
         shape = (2, self.depth, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
-        self.cache, self.spare = memory.new_zeros(shape), memory.new_zeros(shape)
+        self.cache = memory.new_zeros(shape)
         self.max_steps = max_steps
         self.t = 0
         self.causal = self.pool.dec is patterns.causal
@@ -124,19 +124,26 @@ class IncrementalStepper:
         return out.log_probs
 
     def reorder(self, parents: torch.Tensor) -> None:
-        t, rows = self.t, len(parents)
-        self.spare[:, :, :rows, :t] = self.cache[:, :, parents, :t]
-        self.cache, self.spare = self.spare, self.cache
-        if rows < self.num_hyps:  # whole sentences dropped: drop their memory too
-            kept = (parents[::self.k] // self.k).tolist()
+        """Row h now continues row parents[h]. Only rows whose parent is another row are copied
+        (search keeps survivors in place where it can), and rows past len(parents) are dropped."""
+        rows = len(parents)
+        moved = (parents != torch.arange(rows, device=parents.device)).nonzero().squeeze(1)
+        if len(moved):
+            self.cache[:, :, moved, :self.t] = self.cache[:, :, parents[moved], :self.t]
+        if rows < self.num_hyps:  # whole sentences dropped: their memory too
+            kept = parents[::self.k] // self.k
             self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept), self.memory_kv)
-            self.src_lengths = [self.src_lengths[s] for s in kept]
+            self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
             self.cross = self._full_cross() if self.cross is not None else None
         self.num_hyps = rows
 
-    def _kept_memory(self, x: torch.Tensor, kept: list[int]) -> torch.Tensor:
-        index = torch.tensor(kept, device=x.device)
-        return x.view(-1, self.width, *x.shape[1:])[index].reshape(-1, *x.shape[1:])
+    def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s], in place."""
+        blocks = x.view(-1, self.width, *x.shape[1:])
+        moved = (kept != torch.arange(len(kept), device=kept.device)).nonzero().squeeze(1)
+        if len(moved):
+            blocks[moved] = blocks[kept[moved]]
+        return x[:len(kept) * self.width]
 
 
 def _padded_slots(batch: GraphBatch, width: int) -> torch.Tensor:
