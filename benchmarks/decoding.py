@@ -264,7 +264,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"command": f"python benchmarks/decoding.py --rounds {args.rounds} --multi30k-rounds "
-                         f"{args.multi30k_rounds} --mirror {args.mirror} --multi30k-sentences {args.multi30k_sentences}",
+                         f"{args.multi30k_rounds} --mirror {args.mirror} "
+                         f"--multi30k-sentences {args.multi30k_sentences}",
               "settings": {"fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target "
                                     "tokens each, one batch",
                            "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches of "

@@ -132,8 +132,8 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
         if drop_finished and bool(done.any()):
             finish(done.nonzero().squeeze(1))
             keep = survivors(~done)
-            live, log_p, length, finished, history = live[keep], log_p[keep], length[keep], finished[keep], history[keep]
-            token, parent, rows = token[keep], parent[keep], keep[:, None]
+            live, log_p, length, finished = live[keep], log_p[keep], length[keep], finished[keep]
+            history, token, parent, rows = history[keep], token[keep], parent[keep], keep[:, None]
         stepper.reorder((rows * k + parent).flatten())
         tokens = token.flatten()
     finish(torch.arange(len(live), device=device))
