@@ -99,14 +99,14 @@ def worth_it(relation: Relation, max_waste: float = 4.0) -> bool:
     """Whether the relation's padded tiles hold at most ``max_waste`` slots per edge (dense
     patterns on similar lengths: yes; a window over long sequences: no). Decided once per
     relation: the counts may live on a GPU, and reading them waits for it."""
+    if relation.tiles is not None:  # read in place: the padding of uneven tiles is all it wastes
+        return True
     return relation.layout(("padded pays", max_waste), lambda r: _tile_slots(r) <= max_waste * r.num_edges)
 
 
 def _tile_slots(relation: Relation) -> int:
     if relation.num_edges == 0:
         return 1  # nothing to compute: never worth a tile
-    if relation.tiles is not None:
-        return relation.num_queries * relation.tiles.span
     if relation.key_rows is not None:
         return relation.key_rows.numel()
     if relation.key_counts is not None and relation.query_counts is not None:
@@ -128,7 +128,8 @@ def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
     K = k.view(-1, tiles.width, *k.shape[1:])[:, :tiles.span].transpose(1, 2)
     V = v.view(-1, tiles.width, *v.shape[1:])[:, :tiles.span].transpose(1, 2)
     if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
-        return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
+        out = F.scaled_dot_product_attention(Q, K, V)
+        return out.view(q.shape) if tiles.queries == 1 else out.transpose(1, 2).reshape(q.shape)
     # Tiles of unequal lengths: plain matmuls (CPU PyTorch's fused attention is slow with a mask).
     scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
     if tiles.padding is not None:

@@ -72,6 +72,7 @@ class IncrementalStepper:
         # multiplies them by 0).
         shape = (2, self.depth, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
         self.cache = memory.new_zeros(shape)
+        self.tables = self._tables()
         self.max_steps = max_steps
         self.t = 0
         self.causal = self.pool.dec is patterns.causal
@@ -100,26 +101,27 @@ class IncrementalStepper:
             key_index[h, :len(keys)] = keys + (h // self.k) * self.width
         return Relation.of_rows(key_index.to(self.device), len(self.src_lengths) * self.width)
 
-    def _cached(self, kind: int, depth: int) -> torch.Tensor:
-        """(num_hyps * max_steps, heads, d_head) view of one layer's (or ACT step's) keys (kind 0)
-        or values (kind 1) of the live hypotheses."""
-        return self.cache[kind, depth, :self.num_hyps].view((-1,) + self.cache.shape[4:])
+    def _tables(self) -> list[list[torch.Tensor]]:
+        """[kind][depth]: (num_hyps * max_steps, heads, d_head) views of the live hypotheses' keys
+        (kind 0) and values (kind 1) of each layer (or ACT step)."""
+        node = self.cache.shape[4:]
+        return [[table[:self.num_hyps].view((-1,) + node) for table in kind] for kind in self.cache]
 
     def _remember(self, depth: int, k: torch.Tensor, v: torch.Tensor):
         """Cache the new nodes' keys and values of one layer (or ACT step); attend over the cache."""
-        self.cache[0, depth, :self.num_hyps, self.t], self.cache[1, depth, :self.num_hyps, self.t] = k, v
+        self.new_slots[0, depth], self.new_slots[1, depth] = k, v
         self.reached = max(self.reached, depth + 1)
-        return self._cached(0, depth), self._cached(1, depth)
+        return self.tables[0][depth], self.tables[1][depth]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
         t, self.reached = self.t, 0
+        self.new_slots = self.cache[:, :, :self.num_hyps, t]  # (2, depth, num_hyps, heads, d_head)
         out = self.model.decode(tokens, torch.full_like(tokens, t), self._self_relation(),
                                 self._cross_relation(), self.memory_kv, self._remember)
-        live = self.cache[:, :, :self.num_hyps, t]
         for depth in range(self.reached, self.depth):  # every node halted early: deeper slices keep its last
-            live[:, depth] = live[:, depth - 1]
+            self.new_slots[:, depth] = self.new_slots[:, depth - 1]
         self.t += 1
         return out.log_probs
 
@@ -136,6 +138,7 @@ class IncrementalStepper:
             self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
             self.cross = self._full_cross() if self.cross is not None else None
         self.num_hyps = rows
+        self.tables = self._tables()
 
     def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
         """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s], in place."""
