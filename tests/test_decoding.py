@@ -90,13 +90,14 @@ def test_length_penalty_formula():
 
 @pytest.mark.parametrize("backend", ["padded", "dgl", "torch", "blocked"])
 @pytest.mark.parametrize("lengths", [[3, 1, 4], 2])
-def test_tiled_relation_is_its_edges(backend, lengths):
+@pytest.mark.parametrize("queries", [1, 2])
+def test_tiled_relation_is_its_edges(backend, lengths, queries):
     """A tiled relation (keys read in place from fixed-width blocks) attends exactly like the same
     edges listed row by row, on every backend, weights and restriction to some queries included."""
     from graphformer.attention import graph_attention
     from graphformer.graphs.relation import Relation
     torch.manual_seed(0)
-    tiles, queries, width = 3, 2, 5
+    tiles, width = 3, 5
     tiled = Relation.of_tiles(tiles, queries, width, lengths)
     counts = lengths if isinstance(lengths, list) else [lengths] * tiles
     rows = torch.full((tiles * queries, max(counts)), -1)
@@ -112,9 +113,10 @@ def test_tiled_relation_is_its_edges(backend, lengths):
     ref_out, ref_weights = graph_attention(listed, q, k, v, "torch", return_weights=True)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(weights, ref_weights)
-    active = torch.tensor([True, False, False, True, True, False])
+    active = torch.arange(tiles * queries) % 3 != 1
     torch.testing.assert_close(graph_attention(tiled.restrict_to_destinations(active), q[active], k, v, backend),
                                ref_out[active])
+    torch.testing.assert_close(graph_attention(tiled, q, k, v, backend), ref_out)  # without weights
 
 
 class RowCounter:

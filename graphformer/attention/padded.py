@@ -121,17 +121,25 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
-    """Attention over a tiled relation: (B, H, m, D) queries against (B, H, span, D) key blocks,
-    read in place (strided views of the key and value tensors)."""
+    """Attention over a tiled relation: m queries per tile against the tile's block of keys, read
+    in place (strided views of the key and value tensors, nothing gathered)."""
     tiles = relation.tiles
-    Q = q.reshape(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)
-    K = k.view(-1, tiles.width, *k.shape[1:])[:, :tiles.span].transpose(1, 2)
-    V = v.view(-1, tiles.width, *v.shape[1:])[:, :tiles.span].transpose(1, 2)
+    K = k.view(-1, tiles.width, *k.shape[1:])[:, :tiles.span]  # (B, span, H, D)
+    V = v.view(-1, tiles.width, *v.shape[1:])[:, :tiles.span]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if tiles.padding is not None and tiles.queries == 1 and not return_weights:
+        # One query per tile of uneven length (greedy cross-attention): broadcast products read the
+        # blocks in order, twice as fast on a CPU as a masked batched matmul or fused attention.
+        scores = (K * q[:, None]).sum(-1).mul_(scale).masked_fill_(tiles.padding.view(len(q), -1, 1),
+                                                                   float("-inf"))
+        return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
+    Q = q.reshape(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
+    K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
     if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
-        out = F.scaled_dot_product_attention(Q, K, V)
-        return out.view(q.shape) if tiles.queries == 1 else out.transpose(1, 2).reshape(q.shape)
-    # Tiles of unequal lengths: plain matmuls (CPU PyTorch's fused attention is slow with a mask).
-    scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+        return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
+    # Several queries per tile of uneven length: masked batched matmuls (fused attention is slow
+    # with a mask on a CPU).
+    scores = (Q @ K.transpose(-1, -2)).mul_(scale)
     if tiles.padding is not None:
         scores.masked_fill_(tiles.padding, float("-inf"))
     weights = torch.softmax(scores, dim=-1)

@@ -102,26 +102,27 @@ class Relation:
         Edges are listed query by query, keys in increasing order, and built only if a backend
         asks for them."""
         device = torch.device(device or "cpu")
-        if isinstance(lengths, int) or min(lengths) == max(lengths):
-            span = lengths if isinstance(lengths, int) else lengths[0]
+        span = lengths if isinstance(lengths, int) else max(lengths)
+        if isinstance(lengths, int) or min(lengths) == span:
             tiles = Tiles(queries, width, span, device)
-            return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles,
-                       num_edges=num_tiles * queries * span)
-        span = max(lengths)
-        counts = torch.tensor(lengths, device=device)
-        padding = (torch.arange(span, device=device) >= counts[:, None])[:, None, None]
-        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=Tiles(queries, width, span, device,
-                                                                                   counts, padding),
-                   num_edges=queries * sum(lengths))
+            num_edges = num_tiles * queries * span
+        else:
+            counts = torch.tensor(lengths, device=device)
+            padding = (torch.arange(span, device=device) >= counts[:, None])[:, None, None]
+            tiles = Tiles(queries, width, span, device, counts, padding)
+            num_edges = queries * sum(lengths)
+        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles, num_edges=num_edges)
 
     @property
     def u(self) -> torch.Tensor:
+        """(E,) key node id of each edge (a tiled relation's edges are made on first use)."""
         if self._u is None:
             self._u, self._v = _tile_edges(self)
         return self._u
 
     @property
     def v(self) -> torch.Tensor:
+        """(E,) query node id of each edge."""
         if self._v is None:
             self._u, self._v = _tile_edges(self)
         return self._v
