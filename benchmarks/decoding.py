@@ -1,19 +1,29 @@
 """Decoding speed: incremental graph decoding against recomputing the prefix, and against a dense peer.
 
-A model of the copy configuration (2 layers, d_model 128) decodes sentences of 20 source tokens
-to exactly 50 target tokens (</s> is suppressed until the length limit), greedy and beam 5, with:
+Two settings, greedy and beam 5 each, every method timed in the same run (best of ``--rounds``
+rounds, methods interleaved, so a busy machine slows them alike):
 
-* graph incremental: graphformer's decoding (only the newest node of each hypothesis is
-  computed; beam reordering re-points edges);
-* graph recompute: the whole prefix rebuilt as a training batch at every step (the reference);
-  both with the ``dgl`` backend and with the default ``auto`` (which takes ``padded`` here);
+* fixed: a model of the copy configuration (2 layers, d_model 128) decodes 32 sentences of 20
+  source tokens to exactly 50 target tokens (</s> is suppressed until the length limit).
+* multi30k: the 1000 English sentences of test_2016_flickr (Moses-tokenized), decoded in batches
+  of 64 sentences sorted by length as ``translate`` does, by a model of the CPU recipe's size
+  (3 layers, d_model 256, d_ff 1024, the recipe's vocabulary sizes). Its weights are random, and
+  a random model never chooses </s> by itself: </s> is suppressed until each sentence's length
+  limit, set to its German reference's length (+1 for </s>), where search forces it. So every
+  output has the length of a real translation; what the model says is noise.
+
+Methods, all running the same greedy / beam search code and required to produce the same tokens:
+
+* graph incremental: graphformer's decoding (only the newest node of each live hypothesis is
+  computed; finished hypotheses, and sentences, leave the computation), with the default ``auto``
+  backend (which takes ``padded`` here) and, in the fixed setting, with ``dgl``;
+* graph recompute (fixed setting only, timed once: it is slow): the whole prefix rebuilt as a
+  training batch at every step (the reference);
 * dense KV cache: the same weights in ``torch.nn.Transformer``, decoded on padded tensors with
   the usual key/value cache (reordered by indexing, as dense libraries do) and PyTorch's
-  ``scaled_dot_product_attention``.
+  ``scaled_dot_product_attention``; a batch keeps its shape until its last sentence ends.
 
-All of them run the same greedy / beam search code and must produce the same tokens.
-
-    python benchmarks/decoding.py [--sentences 32] [--out benchmarks/results]
+    python benchmarks/decoding.py [--rounds 5] [--multi30k-rounds 2] [--mirror DIR] [--out benchmarks/results]
 """
 from __future__ import annotations
 
@@ -29,21 +39,37 @@ import torch
 import torch.nn.functional as F
 
 from graphformer import make_model
-from graphformer.decoding import beam_search, greedy_search, translate_ids
+from graphformer.decoding import IncrementalStepper, beam_search, greedy_search, translate_ids
+from graphformer.graphs import make_batch
 from graphformer.model.dense import to_torch_transformer
-from graphformer.vocab import EOS
+from graphformer.vocab import EOS, PAD, UNK, Vocab
+
+BEAMS = (1, 5)
+ALPHA = 0.6
+BATCH_SIZE = 64  # sentences per batch, as translate_ids
+MULTI30K_CONFIG = dict(layers=3, d_model=256, heads=4, d_ff=1024, dropout=0.0, tie="none")
+# Vocabulary sizes of the CPU recipe (Moses-tokenized Multi30k train, min count 2).
+RECIPE_SRC_VOCAB, RECIPE_TGT_VOCAB = 6_194, 8_055
 
 
 class DenseCacheStepper:
-    """Stepper interface (step / reorder) over nn.Transformer weights with a key/value cache."""
+    """Stepper interface (step / reorder) over nn.Transformer weights with a key/value cache.
+
+    Sentences are padded to the longest source (a key padding mask hides the padding); the batch
+    keeps all its rows until search ends, as padded dense decoders do.
+    """
 
     def __init__(self, model, dense, src: list[list[int]], k: int, max_steps: int):
         self.model, self.dense, self.heads = model, dense, model.cfg.heads
         device = next(model.parameters()).device
-        ids = torch.tensor([s + [EOS] for s in src], device=device)  # equal lengths here: no padding needed
-        pos = torch.arange(ids.shape[1], device=device).repeat(len(src))
-        memory = dense.encoder(model.src_embed(ids.reshape(-1), pos).view(*ids.shape, -1))
+        n = max(len(s) for s in src) + 1
+        ids = torch.tensor([s + [EOS] + [PAD] * (n - 1 - len(s)) for s in src], device=device)
+        pad = ids == PAD
+        pos = torch.arange(n, device=device).repeat(len(src))
+        memory = dense.encoder(model.src_embed(ids.reshape(-1), pos).view(*ids.shape, -1),
+                               src_key_padding_mask=pad if pad.any() else None)
         memory = memory.repeat_interleave(k, 0)  # (hyps, n, d)
+        self.memory_mask = None if not pad.any() else ~pad.repeat_interleave(k, 0)[:, None, None]
         self.memory_kv = []
         for layer in dense.decoder.layers:
             w, b, d = layer.multihead_attn.in_proj_weight, layer.multihead_attn.in_proj_bias, model.cfg.d_model
@@ -67,7 +93,7 @@ class DenseCacheStepper:
             x = x + layer.self_attn.out_proj(o.transpose(1, 2).reshape(len(x), 1, d))
             attn = layer.multihead_attn
             q = self._heads(F.linear(layer.norm2(x), attn.in_proj_weight[:d], attn.in_proj_bias[:d]))
-            o = F.scaled_dot_product_attention(q, *self.memory_kv[i])
+            o = F.scaled_dot_product_attention(q, *self.memory_kv[i], attn_mask=self.memory_mask)
             x = x + attn.out_proj(o.transpose(1, 2).reshape(len(x), 1, d))
             x = x + layer.linear2(F.relu(layer.linear1(layer.norm3(x))))
         self.t += 1
@@ -77,66 +103,174 @@ class DenseCacheStepper:
         self.cache = self.cache[:, :, parents]
 
 
+def search(stepper, limits, beam, drop_finished):
+    if beam == 1:
+        return greedy_search(stepper, limits, drop_finished=drop_finished)
+    return beam_search(stepper, limits, beam, ALPHA, drop_finished=drop_finished)
+
+
+def by_length(src: list[list[int]]) -> list[list[int]]:
+    """Sentence indices in batches of BATCH_SIZE, sorted by source length (as translate_ids)."""
+    order = sorted(range(len(src)), key=lambda i: len(src[i]))
+    return [order[i:i + BATCH_SIZE] for i in range(0, len(order), BATCH_SIZE)]
+
+
+@torch.no_grad()
+def decode_batches(model, src, limits, beam, stepper_of):
+    """Decode every batch; outputs in input order. ``stepper_of(chunk, idx, max_steps)``."""
+    out = [None] * len(src)
+    device = next(model.parameters()).device
+    for idx in by_length(src):
+        chunk = [src[i] for i in idx]
+        lim = torch.tensor([limits[i] for i in idx], device=device)
+        stepper, drop = stepper_of(chunk, beam, int(lim.max()))
+        for i, h in zip(idx, search(stepper, lim, beam, drop)):
+            out[i] = h
+    return out
+
+
+def graph_stepper(model, backend):
+    pool = model.make_pool()
+
+    def make(chunk, beam, max_steps):
+        model.attention_backend = backend
+        batch = make_batch(pool, chunk).to(next(model.parameters()).device)
+        return IncrementalStepper(model, batch, beam, max_steps, pool), True
+    return make
+
+
+def dense_stepper(model, dense):
+    return lambda chunk, beam, max_steps: (DenseCacheStepper(model, dense, chunk, beam, max_steps), False)
+
+
 def dense_decode(model, dense, src, beam, limit):
-    stepper = DenseCacheStepper(model, dense, src, beam, limit)
-    limits = torch.full((len(src),), limit, device=next(model.parameters()).device)
-    return greedy_search(stepper, limits) if beam == 1 else beam_search(stepper, limits, beam, 0.6)
+    """The dense peer on ``src`` in batches by length, every output at most ``limit`` tokens."""
+    return decode_batches(model, src, [limit] * len(src), beam, dense_stepper(model, dense))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=32)
-    parser.add_argument("--out", default="benchmarks/results")
-    args = parser.parse_args()
+def time_methods(methods: dict, rounds: int, check) -> dict:
+    """Best seconds of each method over the rounds (methods interleaved); ``check(name, hyps)``."""
+    best = {}
+    for name, run in methods.items():
+        check(name, run())  # warm-up (graph pool, allocator) and the equality check
+    for _ in range(rounds):
+        for name, run in methods.items():
+            tic = time.perf_counter()
+            run()
+            best[name] = min(best.get(name, float("inf")), time.perf_counter() - tic)
+    return best
+
+
+def same_outputs():
+    first = {}
+
+    def check(name, hyps):
+        tokens = [h.tokens for h in hyps]
+        first.setdefault("tokens", tokens)
+        assert tokens == first["tokens"], f"{name} decoded different tokens"
+    return check
+
+
+def rows_of(setting, beam, seconds: dict, sentences: int, tokens: int):
+    rows = []
+    for name, s in seconds.items():
+        row = {"setting": setting, "beam": beam, "method": name, "seconds": s,
+               "sentences_per_s": sentences / s, "tokens_per_s": tokens / s,
+               "vs_dense_kv_cache": seconds["dense KV cache"] / s}
+        backend = name[name.find("("):]
+        if name.startswith("graph incremental") and f"graph recompute {backend}" in seconds:
+            row["vs_recompute"] = seconds[f"graph recompute {backend}"] / s
+        rows.append(row)
+        print(f"{setting:8s} beam {beam} {name:26s} {row['sentences_per_s']:8.1f} sentences/s "
+              f"{row['tokens_per_s']:9.0f} tokens/s  {row['vs_dense_kv_cache']:.2f}x dense")
+    return rows
+
+
+def fixed_setting(rounds: int) -> list[dict]:
     torch.manual_seed(0)
     model = make_model(30, layers=2, d_model=128, heads=4, d_ff=256, dropout=0.0).eval()
     with torch.no_grad():
         model.generator.proj.bias[EOS] = -1e4  # every hypothesis runs to the length limit
     dense = to_torch_transformer(model).eval()
     rng = random.Random(0)
-    src = [[rng.randrange(4, 30) for _ in range(20)] for _ in range(args.sentences)]
-    extra = 50 - 21  # limit = source length (20 + </s>) + extra = 50 target tokens
+    src = [[rng.randrange(4, 30) for _ in range(20)] for _ in range(32)]
+    limits = [50] * len(src)  # 49 tokens + </s>
 
-    def graph(backend, incremental):
+    def recompute(backend):
         def run(beam):
             model.attention_backend = backend
-            return translate_ids(model, src, beam=beam, extra_len=extra, incremental=incremental,
-                                 batch_size=args.sentences)
+            return translate_ids(model, src, beam=beam, extra_len=50 - 21, incremental=False, batch_size=len(src))
         return run
 
-    methods = {
-        "graph incremental (dgl)": graph("dgl", True),
-        "graph recompute (dgl)": graph("dgl", False),
-        "graph incremental (auto)": graph("auto", True),
-        "graph recompute (auto)": graph("auto", False),
-        "dense KV cache": lambda beam: torch.no_grad()(dense_decode)(model, dense, src, beam, 50),
-    }
     rows = []
-    for beam in (1, 5):
-        tokens = None
-        for name, run in methods.items():
-            run(beam)  # warm-up (graph pool, allocator)
+    for beam in BEAMS:
+        methods = {f"graph incremental ({b})": (lambda b=b: decode_batches(model, src, limits, beam,
+                                                                           graph_stepper(model, b)))
+                   for b in ("dgl", "auto")}
+        methods["dense KV cache"] = lambda: decode_batches(model, src, limits, beam, dense_stepper(model, dense))
+        check = same_outputs()
+        seconds = time_methods(methods, rounds, check)
+        for b in ("dgl", "auto"):  # the slow reference: one timed run
             tic = time.perf_counter()
-            hyps = run(beam)
-            seconds = time.perf_counter() - tic
-            assert all(len(h.tokens) == 49 for h in hyps)  # 49 tokens + the forced </s>
-            tokens = tokens or [h.tokens for h in hyps]
-            assert [h.tokens for h in hyps] == tokens, f"{name} decoded different tokens"
-            rows.append({"beam": beam, "method": name, "sentences_per_s": len(src) / seconds, "seconds": seconds})
-            print(f"beam {beam} {name:28s} {rows[-1]['sentences_per_s']:8.2f} sentences/s")
-        rate = {r["method"]: r["sentences_per_s"] for r in rows if r["beam"] == beam}
-        for r in rows[-len(methods):]:
-            backend = r["method"][r["method"].find("("):]
-            if r["method"].startswith("graph incremental"):
-                r["vs_recompute"] = r["sentences_per_s"] / rate[f"graph recompute {backend}"]
-            r["vs_dense_kv_cache"] = r["sentences_per_s"] / rate["dense KV cache"]
-        for backend in ("(dgl)", "(auto)"):
-            fast = rate[f"graph incremental {backend}"]
-            print(f"beam {beam}: incremental {backend} is {fast / rate[f'graph recompute {backend}']:.1f}x "
-                  f"recomputation and {fast / rate['dense KV cache']:.2f}x the dense KV cache")
+            check(f"graph recompute ({b})", recompute(b)(beam))
+            seconds[f"graph recompute ({b})"] = time.perf_counter() - tic
+        rows += rows_of("fixed", beam, seconds, len(src), len(src) * 50)
+    return rows
+
+
+def multi30k_setting(rounds: int, mirror: Path, sentences: int) -> list[dict]:
+    from graphformer.data.multi30k import MosesPipeline, read_gz
+    en = read_gz(mirror / "test_2016_flickr.en.gz")[:sentences]
+    de = read_gz(mirror / "test_2016_flickr.de.gz")[:sentences]
+    src_words = [MosesPipeline("en").tokenize(x) for x in en]
+    tgt_lengths = [len(MosesPipeline("de").tokenize(x)) for x in de]
+    # The test sentences' own words, then unused ids up to the recipe's size (<unk> beyond it).
+    words = Vocab.build(src_words)
+    src = [[i if i < RECIPE_SRC_VOCAB else UNK for i in words.encode(s)] for s in src_words]
+    torch.manual_seed(0)
+    model = make_model(RECIPE_SRC_VOCAB, RECIPE_TGT_VOCAB, max_len=256, **MULTI30K_CONFIG).eval()
+    with torch.no_grad():
+        model.generator.proj.bias[EOS] = -1e4  # </s> only where search forces it (at the limit)
+    dense = to_torch_transformer(model).eval()
+    limits = [n + 1 for n in tgt_lengths]
+    tokens = sum(limits)
+    padded = sum(len(idx) * max(limits[i] for i in idx) for idx in by_length(src))
+    print(f"multi30k: a padded batch steps {padded / tokens:.2f}x the rows a graph decoder steps")
+    rows = []
+    for beam in BEAMS:  # the default backend only: the dgl one is timed in the fixed setting
+        methods = {"graph incremental (auto)": lambda: decode_batches(model, src, limits, beam,
+                                                                      graph_stepper(model, "auto")),
+                   "dense KV cache": lambda: decode_batches(model, src, limits, beam, dense_stepper(model, dense))}
+        rows += rows_of("multi30k", beam, time_methods(methods, rounds, same_outputs()), len(src), tokens)
+    for row in rows:  # the most that dropping finished rows alone can gain at equal cost per row
+        row["padded_over_live_row_steps"] = padded / tokens
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per method (the best counts)")
+    parser.add_argument("--multi30k-rounds", type=int, default=2, help="timed rounds in the multi30k setting")
+    parser.add_argument("--mirror", default="../shared/data/multi30k", help="Multi30k raw files")
+    parser.add_argument("--multi30k-sentences", type=int, default=1000)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    rows = fixed_setting(args.rounds)
+    mirror = Path(args.mirror)
+    if (mirror / "test_2016_flickr.en.gz").is_file():
+        rows += multi30k_setting(args.multi30k_rounds, mirror, args.multi30k_sentences)
+    else:
+        print(f"no Multi30k files in {mirror}: skipping the multi30k setting (pass --mirror DIR)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"command": f"python benchmarks/decoding.py --sentences {args.sentences}", "target_length": 50,
+    result = {"command": f"python benchmarks/decoding.py --rounds {args.rounds} --multi30k-rounds "
+                         f"{args.multi30k_rounds} --mirror {args.mirror} "
+                         f"--multi30k-sentences {args.multi30k_sentences}",
+              "settings": {"fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target "
+                                    "tokens each, one batch",
+                           "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches of "
+                                       f"{BATCH_SIZE} by length, CPU-recipe-sized random model, each output as "
+                                       "long as its German reference (+</s>)"},
               "rows": rows, "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
                                         "platform": platform.platform()},
               "versions": {"torch": torch.__version__, "python": platform.python_version()}}

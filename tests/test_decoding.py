@@ -86,3 +86,74 @@ def test_beam_of_one_is_greedy():
 def test_length_penalty_formula():
     assert float(length_penalty(torch.tensor(1.0), 0.6)) == pytest.approx(1.0)
     assert float(length_penalty(torch.tensor(7.0), 1.0)) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("backend", ["padded", "dgl", "torch", "blocked"])
+@pytest.mark.parametrize("lengths", [[3, 1, 4], 2])
+@pytest.mark.parametrize("queries", [1, 2])
+def test_tiled_relation_is_its_edges(backend, lengths, queries):
+    """A tiled relation (keys read in place from fixed-width blocks) attends exactly like the same
+    edges listed row by row, on every backend, weights and restriction to some queries included."""
+    from graphformer.attention import graph_attention
+    from graphformer.graphs.relation import Relation
+    torch.manual_seed(0)
+    tiles, width = 3, 5
+    tiled = Relation.of_tiles(tiles, queries, width, lengths)
+    counts = lengths if isinstance(lengths, list) else [lengths] * tiles
+    rows = torch.full((tiles * queries, max(counts)), -1)
+    for i in range(tiles * queries):
+        b = i // queries
+        rows[i, :counts[b]] = b * width + torch.arange(counts[b])
+    listed = Relation.of_rows(rows, tiles * width)
+    assert torch.equal(tiled.u, listed.u) and torch.equal(tiled.v, listed.v)
+    assert tiled.num_edges == listed.num_edges == queries * sum(counts)
+    q = torch.randn(tiles * queries, 2, 4, dtype=torch.float64)
+    k, v = (torch.randn(tiles * width, 2, 4, dtype=torch.float64) for _ in range(2))
+    out, weights = graph_attention(tiled, q, k, v, backend, return_weights=True)
+    ref_out, ref_weights = graph_attention(listed, q, k, v, "torch", return_weights=True)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(weights, ref_weights)
+    active = torch.arange(tiles * queries) % 3 != 1
+    torch.testing.assert_close(graph_attention(tiled.restrict_to_destinations(active), q[active], k, v, backend),
+                               ref_out[active])
+    torch.testing.assert_close(graph_attention(tiled, q, k, v, backend), ref_out)  # without weights
+
+
+class RowCounter:
+    """A stepper wrapper that records how many hypotheses each step computes."""
+
+    def __init__(self, stepper):
+        self.stepper, self.rows = stepper, []
+
+    def step(self, tokens):
+        self.rows.append(len(tokens))
+        return self.stepper.step(tokens)
+
+    def reorder(self, parents):
+        self.stepper.reorder(parents)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_finished_hypotheses_leave_the_computation(beam):
+    """Dropping finished hypotheses (greedy) and sentences (beam) changes the work, not the result."""
+    from graphformer.decoding import IncrementalStepper, beam_search, greedy_search
+    from graphformer.graphs import make_batch
+    model = random_model(seed=4)
+    src, _ = random_pairs(8, VOCAB, max_len=9, seed=8)
+    batch = make_batch(GraphPool(), src)
+    limits = batch.src_lengths + 3
+    found, work = [], []
+    with torch.no_grad():
+        for drop in (True, False):
+            stepper = RowCounter(IncrementalStepper(model, batch, beam, int(limits.max())))
+            if beam == 1:
+                found.append(greedy_search(stepper, limits, drop_finished=drop))
+            else:
+                found.append(beam_search(stepper, limits, beam, alpha=0.6, drop_finished=drop))
+            work.append(stepper.rows)
+    assert [h.tokens for h in found[0]] == [h.tokens for h in found[1]]
+    assert [h.score for h in found[0]] == pytest.approx([h.score for h in found[1]], abs=1e-9)
+    assert len({len(h.tokens) for h in found[0]}) > 1, "sentences should end at different steps"
+    assert work[1] == [len(src) * beam] * len(work[1])
+    assert work[0] == sorted(work[0], reverse=True) and work[0][-1] < len(src) * beam
+    assert sum(work[0]) < sum(work[1])

@@ -15,12 +15,16 @@ The layout comes from what the relation's builder knew (`graphformer.graphs.rela
 per-sample key and query counts (a batch's relations, and the Universal Transformer's subgraphs of
 active nodes), or one row of keys per query (incremental decoding). A relation with neither is
 one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
+A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
+keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
+and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 
 from graphformer.graphs.relation import Relation
 
@@ -95,6 +99,8 @@ def worth_it(relation: Relation, max_waste: float = 4.0) -> bool:
     """Whether the relation's padded tiles hold at most ``max_waste`` slots per edge (dense
     patterns on similar lengths: yes; a window over long sequences: no). Decided once per
     relation: the counts may live on a GPU, and reading them waits for it."""
+    if relation.tiles is not None:  # read in place: the padding of uneven tiles is all it wastes
+        return True
     return relation.layout(("padded pays", max_waste), lambda r: _tile_slots(r) <= max_waste * r.num_edges)
 
 
@@ -114,8 +120,41 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[index].transpose(1, 2)
 
 
+def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
+    """Attention over a tiled relation: m queries per tile against the tile's block of keys, read
+    in place (strided views of the key and value tensors, nothing gathered)."""
+    tiles = relation.tiles
+    K = k.view(-1, tiles.width, *k.shape[1:])[:, :tiles.span]  # (B, span, H, D)
+    V = v.view(-1, tiles.width, *v.shape[1:])[:, :tiles.span]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if tiles.padding is not None and tiles.queries == 1 and not return_weights:
+        # One query per tile of uneven length (greedy cross-attention): broadcast products read the
+        # blocks in order, twice as fast on a CPU as a masked batched matmul or fused attention.
+        scores = (K * q[:, None]).sum(-1).mul_(scale).masked_fill_(tiles.padding.view(len(q), -1, 1),
+                                                                   float("-inf"))
+        return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
+    Q = q.reshape(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
+    K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
+    if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
+        return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
+    # Several queries per tile of uneven length: masked batched matmuls (fused attention is slow
+    # with a mask on a CPU).
+    scores = (Q @ K.transpose(-1, -2)).mul_(scale)
+    if tiles.padding is not None:
+        scores.masked_fill_(tiles.padding, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = (weights @ V).transpose(1, 2).reshape(q.shape)
+    if not return_weights:
+        return out
+    rows = relation.key_rows  # edges are listed query by query, keys in order: the unmasked entries
+    per_query = weights.permute(0, 2, 3, 1).reshape(len(rows), rows.shape[1], -1)
+    return out, per_query[rows >= 0][..., None]
+
+
 def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
+    if relation.tiles is not None:
+        return _attend_tiles(relation, q, k, v, return_weights)
     seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad

@@ -39,54 +39,77 @@ def _mask_step(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor:
     return log_probs
 
 
-def greedy_search(stepper, max_lengths: torch.Tensor) -> list[Hypothesis]:
+def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True) -> list[Hypothesis]:
     """The most likely token at every step, for each of the (H,) hypotheses of the stepper.
 
     max_lengths: (H,) most tokens (including `</s>`) each hypothesis may generate.
+    drop_finished: a hypothesis that has emitted `</s>` leaves the stepper (its work stops);
+        without it every hypothesis is stepped until the last one ends (as a padded batch is).
     """
     num = len(max_lengths)
     device = max_lengths.device
+    live = torch.arange(num, device=device)  # the hypothesis of each stepper row
+    limits = max_lengths
     tokens = torch.full((num,), SOS, dtype=torch.int64, device=device)
     finished = torch.zeros(num, dtype=torch.bool, device=device)
     total = torch.zeros(num, dtype=torch.float64, device=device)
-    history = []
-    for t in range(int(max_lengths.max())):
-        log_probs = _mask_step(stepper.step(tokens), t + 1 >= max_lengths)
-        best, nxt = log_probs.max(1)
-        nxt = torch.where(finished, torch.full_like(nxt, EOS), nxt)
-        total += torch.where(finished, torch.zeros_like(best), best).double()
-        history.append(nxt)
-        finished |= nxt == EOS
-        if bool(finished.all()):
+    history = torch.full((num, int(max_lengths.max())), EOS, dtype=torch.int64, device=device)
+    for t in range(history.shape[1]):
+        best, nxt = _mask_step(stepper.step(tokens), t + 1 >= limits).max(1)
+        done = finished[live]  # rows still stepped after their </s> add nothing
+        best, nxt = torch.where(done, 0.0, best), torch.where(done, EOS, nxt)
+        history[live, t] = nxt
+        total[live] += best.double()
+        done |= nxt == EOS
+        finished[live] = done
+        ended = int(done.sum())
+        if ended == len(live):
             break
+        if drop_finished and ended:  # those rows leave the stepper
+            rows = survivors(~done)
+            live, nxt, limits = live[rows], nxt[rows], limits[rows]
+            stepper.reorder(rows)
         tokens = nxt
-    out = torch.stack(history, 1).tolist()
+    out = history.tolist()
     return [Hypothesis(_until_eos(seq), float(lp), float(lp)) for seq, lp in zip(out, total.tolist())]
 
 
-def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.6) -> list[Hypothesis]:
+def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.6,
+                drop_finished: bool = True) -> list[Hypothesis]:
     """The best of ``beam`` hypotheses for each of the B sentences.
 
     The stepper must hold B * beam hypotheses (hypothesis h belongs to sentence h // beam).
     max_lengths: (B,) most tokens (including `</s>`) per sentence.
+    drop_finished: a sentence whose hypotheses have all ended leaves the stepper; without it
+        every sentence is stepped until the last one ends.
     """
     if beam < 1:
         raise ValueError(f"beam size must be at least 1, got {beam}")
     B, k = len(max_lengths), beam
     device = max_lengths.device
+    live = torch.arange(B, device=device)  # the sentence of each block of k stepper rows
     log_p = torch.zeros(B, k, dtype=torch.float64, device=device)
     log_p[:, 1:] = float("-inf")  # all beams start identical: expand only the first
     finished = torch.zeros(B, k, dtype=torch.bool, device=device)
     length = torch.zeros(B, k, dtype=torch.float64, device=device)
     history = torch.zeros(B, k, 0, dtype=torch.int64, device=device)
     tokens = torch.full((B * k,), SOS, dtype=torch.int64, device=device)
-    rows = torch.arange(B, device=device)[:, None]
+    results: list[Hypothesis | None] = [None] * B
+
+    def finish(sentences: torch.Tensor) -> None:
+        """Record the best hypothesis of these rows of the state."""
+        final = log_p[sentences] / length_penalty(length[sentences], alpha)
+        best = final.argmax(1)
+        for s, j, score in zip(sentences.tolist(), best.tolist(), final.max(1).values.tolist()):
+            results[int(live[s])] = Hypothesis(_until_eos(history[s, j].tolist()), float(log_p[s, j]), score)
 
     for t in range(int(max_lengths.max())):
-        at_limit = (t + 1 >= max_lengths).repeat_interleave(k)
+        S = len(live)
+        rows = torch.arange(S, device=device)[:, None]
+        at_limit = (t + 1 >= max_lengths[live]).repeat_interleave(k)
         step = _mask_step(stepper.step(tokens), at_limit).double()
         V = step.shape[1]
-        step = step.view(B, k, V)
+        step = step.view(S, k, V)
         # Live hypotheses: extend by every token. Frozen ones: a single </s> continuation at no cost.
         cand_log_p = log_p[:, :, None] + step
         cand_len = torch.full_like(cand_log_p, t + 1.0)
@@ -96,25 +119,38 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
         cand_len = torch.where(finished[:, :, None], length[:, :, None], cand_len)
         scores = cand_log_p / length_penalty(cand_len, alpha)
 
-        top = scores.view(B, k * V).topk(k, dim=1).indices
+        top = scores.view(S, k * V).topk(k, dim=1).indices
         parent, token = top // V, top % V
-        log_p = cand_log_p.view(B, k * V).gather(1, top)
-        length = cand_len.view(B, k * V).gather(1, top)
-        was_finished = finished.gather(1, parent)
-        finished = was_finished | (token == EOS)
+        log_p = cand_log_p.view(S, k * V).gather(1, top)
+        length = cand_len.view(S, k * V).gather(1, top)
+        finished = finished.gather(1, parent) | (token == EOS)
         history = torch.cat([history[rows, parent], token[:, :, None]], dim=2)
+        done = finished.all(1)
+        if bool(done.all()):
+            finish(rows[:, 0])
+            return results
+        if drop_finished and bool(done.any()):
+            finish(done.nonzero().squeeze(1))
+            keep = survivors(~done)
+            live, log_p, length, finished = live[keep], log_p[keep], length[keep], finished[keep]
+            history, token, parent, rows = history[keep], token[keep], parent[keep], keep[:, None]
         stepper.reorder((rows * k + parent).flatten())
         tokens = token.flatten()
-        if bool(finished.all()):
-            break
+    finish(torch.arange(len(live), device=device))
+    return results
 
-    final = log_p / length_penalty(length, alpha)
-    best = final.argmax(1)
-    out = []
-    for b in range(B):
-        j = int(best[b])
-        out.append(Hypothesis(_until_eos(history[b, j].tolist()), float(log_p[b, j]), float(final[b, j])))
-    return out
+
+def survivors(keep: torch.Tensor) -> torch.Tensor:
+    """Indices of the True entries of ``keep`` (n,), ordered to move few of them: an entry among
+    the first L = keep.sum() stays where it is, and the ones past L fill the gaps.
+
+    >>> survivors(torch.tensor([True, False, True, False, True])).tolist()
+    [0, 4, 2]
+    """
+    n = int(keep.sum())
+    order = torch.arange(n, device=keep.device)
+    order[~keep[:n]] = keep[n:].nonzero().squeeze(1) + n
+    return order
 
 
 def _until_eos(seq: list[int]) -> list[int]:

@@ -2,15 +2,20 @@
 
 Search (greedy or beam) sees only this interface::
 
-    stepper.step(tokens)   feed each hypothesis its newest token (H,), get (H, V) log-probs
-    stepper.reorder(idx)   hypothesis h now continues hypothesis idx[h] (beam search)
+    stepper.step(tokens)   feed each live hypothesis its newest token (L,), get (L, V) log-probs
+    stepper.reorder(idx)   the live hypotheses become idx (L',): hypothesis h now continues
+                           hypothesis idx[h]; a shorter idx drops the others (finished ones)
+
+A sentence's hypotheses stay one block of ``hyps_per_sentence`` rows: a reorder keeps or drops
+whole blocks (beam search drops a sentence once all its hypotheses are done; greedy search, one
+hypothesis per sentence, drops each as it ends).
 
 Two implementations give the same numbers:
 
-* `IncrementalStepper` - graph decoding proper. At step t only the H newest target nodes
-  are computed. Each layer's keys and values of earlier target nodes are kept as node state, so
-  the only messages sent are along the in-edges of the new nodes: for full attention t + 1
-  decoder self-attention edges and n_src cross-attention edges per hypothesis.
+* `IncrementalStepper` - graph decoding proper. At step t only the newest target node of each
+  live hypothesis is computed. Each layer's keys and values of earlier target nodes are kept as
+  node state, so the only messages sent are along the in-edges of the new nodes: for full
+  attention t + 1 decoder self-attention edges and n_src cross-attention edges per hypothesis.
 * `RecomputeStepper` - rebuilds each hypothesis's whole prefix as a training batch every
   step. Slow (quadratic work), kept as the reference the incremental one is tested against.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch
+from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch, patterns
 from graphformer.graphs.relation import Relation
 
 
@@ -30,17 +35,23 @@ class IncrementalStepper:
         model: the model (used in eval mode under no_grad by the caller).
         batch: an inference batch of B source sentences (``make_batch(pool, src)``).
         hyps_per_sentence: k hypotheses per sentence (1 for greedy, the beam size for beam search);
-            hypothesis h belongs to sentence h // k.
+            live hypothesis h belongs to live sentence h // k.
         max_steps: most target nodes any hypothesis will have.
         pool: the graph pool of the model's attention patterns; the edges into each new node
             are read from it.
 
-    The node computed at step j for row h of the batch is cached under id ``j * num_hyps + h``
-    (one slice of keys and values per layer; per ACT step for the Universal Transformer) and never
-    moves. A Universal Transformer node halted before the deepest step keeps serving its last
-    keys and values there, as in training. Beam search reorders hypotheses by re-pointing edges instead of copying caches:
-    ``lineage[h, j]`` is the row whose step-j node is hypothesis h's j-th target node, and the
-    edges into h's new node start from those ids.
+    Node layout (what makes a step cheap). Target node j of live hypothesis h is cached at id
+    ``h * max_steps + j`` (one (L * max_steps, heads, d_head) table of keys and of values per
+    layer; per ACT step for the Universal Transformer), and source token j of live sentence s is
+    read at id ``s * width + j`` of the padded memory (width: the longest source). With the
+    usual patterns (causal decoder self-attention, full cross-attention) a step's relations are
+    then `Relation.of_tiles`: hypothesis h's keys are one block of the table, and the ``padded``
+    backend attends over the blocks in place. Other patterns list each new node's keys as rows
+    (`Relation.of_rows`) in the same numbering, read from the pool.
+
+    ``reorder`` copies the kept hypotheses' cached prefixes into place (beam search) and drops
+    finished ones, so the work per step shrinks as hypotheses end. A Universal Transformer node
+    halted before the deepest step keeps serving its last keys and values there, as in training.
     """
 
     def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
@@ -48,69 +59,109 @@ class IncrementalStepper:
         self.model = model
         self.pool = pool or model.make_pool()
         self.device = batch.src_tokens.device
-        memory = model.encode(batch)
-        self.num_memory = len(memory)
-        self.memory_kv = model.memory_kv(memory)
+        self.k = hyps_per_sentence
+        self.src_lengths = batch.src_lengths.tolist()  # of the live sentences
+        self.width = max(self.src_lengths)
+        memory = model.encode(batch)[_padded_slots(batch, self.width).flatten()]
+        self.memory_kv = model.memory_kv(memory)  # (B * width, heads, d_head) tensors
         self.num_hyps = batch.size * hyps_per_sentence
-        sentence = torch.arange(batch.size, device=self.device).repeat_interleave(hyps_per_sentence)
-        self.src_lengths = batch.src_lengths[sentence].tolist()
-        self.src_offsets = batch.src_offsets[sentence].tolist()
-        # With full cross-attention the edges never change: build them once.
-        self.fixed_cross_relation = self._cross_relation(None) if self.pool.cross_is_full else None
         cfg = model.cfg
         self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
-        shape = (self.depth, max_steps, self.num_hyps, cfg.heads, cfg.d_model // cfg.heads)
-        self.keys = memory.new_zeros(shape)
-        self.values = memory.new_zeros(shape)
-        self.lineage = torch.arange(self.num_hyps, device=self.device)[:, None].repeat(1, max_steps)
+        # Keys (cache[0]) and values (cache[1]). They start as zeros and only ever hold finite
+        # numbers, so slots past t are harmless to a backend that reads whole blocks (it
+        # multiplies them by 0).
+        shape = (2, self.depth, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
+        self.cache = memory.new_zeros(shape)
+        self.tables = self._tables()
         self.max_steps = max_steps
         self.t = 0
+        self.causal = self.pool.dec is patterns.causal
+        self.cross = self._full_cross() if self.pool.cross_is_full else None
 
-    def _self_relation(self, hyps: torch.Tensor) -> Relation:
-        """Edges from the cached target nodes of the given hypotheses to their new node t (for the
-        causal pattern: nodes 0..t); query i of the relation is hypothesis hyps[i]."""
+    def _full_cross(self) -> Relation:
+        """Every live hypothesis's new node attends to all of its sentence's source tokens."""
+        return Relation.of_tiles(len(self.src_lengths), self.k, self.width, self.src_lengths, self.device)
+
+    def _self_relation(self) -> Relation:
+        """Edges from each live hypothesis's cached target nodes to its new node t."""
         t, T = self.t, self.max_steps
+        if self.causal:
+            return Relation.of_tiles(self.num_hyps, 1, T, t + 1, self.device)
         keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
-        return Relation.of_rows(keys * self.num_hyps + self.lineage[hyps][:, keys], T * self.num_hyps)
+        rows = torch.arange(self.num_hyps, device=self.device)[:, None] * T
+        return Relation.of_rows(rows + keys, self.num_hyps * T)
 
-    def _cross_relation(self, t: int | None) -> Relation:
-        """Edges from source nodes to each hypothesis's new node t (all source nodes if t is None)."""
-        rows = [torch.arange(n) if t is None else self.pool.incoming(CROSS, n, t) for n in self.src_lengths]
+    def _cross_relation(self) -> Relation:
+        """Edges from source tokens to each live hypothesis's new node t."""
+        if self.cross is not None:
+            return self.cross
+        rows = [self.pool.incoming(CROSS, n, self.t) for n in self.src_lengths for _ in range(self.k)]
         key_index = torch.full((self.num_hyps, max(len(r) for r in rows)), -1, dtype=torch.int64)
-        for h, (keys, first) in enumerate(zip(rows, self.src_offsets)):
-            key_index[h, :len(keys)] = keys + first
-        return Relation.of_rows(key_index.to(self.device), self.num_memory)
+        for h, keys in enumerate(rows):
+            key_index[h, :len(keys)] = keys + (h // self.k) * self.width
+        return Relation.of_rows(key_index.to(self.device), len(self.src_lengths) * self.width)
 
-    def cross_relation(self) -> Relation:
-        if self.fixed_cross_relation is not None:
-            return self.fixed_cross_relation
-        return self._cross_relation(self.t)
-
-    def _cached(self, cache: torch.Tensor, depth: int) -> torch.Tensor:
-        """(max_steps * num_hyps, heads, d_head) view of one layer's (or ACT step's) cache."""
-        return cache[depth].reshape((-1,) + cache.shape[3:])
+    def _tables(self) -> list[list[torch.Tensor]]:
+        """[kind][depth]: (num_hyps * max_steps, heads, d_head) views of the live hypotheses' keys
+        (kind 0) and values (kind 1) of each layer (or ACT step)."""
+        node = self.cache.shape[4:]
+        return [[table[:self.num_hyps].view((-1,) + node) for table in kind] for kind in self.cache]
 
     def _remember(self, depth: int, k: torch.Tensor, v: torch.Tensor):
         """Cache the new nodes' keys and values of one layer (or ACT step); attend over the cache."""
-        self.keys[depth, self.t], self.values[depth, self.t] = k, v
+        self.new_slots[0, depth], self.new_slots[1, depth] = k, v
         self.reached = max(self.reached, depth + 1)
-        return self._cached(self.keys, depth), self._cached(self.values, depth)
+        return self.tables[0][depth], self.tables[1][depth]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
         t, self.reached = self.t, 0
-        everyone = torch.arange(self.num_hyps, device=self.device)
-        out = self.model.decode(tokens, torch.full_like(tokens, t), self._self_relation(everyone),
-                                self.cross_relation(), self.memory_kv, self._remember)
+        self.new_slots = self.cache[:, :, :self.num_hyps, t]  # (2, depth, num_hyps, heads, d_head)
+        out = self.model.decode(tokens, torch.full_like(tokens, t), self._self_relation(),
+                                self._cross_relation(), self.memory_kv, self._remember)
         for depth in range(self.reached, self.depth):  # every node halted early: deeper slices keep its last
-            self.keys[depth, t], self.values[depth, t] = self.keys[depth - 1, t], self.values[depth - 1, t]
+            self.new_slots[:, depth] = self.new_slots[:, depth - 1]
         self.t += 1
         return out.log_probs
 
     def reorder(self, parents: torch.Tensor) -> None:
-        self.lineage = self.lineage[parents]
-        self.lineage[:, self.t:] = torch.arange(self.num_hyps, device=self.device)[:, None]  # future nodes: own row
+        """Row h now continues row parents[h]. Only rows whose parent is another row are copied
+        (search keeps survivors in place where it can), and rows past len(parents) are dropped."""
+        rows = len(parents)
+        moved = (parents != torch.arange(rows, device=parents.device)).nonzero().squeeze(1)
+        if len(moved):
+            self.cache[:, :, moved, :self.t] = self.cache[:, :, parents[moved], :self.t]
+        if rows < self.num_hyps:  # whole sentences dropped: their memory too
+            kept = parents[::self.k] // self.k
+            self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept), self.memory_kv)
+            self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
+            self.cross = self._full_cross() if self.cross is not None else None
+        self.num_hyps = rows
+        self.tables = self._tables()
+
+    def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s], in place."""
+        blocks = x.view(-1, self.width, *x.shape[1:])
+        moved = (kept != torch.arange(len(kept), device=kept.device)).nonzero().squeeze(1)
+        if len(moved):
+            blocks[moved] = blocks[kept[moved]]
+        return x[:len(kept) * self.width]
+
+
+def _padded_slots(batch: GraphBatch, width: int) -> torch.Tensor:
+    """(B, width) memory node of each padded source slot; slots past a sentence's last token
+    read its first token (never attended)."""
+    first = batch.src_offsets[:, None]
+    columns = torch.arange(width, device=first.device)
+    return first + torch.where(columns < batch.src_lengths[:, None], columns, 0)
+
+
+def _map_tensors(fn, obj):
+    """``obj`` (a tensor, or lists and tuples of them) with ``fn`` applied to every tensor."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    return type(obj)(_map_tensors(fn, x) for x in obj)
 
 
 class RecomputeStepper:
@@ -118,7 +169,7 @@ class RecomputeStepper:
 
     def __init__(self, model, src: list[list[int]], hyps_per_sentence: int, pool: GraphPool, device=None):
         self.model, self.pool, self.device = model, pool, device
-        self.src = [s for s in src for _ in range(hyps_per_sentence)]
+        self.src = [s for s in src for _ in range(hyps_per_sentence)]  # of the live hypotheses
         self.prefixes = [[] for _ in self.src]
         self.started = False
 
@@ -136,4 +187,6 @@ class RecomputeStepper:
         return log_probs[last.to(log_probs.device)]
 
     def reorder(self, parents: torch.Tensor) -> None:
-        self.prefixes = [list(self.prefixes[p]) for p in parents.tolist()]
+        parents = parents.tolist()
+        self.prefixes = [list(self.prefixes[p]) for p in parents]
+        self.src = [self.src[p] for p in parents]

@@ -6,7 +6,10 @@ nodes group into samples:
 
 * ``key_counts``, ``query_counts`` (B,): a batch numbers nodes sample by sample, and no edge
   crosses samples (`GraphBatch.relation`);
-* ``key_rows`` (N_dst, K): incremental decoding lists each query's keys as one row, -1 padded.
+* ``key_rows`` (N_dst, K): incremental decoding lists each query's keys as one row, -1 padded;
+* ``tiles``: incremental decoding with full (or causal) attention, where every query of a group
+  attends to all of its group's keys and the keys sit in fixed-width blocks (`Tiles`). Backends
+  that take edges get them built on first use; ``padded`` reads the blocks as dense tiles in place.
 
 Layouts that a backend derives from the edges (padded per-sample tiles, block-sparse tiles, a
 DGL graph on the compute device) are built on first use and kept in `layouts`, so a
@@ -23,6 +26,25 @@ from typing import Callable, Optional
 import torch
 
 
+@dataclass(frozen=True)
+class Tiles:
+    """Queries and keys in B equal groups ("tiles"), each query attending to all its tile's keys.
+
+    Query i belongs to tile i // queries. Tile b owns the key ids b * width + j, j < width, and its
+    first ``lengths[b]`` of them are its keys (the rest are unused slots), so a (B * width, H, d)
+    key tensor is read as (B, width, H, d) blocks without gathering. ``span`` is the longest
+    tile's key count (a host int). ``lengths`` (B,) and ``padding`` (B, 1, 1, span), True past a
+    tile's last key, are None when every tile has ``span`` keys.
+    """
+
+    queries: int
+    width: int
+    span: int
+    device: torch.device
+    lengths: Optional[torch.Tensor] = None
+    padding: Optional[torch.Tensor] = None
+
+
 @dataclass(eq=False)
 class Relation:
     """The edges of one attention sub-layer and the layouts derived from them.
@@ -33,20 +55,28 @@ class Relation:
         key_counts, query_counts: (B,) keys and queries of each sample, when nodes are numbered
             sample by sample and no edge joins two samples; ``None`` if unknown.
         key_rows: (num_queries, K) key ids of each query, -1 past its last key, when the edges
-            are listed row by row in this order (`of_rows`); ``None`` otherwise.
+            are listed row by row in this order (`of_rows`, or derived from ``tiles``).
+        tiles: the `Tiles` layout of a relation built by `of_tiles` (its edges are then made only
+            when a backend asks for ``u``/``v``); ``None`` otherwise.
         graph: the DGL graph the edges were read from, where DGL keeps it (may be ``None``).
         layouts: backend layouts built from the edges, by name (see `layout`).
     """
 
-    u: torch.Tensor
-    v: torch.Tensor
+    _u: Optional[torch.Tensor]
+    _v: Optional[torch.Tensor]
     num_keys: int
     num_queries: int
     key_counts: Optional[torch.Tensor] = None
     query_counts: Optional[torch.Tensor] = None
-    key_rows: Optional[torch.Tensor] = None
+    _key_rows: Optional[torch.Tensor] = None
     graph: object = None
+    tiles: Optional[Tiles] = None
+    num_edges: int = -1
     layouts: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.num_edges < 0:
+            self.num_edges = len(self._u)
 
     @classmethod
     def of_graph(cls, graph, key_counts: torch.Tensor | None = None, query_counts: torch.Tensor | None = None,
@@ -62,15 +92,52 @@ class Relation:
     def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> "Relation":
         """Query i attends to the key ids in row i of ``key_rows`` (-1: no key); edges row by row."""
         rows, columns = (key_rows >= 0).nonzero(as_tuple=True)
-        return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), key_rows=key_rows)
+        return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), _key_rows=key_rows)
+
+    @classmethod
+    def of_tiles(cls, num_tiles: int, queries: int, width: int, lengths: list[int] | int,
+                 device: torch.device | str | None = None) -> "Relation":
+        """``num_tiles`` tiles of ``queries`` queries each, tile b's queries attending to the key
+        ids b * width + j for j < lengths[b] (an int: the same for every tile; see `Tiles`).
+        Edges are listed query by query, keys in increasing order, and built only if a backend
+        asks for them."""
+        device = torch.device(device or "cpu")
+        span = lengths if isinstance(lengths, int) else max(lengths)
+        if isinstance(lengths, int) or min(lengths) == span:
+            tiles = Tiles(queries, width, span, device)
+            num_edges = num_tiles * queries * span
+        else:
+            counts = torch.tensor(lengths, device=device)
+            padding = (torch.arange(span, device=device) >= counts[:, None])[:, None, None]
+            tiles = Tiles(queries, width, span, device, counts, padding)
+            num_edges = queries * sum(lengths)
+        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles, num_edges=num_edges)
+
+    @property
+    def u(self) -> torch.Tensor:
+        """(E,) key node id of each edge (a tiled relation's edges are made on first use)."""
+        if self._u is None:
+            self._u, self._v = _tile_edges(self)
+        return self._u
+
+    @property
+    def v(self) -> torch.Tensor:
+        """(E,) query node id of each edge."""
+        if self._v is None:
+            self._u, self._v = _tile_edges(self)
+        return self._v
+
+    @property
+    def key_rows(self) -> Optional[torch.Tensor]:
+        if self._key_rows is None and self.tiles is not None:
+            self._key_rows = _tile_rows(self)
+        return self._key_rows
 
     @property
     def device(self) -> torch.device:
-        return self.u.device
-
-    @property
-    def num_edges(self) -> int:
-        return len(self.u)
+        if self._u is None and self.tiles is not None:
+            return self.tiles.device
+        return self._u.device
 
     def edges(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(u, v): key and query node id of each edge."""
@@ -97,10 +164,27 @@ class Relation:
                         self.key_counts, query_counts, key_rows)
 
 
+def _tile_rows(relation: Relation) -> torch.Tensor:
+    """(num_queries, span) key ids of each query of a tiled relation, -1 past its tile's length."""
+    tiles = relation.tiles
+    tile = torch.arange(relation.num_queries, device=relation.device) // tiles.queries
+    columns = torch.arange(tiles.span, device=relation.device)
+    rows = tile[:, None] * tiles.width + columns
+    if tiles.lengths is None:
+        return rows
+    return torch.where(columns < tiles.lengths[tile][:, None], rows, -1)
+
+
+def _tile_edges(relation: Relation) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = relation.key_rows
+    queries, columns = (rows >= 0).nonzero(as_tuple=True)
+    return rows[queries, columns], queries
+
+
 def _query_sample(relation: Relation) -> torch.Tensor:
     """(num_queries,) the sample of each query node."""
     counts = relation.query_counts
     return torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
 
 
-__all__ = ["Relation"]
+__all__ = ["Relation", "Tiles"]

@@ -30,7 +30,8 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+        h = torch.relu(self.linear1(x))
+        return self.linear2(self.dropout(h) if self.training else h)  # eval: dropout is the identity
 
 
 class Residual(nn.Module):
@@ -48,7 +49,9 @@ class Residual(nn.Module):
 
     def leave(self, x: torch.Tensor, sublayer_out: torch.Tensor) -> torch.Tensor:
         """The block's output from its input x and the sub-layer's output."""
-        y = x + self.dropout(sublayer_out)
+        # In eval mode dropout is the identity: not calling it saves incremental decoding, which
+        # runs the layers once per token, a module call per block.
+        y = x + (self.dropout(sublayer_out) if self.training else sublayer_out)
         return y if self.norm_first else self.norm(y)
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
