@@ -13,7 +13,7 @@ import torch
 from graphformer import GraphPool, make_model
 from graphformer.attention import BACKENDS, dgl_ops, graph_attention
 from graphformer.decoding import translate_ids
-from graphformer.graphs import CROSS, DEC, ENC, make_batch
+from graphformer.graphs import CROSS, DEC, ENC, make_batch, patterns
 from graphformer.graphs.relation import Relation
 from helpers import random_pairs
 
@@ -213,3 +213,28 @@ def test_the_command_line_offers_exactly_the_registered_backends():
 
     assert set(ATTENTION_BACKENDS) == set(BACKENDS)
     assert TrainConfig.defaults()["attention_backend"] == DEFAULT_BACKEND
+
+
+def test_auto_takes_blocked_for_long_local_patterns_only(monkeypatch):
+    """Long windows fill their tiles (blocked); random links over the same length do not (dgl)."""
+    from graphformer.attention import blocked
+
+    calls = []
+    for name in ("padded", "dgl_ops", "blocked"):
+        module = __import__(f"graphformer.attention.{name}", fromlist=["attend"])
+        real = module.attend
+        monkeypatch.setattr(module, "attend", lambda *a, _n=name, _f=real, **kw: calls.append(_n) or _f(*a, **kw))
+    n = 1100
+    relations = {}
+    for spec in ("window:32", "random:8"):
+        u, v = patterns.parse(spec)(n, n)
+        relations[spec] = Relation(u, v, n, n, torch.tensor([n]), torch.tensor([n]))
+    window_fill = relations["window:32"].num_edges / blocked.layout_of(relations["window:32"], blocked.BLOCK).mask.numel()
+    assert window_fill > 0.25
+    for spec, relation in relations.items():
+        q, k, v = qkv(relation, seed=1)
+        out = graph_attention(relation, q, k, v)
+        chosen = calls.pop()
+        torch.testing.assert_close(out, dgl_ops.attend(relation, q, k, v), rtol=0, atol=1e-10)
+        calls.pop()  # the reference
+        assert chosen == {"window:32": "blocked", "random:8": "dgl_ops"}[spec]

@@ -11,8 +11,9 @@ Five backends compute the same thing, each from a `graphformer.graphs.relation.R
 * ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
   short sentences, as in translation.
 * ``auto`` (default): ``padded`` where at least a quarter of each per-sample tile is edges (full
-  and causal attention on length-bucketed batches); elsewhere the ``dgl`` kernels where they can
-  run on the tensors' device, else ``torch``.
+  and causal attention on length-bucketed batches); ``blocked`` on long relations (1024 queries or
+  more) whose edges fill at least a quarter of the 64 x 64 tiles they touch (windows, blocks);
+  elsewhere the ``dgl`` kernels where they can run on the tensors' device, else ``torch``.
 
 The backend is an argument: models hold its name (``model.attention_backend``) and pass it to
 every call of `graph_attention`; layers never call a backend themselves.
@@ -28,6 +29,8 @@ from graphformer.graphs.relation import Relation
 def _auto(relation: Relation, q, k, v, return_weights: bool = False):
     if padded.worth_it(relation):
         attend = padded.attend
+    elif blocked.worth_it(relation):
+        attend = blocked.attend
     elif dgl_ops.runs_on(q.device):
         attend = dgl_ops.attend
     else:

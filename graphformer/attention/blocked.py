@@ -56,6 +56,17 @@ def layout_of(relation: Relation, block: int) -> BlockLayout:
                            lambda r: BlockLayout(r.u, r.v, r.num_keys, r.num_queries, block))
 
 
+def worth_it(relation: Relation, min_queries: int = 1024, min_fill: float = 0.25) -> bool:
+    """Whether tiles pay: a long relation (at least ``min_queries`` queries) whose edges fill at
+    least ``min_fill`` of the tiles they touch (windows and blocks over long sequences: yes;
+    random links, dilation, short sentences: no, the edge-wise kernels do less work). The layout
+    built to decide is the one `attend` then uses."""
+    if relation.num_queries < min_queries or relation.num_edges == 0:
+        return False
+    return relation.layout(("blocked pays", min_fill),
+                           lambda r: r.num_edges >= min_fill * layout_of(r, BLOCK).mask.numel())
+
+
 def _to_blocks(x: torch.Tensor, num_blocks: int, block: int) -> torch.Tensor:
     """(N, H, D) -> (num_blocks, H, block, D), zero-padded."""
     n, h, d = x.shape
