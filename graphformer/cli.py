@@ -247,9 +247,6 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
 def cmd_train(args) -> int:
     from graphformer.training.trainer import Trainer
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a directory; choose another --out")
     model_cfg, train_cfg = train_configs(args)
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
     try:

@@ -7,7 +7,7 @@ may differ between sessions of one run without changing what it computes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Optional
 
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
@@ -117,5 +117,3 @@ def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
                               "may change); start a new run to change it")
     return TrainConfig(**values)
 
-
-TRAIN_FIELDS = tuple(f.name for f in fields(TrainConfig))
