@@ -147,13 +147,19 @@ def test_the_dgl_backend_says_so_when_it_cannot_run(dgl_cannot_run):
         BACKENDS["dgl"](relation, *qkv(relation, seed=0))
 
 
-def test_auto_picks_torch_only_where_dgl_cannot_run(monkeypatch):
-    """auto: padded for dense per-sample tiles; dgl for sparse ones, torch where DGL can't run."""
+def spy_on_backends(monkeypatch, modules) -> list:
+    """The names of the backend modules whose ``attend`` runs, in call order (they still run)."""
     calls = []
-    for name in ("padded", "dgl_ops", "torch_ops"):
+    for name in modules:
         module = __import__(f"graphformer.attention.{name}", fromlist=["attend"])
         real = module.attend
         monkeypatch.setattr(module, "attend", lambda *a, _n=name, _f=real, **kw: calls.append(_n) or _f(*a, **kw))
+    return calls
+
+
+def test_auto_picks_torch_only_where_dgl_cannot_run(monkeypatch):
+    """auto: padded for dense per-sample tiles; dgl for sparse ones, torch where DGL can't run."""
+    calls = spy_on_backends(monkeypatch, ("padded", "dgl_ops", "torch_ops"))
     full, window = batch_relations("full")[0], batch_relations("window:1", samples=3)[0]
     window = Relation(window.u, window.v, window.num_keys, window.num_queries)  # no sample counts: one big tile
     for relation in (full, window):
@@ -219,11 +225,7 @@ def test_auto_takes_blocked_for_long_local_patterns_only(monkeypatch):
     """Long windows fill their tiles (blocked); random links over the same length do not (dgl)."""
     from graphformer.attention import blocked
 
-    calls = []
-    for name in ("padded", "dgl_ops", "blocked"):
-        module = __import__(f"graphformer.attention.{name}", fromlist=["attend"])
-        real = module.attend
-        monkeypatch.setattr(module, "attend", lambda *a, _n=name, _f=real, **kw: calls.append(_n) or _f(*a, **kw))
+    calls = spy_on_backends(monkeypatch, ("padded", "dgl_ops", "blocked"))
     n = 1100
     relations = {}
     for spec in ("window:32", "random:8"):
