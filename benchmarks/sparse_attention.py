@@ -15,39 +15,17 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from graphformer.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+
 METHODS = ["dgl window:64", "dgl window:128", "blocked window:64", "blocked window:128",
            "dense softmax (window:128 mask)", "sdpa (window:128 mask)"]
 HEADS, DIM = 8, 64
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def reset_peak_rss() -> bool:
-    """Make the kernel forget this process's peak RSS (VmHWM), so only what follows counts."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure(method: str, L: int, repeats: int) -> dict:

@@ -246,3 +246,40 @@ def test_a_sample_longer_than_the_positional_table_is_a_one_line_error(tmp_path,
     assert f"--max-len ({longest + 1}) is shorter than the data" in err and f"at least {longest + 2}" in err
     assert err.count("\n") == 1 and not (tmp_path / "run" / checkpoint.LAST).exists()
     train([*args, "--max-len", str(longest + 2), "--max-steps", "1"])  # exactly enough
+
+
+def write_label_files(folder, bad_line=None):
+    """Texts of 3-6 letters labelled by their first letter; ``bad_line`` of train.tgt gets two labels."""
+    rng = random.Random(0)
+    folder.mkdir()
+    for split, n in (("train", 60), ("valid", 12), ("test", 12)):
+        texts = [[rng.choice("abcd") for _ in range(rng.randint(3, 6))] for _ in range(n)]
+        labels = [f"starts-{t[0]}" for t in texts]
+        if split == "train" and bad_line is not None:
+            labels[bad_line - 1] += " extra"
+        (folder / f"{split}.src").write_text("".join(" ".join(t) + "\n" for t in texts))
+        (folder / f"{split}.tgt").write_text("".join(label + "\n" for label in labels))
+    return folder
+
+
+def test_the_classify_task_trains_on_the_users_own_label_files(tmp_path, capsys):
+    data = write_label_files(tmp_path / "mine")
+    train(["--task", "classify", "--data-dir", str(data), "--model", "encoder", "--epochs", "1",
+           "--batch-size", "16", "--out", str(tmp_path / "run"), *TINY_MODEL])
+    vocab = json.loads((tmp_path / "run" / "vocab.json").read_text())
+    assert sorted(vocab["tgt"][4:]) == ["starts-a", "starts-b", "starts-c", "starts-d"]
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "run"), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 12 and 0.0 <= scores["accuracy"] <= 1.0
+
+
+def test_a_label_line_of_two_tokens_is_a_one_line_error(tmp_path, capsys):
+    data = write_label_files(tmp_path / "mine", bad_line=7)
+    args = ["--task", "classify", "--data-dir", str(data), "--model", "encoder", "--out", str(tmp_path / "run"),
+            *TINY_MODEL]
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err
+    assert err == ("graphformer: error: train.tgt line 7 holds 2 tokens; a classification task needs exactly "
+                   "one label per line\n")
+    assert not (tmp_path / "run" / checkpoint.LAST).exists()

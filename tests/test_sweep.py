@@ -26,9 +26,38 @@ def test_sweep_tabulates_every_pattern(tmp_path):
     for row in rows.values():
         assert row["steps"] == 4 and 0.0 <= row["accuracy"] <= 1.0
         assert row["seconds_per_step"] > 0 and row["peak_rss_bytes"] > result["baseline_rss_bytes"]
+        assert row["step_bytes"] >= 0
     table = (out / "sweep.md").read_text()
     assert "| narrow | `window:1` |" in table and "| full | `full` |" in table
     assert (out / "sweep.png").stat().st_size > 1000
     again = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16", "--patterns", "nothing",
                             "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert again.returncode != 0 and "unknown pattern 'nothing'" in again.stderr
+
+
+STEP_MEMORY = SWEEP.with_name("step_memory.py")
+
+
+def test_step_memory_grows_with_the_patterns_edges(tmp_path):
+    """Full attention over 1024 tokens holds (heads x L x L) scores per layer; a window of one
+    holds 3 per token: the full pattern's training step must need several times the memory."""
+    from graphformer.model.config import ModelConfig
+    from graphformer.training.config import TrainConfig
+    from graphformer.training.run_dir import RunDir
+
+    measured = {}
+    for spec in ("full", "window:1"):
+        run = RunDir(tmp_path / spec.replace(":", "-"))
+        run.create()
+        run.write_config(ModelConfig(src_vocab=40, tgt_vocab=14, model="encoder", pooling="mean", layers=1,
+                                     d_model=32, heads=4, d_ff=64, max_len=1100, enc_attention=spec),
+                         TrainConfig(task="recall", threads=1))
+        proc = subprocess.run([sys.executable, str(STEP_MEMORY), str(run.path), "--length", "1024",
+                               "--batch-tokens", "2048"], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result = json.loads(proc.stdout)
+        assert result["samples"] == 2 and result["length"] == 1024
+        measured[spec] = result["step_bytes"]
+    scores = 2 * 4 * 1025 * 1025 * 4  # samples x heads x (L + </s>)^2 float32: one score tensor
+    assert measured["full"] > scores
+    assert measured["full"] > 4 * measured["window:1"]

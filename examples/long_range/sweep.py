@@ -12,7 +12,10 @@ stopped). Every pattern trains in its own process:
 * seconds per step: the median over the run's ``steps.jsonl`` (the first steps, which warm up
   the allocator, excluded);
 * peak memory: the largest resident set of the training process, minus that of a process that
-  only imports graphformer and torch (what the pattern, the model and the optimiser add);
+  only imports graphformer and torch (what the pattern, the model, the data and the optimiser add);
+* step memory: what one training step (forward, loss, backward on one batch) adds above the
+  resident set just before it (``step_memory.py``, a fresh process per pattern): the memory that
+  grows with the pattern's edges, without the fixed floor the peak memory carries;
 * edges per query: the encoder graph's edges divided by its nodes, for one sample of the length.
 
 Mean pooling (``--pooling mean``, the default here) keeps purely local patterns local; with
@@ -112,7 +115,19 @@ def train_one(name: str, spec: str, args, data: Path) -> dict:
     timed = [s["seconds"] for s in steps[min(5, len(steps) - 1):]]
     return {"name": name, "pattern": spec, "accuracy": scores["exact_match"], "steps": len(steps),
             "seconds_per_step": statistics.median(timed), "peak_rss_bytes": peak,
+            "step_bytes": step_memory(run, args),
             "edges_per_query": edges_per_query(spec, args.length, args.pooling)}
+
+
+def step_memory(run: Path, args) -> int:
+    """Bytes one training step of ``run``'s model adds (see step_memory.py), cached in the run."""
+    cached = run / "step_memory.json"
+    if not cached.is_file():
+        out = subprocess.run([sys.executable, str(Path(__file__).with_name("step_memory.py")), str(run),
+                              "--length", str(args.length), "--batch-tokens", str(args.batch_tokens)],
+                             capture_output=True, text=True, check=True).stdout
+        cached.write_text(out)
+    return json.loads(cached.read_text())["step_bytes"]
 
 
 def baseline_rss() -> int:
@@ -124,17 +139,20 @@ def write_table(rows: list[dict], args, baseline: int) -> None:
     full = next((r for r in rows if r["name"] == "full" and "error" not in r), None)
     lines = [f"{args.task}, L = {args.length}, {args.steps} steps per pattern, pooling {args.pooling}; "
              f"memory above the {baseline / 2**20:.0f} MiB of a process that only imports torch and graphformer",
-             "", "| pattern | spec | accuracy | s / step | vs full | peak memory (MiB) | vs full | edges / query |",
-             "|---|---|---|---|---|---|---|---|"]
+             "", "| pattern | spec | accuracy | s / step | vs full | peak memory (MiB) | vs full | step memory (MiB) "
+             "| vs full | edges / query |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | |")
+            lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | | | |")
             continue
         memory = (r["peak_rss_bytes"] - baseline) / 2**20
         speed = f"{full['seconds_per_step'] / r['seconds_per_step']:.1f}x" if full else ""
         smaller = f"{(full['peak_rss_bytes'] - baseline) / max(r['peak_rss_bytes'] - baseline, 1):.1f}x" if full else ""
+        step_smaller = f"{full['step_bytes'] / max(r['step_bytes'], 1):.1f}x" if full else ""
         lines.append(f"| {r['name']} | `{r['pattern']}` | {r['accuracy']:.3f} | {r['seconds_per_step']:.3f} | {speed} "
-                     f"| {memory:.0f} | {smaller} | {r['edges_per_query']:.1f} |")
+                     f"| {memory:.0f} | {smaller} | {r['step_bytes'] / 2**20:.0f} | {step_smaller} "
+                     f"| {r['edges_per_query']:.1f} |")
     (args.out / "sweep.md").write_text("\n".join(lines) + "\n")
 
 
@@ -146,7 +164,7 @@ def plot(rows: list[dict], args, baseline: int) -> None:
     figure = Figure(figsize=(6.5, 4.2))
     FigureCanvasAgg(figure)
     ax = figure.add_subplot()
-    sizes = [max((r["peak_rss_bytes"] - baseline) / 2**20, 1) for r in done]
+    sizes = [max(r["step_bytes"] / 2**20, 1) for r in done]
     ax.scatter([r["seconds_per_step"] for r in done], [r["accuracy"] for r in done],
                s=[20 + 200 * s / max(sizes) for s in sizes], alpha=0.6)
     for r in done:
@@ -155,7 +173,7 @@ def plot(rows: list[dict], args, baseline: int) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("seconds per training step (log)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"{args.task}, L = {args.length} (marker area: peak memory)")
+    ax.set_title(f"{args.task}, L = {args.length} (marker area: step memory)")
     figure.tight_layout()
     figure.savefig(args.out / "sweep.png", dpi=120)
 

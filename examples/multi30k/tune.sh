@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Beam size and length penalty, chosen on the validation split only (never on test).
-# Usage: bash examples/multi30k/tune.sh [RUN_DIR]    prints one JSON line per setting, best last
+# Checkpoint, beam size and length penalty, chosen on the validation split only (never on test).
+# Usage: bash examples/multi30k/tune.sh [RUN_DIR]
+#   CHECKPOINTS="best averaged" BEAMS="5" ALPHAS="0.6 1.0 1.4" set the candidates (these are the defaults).
+# Prints one JSON line per setting, then the winner as evaluate flags:
+#   best on valid: --checkpoint C --beam B --alpha A (tokenized BLEU X)
 set -euo pipefail
 BIN=${BIN:-.venv/bin}
 RUN=${1:-runs/multi30k-cpu}
 best=""
-for beam in ${BEAMS:-5}; do
-    for alpha in ${ALPHAS:-0.0 0.6 1.0}; do
-        bleu=$("$BIN/graphformer" evaluate "$RUN" --split valid --beam "$beam" --alpha "$alpha" --json \
-               | "$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["bleu_tokenized"])')
-        echo "{\"beam\": $beam, \"alpha\": $alpha, \"valid_bleu_tokenized\": $bleu}"
-        if [ -z "$best" ] || "$BIN/python" -c "import sys; sys.exit(not $bleu > ${best##* })"; then
-            best="$beam $alpha $bleu"
-        fi
+for checkpoint in ${CHECKPOINTS:-best averaged}; do
+    for beam in ${BEAMS:-5}; do
+        for alpha in ${ALPHAS:-0.6 1.0 1.4}; do
+            bleu=$("$BIN/graphformer" evaluate "$RUN" --split valid --checkpoint "$checkpoint" --beam "$beam" \
+                   --alpha "$alpha" --json | "$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["bleu_tokenized"])')
+            echo "{\"checkpoint\": \"$checkpoint\", \"beam\": $beam, \"alpha\": $alpha, \"valid_bleu_tokenized\": $bleu}"
+            if [ -z "$best" ] || "$BIN/python" -c "import sys; sys.exit(not $bleu > ${best##* })"; then
+                best="$checkpoint $beam $alpha $bleu"
+            fi
+        done
     done
 done
-read -r beam alpha bleu <<< "$best"
-echo "best on valid: --beam $beam --alpha $alpha (tokenized BLEU $bleu)"
+read -r checkpoint beam alpha bleu <<< "$best"
+echo "best on valid: --checkpoint $checkpoint --beam $beam --alpha $alpha (tokenized BLEU $bleu)"

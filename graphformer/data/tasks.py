@@ -73,6 +73,13 @@ class GeneratedTask(Task):
         return self.write(self.data_dir(cfg, run_dir), seed=cfg.seed)
 
 
+class LabelFiles(Task):
+    """The user's own classification data (``--data-dir``): ``{split}.src`` whitespace-tokenized
+    texts and ``{split}.tgt`` one label per line, for ``--model encoder``."""
+
+    classification = True
+
+
 class Multi30kTask(Task):
     """English -> German, fetched (or read from the mirror in data_dir), Moses-tokenized into
     RUN_DIR/data, BLEU against the raw references. With ``bpe``, SentencePiece pieces learned on
@@ -122,6 +129,7 @@ TASKS: dict[str, Task] = {
     "listops": GeneratedTask(listops.write_listops, classification=True),   # 500-2000 tokens: raise max_len
     "recall": GeneratedTask(recall.write_recall, classification=True),      # 1024 tokens: raise max_len
     "parallel": Task(),
+    "classify": LabelFiles(),
     "multi30k": Multi30kTask(),
 }
 

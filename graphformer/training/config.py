@@ -24,9 +24,11 @@ RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 
 @dataclass
 class TrainConfig(DictConfig):
-    task: str = option("copy", "copy | sort (generated), parallel (your files in --data-dir), "
-                       "multi30k (English-German)", choices=tuple(TASKS))
-    data_dir: Optional[str] = option(None, "parallel: train/valid/test.{src,tgt} files; copy/sort: where to "
+    task: str = option("copy", "copy | sort (generated), parallel (your files in --data-dir), multi30k "
+                       "(English-German); for --model encoder: listops | recall (generated), classify (your "
+                       "texts and one label per line in --data-dir)", choices=tuple(TASKS))
+    data_dir: Optional[str] = option(None, "parallel, classify: train/valid/test.{src,tgt} files; copy, sort, "
+                                     "listops, recall: where to "
                                      "generate them (default RUN_DIR/data); multi30k: a local mirror of the raw "
                                      ".gz files instead of downloading", metavar="DIR")
     train_limit: Optional[int] = option(None, "use only the first N training pairs", range=AT_LEAST_1)

@@ -40,6 +40,16 @@ def check_model_fits_task(model_cfg: ModelConfig, task_name: str) -> None:
                           "classification (one label per sample); choose model encoder")
 
 
+def check_labels(splits: dict[str, Split]) -> None:
+    """A classification task's target line is one label token: fail before training or scoring,
+    naming the first line that is not."""
+    for name, split in splits.items():
+        for i, label in enumerate(split.tgt_words):
+            if len(label) != 1:
+                raise UserError(f"{name}.tgt line {i + 1} holds {len(label)} tokens; a classification task "
+                                "needs exactly one label per line")
+
+
 def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
     """Every sample must fit the positional table: fail before training, naming max_len and the
     value that would fit (source positions count `</s>` and a `<cls>` node, target positions `<s>`)."""
@@ -87,7 +97,10 @@ class LoadedRun:
         return self.task.prepare(self.train_cfg, self.run_dir)
 
     def split(self, name: str) -> Split:
-        return read_split(self.data_dir(), name).encode(self.src_vocab, self.tgt_vocab)
+        split = read_split(self.data_dir(), name)
+        if self.task.classification:
+            check_labels({name: split})
+        return split.encode(self.src_vocab, self.tgt_vocab)
 
     def references(self, name: str) -> list[str] | None:
         """Raw (untokenized) references of a translation task, for BLEU."""

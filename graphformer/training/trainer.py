@@ -30,7 +30,7 @@ from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run import (check_lengths, check_matches_run, check_model_fits_task, load_model,
+from graphformer.training.run import (check_labels, check_lengths, check_matches_run, check_model_fits_task, load_model,
                                       read_splits, vocabs_for)
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
@@ -128,6 +128,8 @@ class Trainer:
         if self.ctx.distributed:
             torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
         self.splits = read_splits(task.data_dir(self.cfg, self.run_dir))
+        if task.classification:
+            check_labels(self.splits)
         if self.cfg.train_limit:
             train = self.splits["train"]
             train.src_words, train.tgt_words = train.src_words[:self.cfg.train_limit], train.tgt_words[:self.cfg.train_limit]
