@@ -21,8 +21,8 @@ TINY = dict(layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0)
 
 def classifier(pattern="full", pooling="cls", src_vocab=20, labels=9, **hyper):
     torch.manual_seed(0)
-    return make_model(src_vocab, labels, model="encoder", enc_attention=pattern, pooling=pooling,
-                      **{**TINY, **hyper}).double().eval()
+    return make_model(src_vocab, labels, **{"model": "encoder", "enc_attention": pattern, "pooling": pooling,
+                                            **TINY, **hyper}).double().eval()
 
 
 def test_a_batch_has_a_cls_node_first_one_label_per_sample_and_no_target_nodes():
@@ -69,25 +69,41 @@ def test_through_the_cls_node_a_local_pattern_reaches_every_token(pooling, reach
     assert (not torch.allclose(a, b)) == reaches
 
 
+def copy_layer(mine, theirs: nn.TransformerEncoderLayer) -> None:
+    """Load a graph encoder layer's weights into ``torch.nn.TransformerEncoderLayer``."""
+    theirs.self_attn.in_proj_weight.data.copy_(mine.self_attn.in_proj.weight)
+    theirs.self_attn.in_proj_bias.data.copy_(mine.self_attn.in_proj.bias)
+    theirs.self_attn.out_proj.load_state_dict(mine.self_attn.out_proj.state_dict())
+    theirs.linear1.load_state_dict(mine.feed_forward.linear1.state_dict())
+    theirs.linear2.load_state_dict(mine.feed_forward.linear2.state_dict())
+    theirs.norm1.load_state_dict(mine.attn_block.norm.state_dict())
+    theirs.norm2.load_state_dict(mine.ff_block.norm.state_dict())
+
+
+def sinusoids(n: int, d: int) -> torch.Tensor:
+    """(n, d) the Transformer's sinusoidal encodings of 0 .. n-1, rounded to float32 as the model keeps them."""
+    angle = torch.arange(n, dtype=torch.float64)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float().double()
+
+
 class DenseClassifier(nn.Module):
     """The reference: the classifier's layer weights copied into ``torch.nn.TransformerEncoder``,
-    on padded sequences; embeddings and head are the graph model's."""
+    on padded sequences; embeddings and head are the graph model's. For the universal encoder
+    the one shared layer runs ``max_depth`` times, with the position and step encodings added
+    before each step (what ACT computes when no token halts early)."""
 
     def __init__(self, model):
         super().__init__()
         cfg = model.cfg
+        self.universal = cfg.model == "universal-encoder"
         layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, dropout=0.0, batch_first=True,
                                            norm_first=cfg.norm_first)
-        self.encoder = nn.TransformerEncoder(layer, cfg.layers, norm=nn.LayerNorm(cfg.d_model),
+        depth = cfg.max_depth if self.universal else cfg.layers
+        self.encoder = nn.TransformerEncoder(layer, depth, norm=nn.LayerNorm(cfg.d_model),
                                              enable_nested_tensor=False).double().eval()
-        for mine, theirs in zip(model.encoder.layers, self.encoder.layers):
-            theirs.self_attn.in_proj_weight.data.copy_(mine.self_attn.in_proj.weight)
-            theirs.self_attn.in_proj_bias.data.copy_(mine.self_attn.in_proj.bias)
-            theirs.self_attn.out_proj.load_state_dict(mine.self_attn.out_proj.state_dict())
-            theirs.linear1.load_state_dict(mine.feed_forward.linear1.state_dict())
-            theirs.linear2.load_state_dict(mine.feed_forward.linear2.state_dict())
-            theirs.norm1.load_state_dict(mine.attn_block.norm.state_dict())
-            theirs.norm2.load_state_dict(mine.ff_block.norm.state_dict())
+        mine = [model.encoder.layer] * depth if self.universal else model.encoder.layers
+        for graph_layer, torch_layer in zip(mine, self.encoder.layers):
+            copy_layer(graph_layer, torch_layer)
         self.encoder.norm.load_state_dict(model.encoder.norm.state_dict())
         self.model = model
 
@@ -97,7 +113,13 @@ class DenseClassifier(nn.Module):
         padding = pad([[*cls, *s, EOS] for s in src], value=-1) == -1
         b, n = ids.shape
         x = self.model.src_embed(ids.reshape(-1), torch.arange(n).repeat(b)).view(b, n, -1)
-        h = self.encoder(x, mask=mask, src_key_padding_mask=padding)
+        if self.universal:
+            d = self.model.cfg.d_model
+            for s, layer in enumerate(self.encoder.layers):
+                x = layer(x + sinusoids(n, d) + sinusoids(s + 1, d)[s], src_mask=mask, src_key_padding_mask=padding)
+            h = self.encoder.norm(x)
+        else:
+            h = self.encoder(x, mask=mask, src_key_padding_mask=padding)
         if cls:
             pooled = h[:, 0]
         else:
@@ -112,6 +134,32 @@ def test_the_classifier_equals_torch_transformer_encoder_with_its_weights(poolin
     src = [[rng.randrange(4, 20) for _ in range(rng.randint(1, 9))] for _ in range(5)]
     graph = model(make_batch(model.make_pool(), src))
     torch.testing.assert_close(graph, DenseClassifier(model)(src), atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_the_universal_encoder_equals_one_torch_layer_repeated_when_no_token_halts_early(pooling):
+    model = classifier("window:2", pooling=pooling, model="universal-encoder", max_depth=3, layers=2)
+    with torch.no_grad():
+        model.encoder.halt.proj.weight.zero_()
+        model.encoder.halt.proj.bias.fill_(-1e4)  # p = 0: every token runs all max_depth steps
+    src = [[4, 9, 5, 7, 11, 6], [8, 8, 12, 4, 5, 19]]  # one length: one mask for all samples
+    mask = pattern_mask(model.make_pool().enc, 6 + 1 + (pooling == "cls"), 6 + 1 + (pooling == "cls"))
+    out = model(make_batch(model.make_pool(), src), full_output=True)
+    # float64 throughout, but the encodings' float32 rounding may differ by an ulp between formulas
+    torch.testing.assert_close(out.log_probs, DenseClassifier(model)(src, mask), atol=1e-6, rtol=0)
+    assert out.stats["src"].steps.tolist() == [3] * (2 * (6 + 1 + (pooling == "cls")))
+    assert float(out.aux_loss) == pytest.approx(model.cfg.ponder_weight * 4.0)  # S + R = 3 + 1 per token
+
+
+def test_the_universal_encoder_halts_tokens_at_different_steps_and_learns_to_halt():
+    model = classifier(model="universal-encoder", max_depth=5).train()
+    batch = make_batch(model.make_pool(), [[4, 9, 5, 7, 11, 6], [8, 12, 4]], [[5], [7]])
+    out = model(batch, full_output=True)
+    stats = out.stats["src"]
+    torch.testing.assert_close(stats.weights.sum(1), torch.ones(len(stats.steps), dtype=torch.float64))
+    assert stats.active_nodes[0] == len(batch.src_tokens) and stats.active_nodes == sorted(stats.active_nodes)[::-1]
+    (torch.nn.functional.nll_loss(out.log_probs, batch.gold) + out.aux_loss).backward()
+    assert float(model.encoder.halt.proj.weight.grad.abs().sum()) > 0
 
 
 def test_a_sparse_pattern_equals_the_dense_encoder_under_its_mask():
@@ -283,3 +331,19 @@ def test_a_label_line_of_two_tokens_is_a_one_line_error(tmp_path, capsys):
     assert err == ("graphformer: error: train.tgt line 7 holds 2 tokens; a classification task needs exactly "
                    "one label per line\n")
     assert not (tmp_path / "run" / checkpoint.LAST).exists()
+
+
+def test_a_universal_encoder_run_trains_resumes_exactly_and_reports_its_pondering(tmp_path, capsys):
+    data = small_recall_data(tmp_path / "data")
+    common = ["--task", "recall", "--data-dir", str(data), "--model", "universal-encoder", "--max-depth", "3",
+              "--enc-attention", "window:2", "--epochs", "2", "--batch-size", "16", *TINY_MODEL]
+    train([*common, "--out", str(tmp_path / "straight")])
+    train([*common, "--out", str(tmp_path / "stopped"), "--max-steps", "7"])
+    train(["--out", str(tmp_path / "stopped"), "--resume", "--max-steps", "1000", "--quiet"])
+    straight = read_jsonl(tmp_path / "straight" / "steps.jsonl")
+    assert [r["loss"] for r in read_jsonl(tmp_path / "stopped" / "steps.jsonl")] == [r["loss"] for r in straight]
+    metrics = read_jsonl(tmp_path / "straight" / "metrics.jsonl")[-1]
+    assert 1.0 <= metrics["valid_src_mean_ponder"] <= 3.0 and metrics["valid_src_step_fraction"][0] == 1.0
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "straight"), "--json"]) == 0
+    assert 0.0 <= json.loads(capsys.readouterr().out)["accuracy"] <= 1.0

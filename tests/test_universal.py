@@ -7,6 +7,7 @@ from graphformer import GraphPool, make_model
 from graphformer.cli import main
 from graphformer.decoding import translate_ids
 from graphformer.graphs import ENC, make_batch
+from graphformer.model.universal import timing_signal
 from graphformer.training.loss import label_smoothed_nll
 from helpers import TINY_MODEL, random_pairs, small_copy_data
 
@@ -26,7 +27,7 @@ def batch(n=7, seed=0, max_len=12):
 
 def set_halting_bias(model, value):
     with torch.no_grad():
-        for unit in (model.encoder_halt, model.decoder_halt):
+        for unit in (model.encoder.halt, model.decoder_halt):
             unit.proj.weight.zero_()
             unit.proj.bias.fill_(value)
 
@@ -80,13 +81,13 @@ def test_halting_disabled_is_a_fixed_depth_shared_weight_transformer():
         # reference: the shared layers applied `depth` times on the full graphs, no ACT
         h = model.src_embed(b.src_tokens, b.src_pos)
         for s in range(depth):
-            h = model.encoder_layer(b.relation(ENC), h + model._timing(b.src_pos, s, model.src_embed))
-        memory = model.encoder_norm(h)
+            h = model.encoder.layer(b.relation(ENC), h + timing_signal(model.encoder.depth, model.src_embed, b.src_pos, s))
+        memory = model.encoder.norm(h)
         mem_kv = model.memory_kv(memory)
         x = model.tgt_embed(b.tgt_tokens, b.tgt_pos)
         for s in range(depth):
             x = model.decoder_layer(b.relation(("tgt", "dec", "tgt")), b.relation(("src", "cross", "tgt")),
-                                    x + model._timing(b.tgt_pos, s, model.tgt_embed), mem_kv)
+                                    x + timing_signal(model.depth, model.tgt_embed, b.tgt_pos, s), mem_kv)
         expected = model.generator(model.decoder_norm(x))
     assert out.stats["src"].steps.tolist() == [depth] * len(b.src_tokens)
     torch.testing.assert_close(out.log_probs, expected, atol=1e-12, rtol=0)
@@ -97,7 +98,7 @@ def test_gradients_reach_the_halting_units():
     b = batch()
     out = model(b, full_output=True)
     (label_smoothed_nll(out.log_probs, b.gold) + out.aux_loss).backward()
-    for unit in (model.encoder_halt, model.decoder_halt):
+    for unit in (model.encoder.halt, model.decoder_halt):
         assert unit.proj.weight.grad is not None and float(unit.proj.weight.grad.abs().sum()) > 0
 
 
@@ -118,7 +119,7 @@ class HaltEvenTokensFirst(nn.Module):
 
 def test_steps_really_shrink():
     model = universal(max_depth=4)
-    model.encoder_halt = HaltEvenTokensFirst()
+    model.encoder.halt = HaltEvenTokensFirst()
     b = batch(n=5, seed=3)
     stats = model(b, full_output=True).stats["src"]
     n = len(b.src_tokens)
@@ -177,3 +178,17 @@ def test_universal_transformer_with_a_sparse_pattern_decodes_like_recompute():
     out = model(b, full_output=True)
     in_degree = b.graph.in_degrees(etype=ENC)
     assert out.stats["src"].active_edges[0] == int(in_degree.sum()) < len(b.src_tokens) ** 2
+
+
+def test_weights_saved_with_the_first_releases_flat_encoder_names_still_load():
+    model = universal().eval()
+    flat = {key.replace("encoder.layer.", "encoder_layer.").replace("encoder.halt.", "encoder_halt.")
+               .replace("encoder.norm.", "encoder_norm."): value for key, value in model.state_dict().items()}
+    assert "encoder_layer.self_attn.in_proj.weight" in flat
+    again = universal().eval()
+    with torch.no_grad():
+        for p in again.parameters():
+            p.add_(1.0)  # differ from the saved weights before loading
+    again.load_state_dict(flat)
+    b = batch()
+    torch.testing.assert_close(again(b), model(b), atol=0, rtol=0)

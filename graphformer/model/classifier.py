@@ -1,13 +1,14 @@
 r"""An encoder-only classifier on the same graphs: the encoder stack and one label per sample.
 
-    h      = Encoder(embed_src(<cls> x_1 ... x_n </s>))       over the 'enc' relation
+    h      = Encoder(embed_src(<cls> x_1 ... x_n </s>))       over the 'enc' relation (model 'encoder';
+                                                                'universal-encoder': one shared layer with ACT)
     z_b    = h[<cls> node of sample b]                          pooling = 'cls'
            = mean of h over the token nodes of sample b         pooling = 'mean' (no <cls> node)
     logp_b = log_softmax(z_b W + c)                             (B, labels)
 
 The loss is the trainer's: label-smoothed cross-entropy of ``logp`` against the (B,) labels in
-``batch.gold`` (see `graphformer.graphs.batch.make_batch`), and accuracy is the share of argmax
-labels that are right. No decoder is built.
+``batch.gold`` (see `graphformer.graphs.batch.make_batch`), plus the weighted ponder cost with the
+universal encoder, and accuracy is the share of argmax labels that are right. No decoder is built.
 
 The `<cls>` node is global, and that is expressed as edges, not special code: the classifier's
 graph pool adds the term ``global:1`` to the encoder pattern, so the first node of every sample
@@ -23,31 +24,34 @@ from torch import nn
 
 from graphformer.attention import DEFAULT_BACKEND, check_backend
 from graphformer.graphs import ENC, GraphBatch, GraphPool
+from graphformer.model.act import ACTStats
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, embed_source
 from graphformer.model.layers import Generator, init_weights
 from graphformer.model.output import ModelOutput
 from graphformer.model.transformer import Encoder
+from graphformer.model.universal import UniversalEncoder
 from graphformer.vocab import EOS, PAD, SOS
 
 NEVER_LABELS = (PAD, SOS, EOS)  # specials a target line cannot hold (<unk> can: an unseen label)
 
 
 class EncoderClassifier(nn.Module):
-    """Encoder stack + classification head over ``cfg.tgt_vocab`` labels (``model='encoder'``).
+    """Encoder stack (``model='encoder'``) or universal encoder (``model='universal-encoder'``) and a
+    classification head over ``cfg.tgt_vocab`` labels.
 
     ``attention_backend`` is set as on `graphformer.model.transformer.GraphTransformer`.
     """
 
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
-        if cfg.model != "encoder":
-            raise ValueError(f"EncoderClassifier needs model='encoder', got {cfg.model!r}; use build_model")
+        if not cfg.classifies:
+            raise ValueError(f"EncoderClassifier needs a classifier model, got {cfg.model!r}; use build_model")
         self.cfg = cfg
         self.attention_backend = check_backend(attention_backend)
         self.src_embed = Embedder(TokenEmbedding(cfg.src_vocab, cfg.d_model),
                                   POSITIONS[cfg.positions](cfg.d_model, cfg.max_len), cfg.dropout)
-        self.encoder = Encoder(cfg)
+        self.encoder = UniversalEncoder(cfg) if cfg.model == "universal-encoder" else Encoder(cfg)
         self.head = Generator(cfg.d_model, cfg.tgt_vocab)
         init_weights(self)
 
@@ -55,9 +59,15 @@ class EncoderClassifier(nn.Module):
         """A source-only graph pool with this model's encoder pattern (and `<cls>` node)."""
         return self.cfg.graph_pool()
 
+    def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats | None]:
+        relation, h = batch.relation(ENC), embed_source(self.src_embed, batch)
+        if isinstance(self.encoder, UniversalEncoder):
+            return self.encoder(relation, h, batch.src_pos, self.src_embed, self.attention_backend)
+        return self.encoder(relation, h, self.attention_backend), None
+
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output."""
-        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), self.attention_backend)
+        return self._encode(batch)[0]
 
     def summarize(self, batch: GraphBatch, h: torch.Tensor) -> torch.Tensor:
         """(B, d_model): each sample's `<cls>` node, or the mean of its token nodes (not span nodes)."""
@@ -70,9 +80,16 @@ class EncoderClassifier(nn.Module):
         return total / batch.src_lengths[:, None].to(h.dtype)
 
     def forward(self, batch: GraphBatch, full_output: bool = False):
-        """(B, tgt_vocab) log-probabilities of each sample's label (a `ModelOutput` with ``full_output``)."""
-        log_probs = self.head(self.summarize(batch, self.encode(batch)))
-        return ModelOutput(log_probs) if full_output else log_probs
+        """(B, tgt_vocab) log-probabilities of each sample's label; with ``full_output`` a
+        `ModelOutput`, which for the universal encoder holds the weighted ponder cost and its ACT
+        statistics (``stats['src']``)."""
+        h, stats = self._encode(batch)
+        log_probs = self.head(self.summarize(batch, h))
+        if not full_output:
+            return log_probs
+        if stats is None:
+            return ModelOutput(log_probs)
+        return ModelOutput(log_probs, self.cfg.ponder_weight * stats.ponder_cost, {"src": stats})
 
     @torch.no_grad()
     def predict(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, fields
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
 
-MODELS = ("transformer", "universal", "encoder")
-CLASSIFIERS = ("encoder",)  # models that give one label per sample (graphformer.model.classifier)
+MODELS = ("transformer", "universal", "encoder", "universal-encoder")
+CLASSIFIERS = ("encoder", "universal-encoder")  # one label per sample (graphformer.model.classifier)
+UNIVERSALS = ("universal", "universal-encoder")  # a shared layer repeated with ACT (graphformer.model.universal)
 POSITIONS = ("sinusoidal", "learned")
 TYING = ("none", "decoder", "all")
 POOLINGS = ("cls", "mean")
@@ -31,7 +32,8 @@ class ModelConfig(DictConfig):
     tgt_vocab: int = option(help="target vocabulary size", range=AT_LEAST_1, cli=False)
     model: str = option("transformer", "transformer: a stack of layers per side; universal: one shared layer "
                         "per side, repeated with adaptive computation time; encoder: the encoder stack and a "
-                        "classification head, one label per sample (tasks listops, recall)", choices=MODELS)
+                        "classification head, one label per sample (tasks listops, recall, classify); universal-encoder: "
+                        "the same classifier on the universal encoder", choices=MODELS)
     layers: int = option(2, "layers per side (transformer, encoder)", range=AT_LEAST_1)
     d_model: int = option(128, "width of every node's hidden state", range=Range(low=2))
     heads: int = option(4, "attention heads (must divide d_model)", range=AT_LEAST_1)
@@ -50,10 +52,10 @@ class ModelConfig(DictConfig):
                           "(the encoder pattern gets +global:1: it reads every token, every token reads it); "
                           "mean: the mean of the token nodes (no <cls> node: local patterns stay local)",
                           choices=POOLINGS)
-    max_depth: int = option(8, "universal: most steps per token", range=AT_LEAST_1)
-    act_threshold: float = option(0.99, "universal: halt once the summed halting probability exceeds this",
+    max_depth: int = option(8, "universal models: most steps per token", range=AT_LEAST_1)
+    act_threshold: float = option(0.99, "universal models: halt once the summed halting probability exceeds this",
                                   range=Range(low=0, high=1, open_low=True))
-    ponder_weight: float = option(0.01, "universal: weight of the ponder cost in the loss", range=NON_NEGATIVE)
+    ponder_weight: float = option(0.01, "universal models: weight of the ponder cost in the loss", range=NON_NEGATIVE)
 
     def check(self) -> None:
         super().check()
@@ -61,14 +63,15 @@ class ModelConfig(DictConfig):
             raise ConfigError("d_model", f"({self.d_model}) must be divisible by the number of heads ({self.heads})")
         if self.d_model % 2:
             raise ConfigError("d_model", f"must be even for positional encodings, got {self.d_model}")
-        if self.model != "universal":
+        if self.model not in UNIVERSALS:
             self._refuse_changed(UNIVERSAL_ONLY, "and the other adaptive computation time options apply only to "
-                                 "the universal model (model='universal')")
-        if self.model != "encoder":
-            self._refuse_changed(ENCODER_ONLY, "applies only to the encoder classifier (model='encoder')")
+                                 f"the universal models (model {' or '.join(UNIVERSALS)})")
+        if not self.classifies:
+            self._refuse_changed(ENCODER_ONLY, f"applies only to the encoder classifiers (model "
+                                 f"{' or '.join(CLASSIFIERS)})")
         else:
-            self._refuse_changed(DECODER_ONLY, "applies to models with a decoder; the encoder classifier "
-                                 "(model='encoder') has none")
+            self._refuse_changed(DECODER_ONLY, f"applies to models with a decoder; the encoder classifier "
+                                 f"(model={self.model!r}) has none")
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ConfigError("tie", "'all' needs one vocabulary for source and target (equal sizes)")
         self.graph_pool()  # parses and checks the attention patterns: fails early, with their own message

@@ -7,7 +7,8 @@ from graphformer.model.config import ModelConfig
 from graphformer.model.transformer import GraphTransformer
 from graphformer.model.universal import UniversalTransformer
 
-MODEL_CLASSES = {"transformer": GraphTransformer, "universal": UniversalTransformer, "encoder": EncoderClassifier}
+MODEL_CLASSES = {"transformer": GraphTransformer, "universal": UniversalTransformer, "encoder": EncoderClassifier,
+                 "universal-encoder": EncoderClassifier}
 
 
 def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND) -> nn.Module:
@@ -18,7 +19,7 @@ def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND) -> n
 def make_model(src_vocab: int, tgt_vocab: int | None = None, attention_backend: str = DEFAULT_BACKEND,
                **hyper) -> nn.Module:
     """Build a `GraphTransformer` (or, with ``model="universal"``, a `UniversalTransformer`, with
-    ``model="encoder"`` an `EncoderClassifier` over ``tgt_vocab`` labels); ``hyper`` are
+    ``model="encoder"`` or ``"universal-encoder"`` an `EncoderClassifier` over ``tgt_vocab`` labels); ``hyper`` are
     `ModelConfig` fields."""
     cfg = ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper)
     return build_model(cfg, attention_backend)

@@ -31,6 +31,66 @@ from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, init
 from graphformer.model.output import ModelOutput
 
 
+def ponder(h: torch.Tensor, timing: Callable, halt: HaltingUnit, update: Callable, cfg: ModelConfig,
+           record_states: bool = False) -> tuple[torch.Tensor, ACTStats]:
+    """The ACT loop of one side over its (N, d_model) token states ``h``.
+
+    Before step s the active tokens' states get ``timing(active, s)``, then ``update(x, active, s)
+    -> (new states, messages sent)`` runs the shared layer on them. Returns the (N, d_model)
+    halting-weighted sum of states and what ACT did (every step's states too, if ``record_states``).
+    """
+    act = ACT(len(h), cfg.max_depth, cfg.act_threshold, h.new_zeros(()))
+    out = torch.zeros_like(h)
+    stats = ACTStats(act.steps, act.remainders, act.weights)
+    for s in range(cfg.max_depth):
+        active = act.running
+        if not bool(active.any()):
+            break
+        x = h[active] + timing(active, s)
+        new, n_edges = update(x, active, s)
+        w = act.weigh(s, halt(new), active)
+        h = h.index_put((active,), new)
+        out = out.index_put((active,), out[active] + w[:, None] * new)
+        stats.active_nodes.append(int(active.sum()))
+        stats.active_edges.append(n_edges)
+        if record_states:
+            stats.states.append(h.detach().clone())
+    return out, act.finish(stats)
+
+
+def timing_signal(depth: SinusoidalPositions, embedder: Embedder, positions: torch.Tensor, s: int) -> torch.Tensor:
+    """(N, d_model) what step s adds to each state: its position's encoding and the step's."""
+    step = depth.table[s].to(embedder.tokens.table.weight.dtype)
+    return embedder.positions(positions).to(step.dtype) + step
+
+
+class UniversalEncoder(nn.Module):
+    """One shared encoder layer applied to the tokens with ACT over the 'enc' relation; the encoder
+    of the `UniversalTransformer` and of the encoder-only classifier (``model='universal-encoder'``)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
+        self.layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
+        self.halt = HaltingUnit(cfg.d_model)
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+    def forward(self, relation: Relation, h: torch.Tensor, positions: torch.Tensor, embedder: Embedder,
+                backend: str = DEFAULT_BACKEND, record_states: bool = False) -> tuple[torch.Tensor, ACTStats]:
+        """(N_src, d_model) halting-weighted states, normalised, and what ACT did, from the
+        embedded tokens ``h`` at ``positions`` (the embedder gives the per-step timing signal)."""
+        cache = {}  # keys and values of every source token, as of its last active step
+
+        def update(x, active, s):
+            sub = relation.restrict_to_destinations(active)
+            return self.layer(sub, x, backend, remember=_keep_latest(cache, active)), sub.num_edges
+
+        out, stats = ponder(h, lambda active, s: timing_signal(self.depth, embedder, positions[active], s),
+                            self.halt, update, self.cfg, record_states)
+        return self.norm(out), stats
+
+
 class UniversalTransformer(nn.Module):
     """Encoder-decoder Universal Transformer with ACT, on the same graph batches as the Transformer."""
 
@@ -42,57 +102,24 @@ class UniversalTransformer(nn.Module):
         self.attention_backend = check_backend(attention_backend)  # as in GraphTransformer
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
-        self.encoder_layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
+        self.encoder = UniversalEncoder(cfg)
         self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
-        self.encoder_halt = HaltingUnit(cfg.d_model)
         self.decoder_halt = HaltingUnit(cfg.d_model)
-        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
         init_weights(self)
         if cfg.tie != "none":
             self.generator.proj.weight = self.tgt_embed.tokens.table.weight
         self.record_states = False  # keep every step's states in the ACT statistics (for plots and tests)
+        self._register_load_state_dict_pre_hook(_rename_flat_encoder_keys)
 
     def make_pool(self):
         """A graph pool with this model's attention patterns."""
         return self.cfg.graph_pool()
 
-    def _timing(self, positions: torch.Tensor, s: int, embedder: Embedder) -> torch.Tensor:
-        depth = self.depth.table[s].to(embedder.tokens.table.weight.dtype)
-        return embedder.positions(positions).to(depth.dtype) + depth
-
-    def _ponder(self, h: torch.Tensor, positions: torch.Tensor, embedder: Embedder, halt: HaltingUnit,
-                update) -> tuple[torch.Tensor, ACTStats]:
-        """The ACT loop of one side: ``update(x, active, s) -> (new states, messages sent)`` runs
-        the shared layer on the active tokens at step s; returns the halting-weighted sum of states
-        and what ACT did."""
-        act = ACT(len(h), self.cfg.max_depth, self.cfg.act_threshold, h.new_zeros(()))
-        out = torch.zeros_like(h)
-        stats = ACTStats(act.steps, act.remainders, act.weights)
-        for s in range(self.cfg.max_depth):
-            active = act.running
-            if not bool(active.any()):
-                break
-            x = h[active] + self._timing(positions[active], s, embedder)
-            new, n_edges = update(x, active, s)
-            w = act.weigh(s, halt(new), active)
-            h = h.index_put((active,), new)
-            out = out.index_put((active,), out[active] + w[:, None] * new)
-            self._record(stats, active, n_edges, h)
-        return out, act.finish(stats)
-
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats]:
-        relation, layer, backend = batch.relation(ENC), self.encoder_layer, self.attention_backend
-        cache = {}  # keys and values of every source token, as of its last active step
-
-        def update(x, active, s):
-            sub = relation.restrict_to_destinations(active)
-            return layer(sub, x, backend, remember=_keep_latest(cache, active)), sub.num_edges
-
-        out, stats = self._ponder(embed_source(self.src_embed, batch), batch.src_pos, self.src_embed,
-                                  self.encoder_halt, update)
-        return self.encoder_norm(out), stats
+        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), batch.src_pos, self.src_embed,
+                            self.attention_backend, self.record_states)
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
@@ -120,14 +147,9 @@ class UniversalTransformer(nn.Module):
             return x, sub_self.num_edges + sub_cross.num_edges
 
         h = self.tgt_embed(tokens, positions)
-        out, stats = self._ponder(h, positions, self.tgt_embed, self.decoder_halt, update)
+        out, stats = ponder(h, lambda active, s: timing_signal(self.depth, self.tgt_embed, positions[active], s),
+                            self.decoder_halt, update, self.cfg, self.record_states)
         return ModelOutput(self.generator(self.decoder_norm(out)), stats={"tgt": stats})
-
-    def _record(self, stats: ACTStats, active: torch.Tensor, n_edges: int, h: torch.Tensor) -> None:
-        stats.active_nodes.append(int(active.sum()))
-        stats.active_edges.append(n_edges)
-        if self.record_states:
-            stats.states.append(h.detach().clone())
 
     def forward(self, batch: GraphBatch, full_output: bool = False):
         """(N_tgt, tgt_vocab) log-probabilities; with ``full_output`` a `ModelOutput` that
@@ -140,6 +162,19 @@ class UniversalTransformer(nn.Module):
         tgt_stats = out.stats["tgt"]
         aux_loss = self.cfg.ponder_weight * (src_stats.ponder_cost + tgt_stats.ponder_cost)
         return ModelOutput(out.log_probs, aux_loss, {"src": src_stats, "tgt": tgt_stats})
+
+
+# Before UniversalEncoder (graphformer's first release) the encoder's parts were the model's own.
+FLAT_ENCODER_NAMES = {"encoder_layer.": "encoder.layer.", "encoder_halt.": "encoder.halt.",
+                      "encoder_norm.": "encoder.norm."}
+
+
+def _rename_flat_encoder_keys(state_dict: dict, prefix: str, *_) -> None:
+    """Load hook: weights saved under the first release's names load into `UniversalEncoder`."""
+    for key in list(state_dict):
+        for old, new in FLAT_ENCODER_NAMES.items():
+            if key.startswith(prefix + old):
+                state_dict[prefix + new + key[len(prefix + old):]] = state_dict.pop(key)
 
 
 def _keep_latest(cache: dict, active: torch.Tensor):

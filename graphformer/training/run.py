@@ -9,6 +9,7 @@ from graphformer.data.tasks import classification_tasks, get_task
 from graphformer.data.corpus import Split, build_vocabs, read_split
 from graphformer.errors import ConfigError, UserError
 from graphformer.model import ModelConfig
+from graphformer.model.config import CLASSIFIERS
 from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint
 from graphformer.training.config import TrainConfig
@@ -37,7 +38,7 @@ def check_model_fits_task(model_cfg: ModelConfig, task_name: str) -> None:
                           "or choose model transformer or universal")
     if task.classification and not model_cfg.classifies:
         raise ConfigError("model", f"{model_cfg.model!r} generates sequences and task {task_name!r} is "
-                          "classification (one label per sample); choose model encoder")
+                          f"classification (one label per sample); choose model {' or '.join(CLASSIFIERS)}")
 
 
 def check_labels(splits: dict[str, Split]) -> None:
