@@ -12,7 +12,7 @@ from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.model import make_model
 from graphformer.training import checkpoint
-from graphformer.vocab import EOS, PAD, SOS
+from graphformer.vocab import EOS, SOS
 from helpers import TINY_MODEL, read_jsonl, small_recall_data
 from reference import pad, pattern_mask
 

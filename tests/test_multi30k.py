@@ -1,7 +1,11 @@
 """Multi30k: download with checksums (from a local HTTP server), tokenization, BLEU, training."""
 import functools
 import http.server
+import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,7 +18,8 @@ from graphformer.errors import UserError
 from graphformer.training.bleu import bleu_scores
 from helpers import TINY_MODEL, read_jsonl
 
-MIRROR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "multi30k"
+ROOT = Path(__file__).resolve().parent.parent
+MIRROR = ROOT.parent / "shared" / "data" / "multi30k"
 pytestmark = pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the Multi30k mirror in ../shared/data/multi30k")
 
 
@@ -106,17 +111,25 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     assert main(["translate", str(run), "--input", str(tmp_path / "in.txt")]) == 0
     out = capsys.readouterr().out.split("\n")
     assert len(out) == 4 and out[1] == ""
-    import json
     assert main(["evaluate", str(run), "--split", "test", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 1000 and {"bleu", "bleu_tokenized", "bleu_signature"} <= set(scores)
     assert 0.0 <= scores["bleu"] <= 100.0
+    # the recipe's tuning step: every candidate scored on val, the best one printed as flags
+    env = {**os.environ, "BIN": str(Path(sys.executable).parent), "CHECKPOINTS": "best last", "BEAMS": "2",
+           "ALPHAS": "0.0 2.0"}
+    tuned = subprocess.run(["bash", str(ROOT / "examples" / "multi30k" / "tune.sh"), str(run)], env=env,
+                           capture_output=True, text=True, timeout=900)
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    *rows, winner = tuned.stdout.splitlines()
+    rows = [json.loads(row) for row in rows]
+    assert [(r["checkpoint"], r["alpha"]) for r in rows] == [("best", 0.0), ("best", 2.0), ("last", 0.0), ("last", 2.0)]
+    best = max(rows, key=lambda r: r["valid_bleu_tokenized"])  # the first of equals, as the script keeps
+    assert winner.startswith(f"best on valid: --checkpoint {best['checkpoint']} --beam 2 --alpha {best['alpha']} ")
 
 
 @pytest.mark.slow
 def test_subword_vocabulary_learned_on_training_text(tmp_path, capsys, monkeypatch):
-    import json
-
     from graphformer.data.subwords import SubwordPipeline
 
     monkeypatch.setenv("GRAPHFORMER_CACHE", str(tmp_path / "cache"))

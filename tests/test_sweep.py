@@ -23,6 +23,10 @@ def test_sweep_tabulates_every_pattern(tmp_path):
     n = 17  # 16 tokens and </s>
     assert rows["full"]["edges_per_query"] == n
     assert rows["narrow"]["edges_per_query"] == pytest.approx((n + 2 * (n - 1)) / n)  # itself and 2 neighbours
+    # one layer of window:1: the query meets the 2 tokens before it, of 15; chance elsewhere (10 values)
+    assert rows["narrow"]["reach"] == pytest.approx(2 / 15, abs=1e-6)
+    assert rows["narrow"]["accuracy_bound"] == pytest.approx(2 / 15 + 13 / 15 / 10, abs=1e-6)
+    assert rows["full"]["reach"] == rows["full"]["accuracy_bound"] == 1.0
     for row in rows.values():
         assert row["steps"] == 4 and 0.0 <= row["accuracy"] <= 1.0
         assert row["seconds_per_step"] > 0 and row["peak_rss_bytes"] > result["baseline_rss_bytes"]

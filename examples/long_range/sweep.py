@@ -1,5 +1,5 @@
 """Train the encoder classifier with each attention pattern on one long-range task, same budget and
-seed, and tabulate accuracy, seconds per step, peak memory and edges per query.
+seed, and tabulate accuracy, seconds per step, memory, edges per query and reach.
 
     python examples/long_range/sweep.py --task recall --length 1024 --steps 300 \
         --patterns full,window:64,window:64+global:1 --out runs/sweep/recall-1024
@@ -16,7 +16,10 @@ stopped). Every pattern trains in its own process:
 * step memory: what one training step (forward, loss, backward on one batch) adds above the
   resident set just before it (``step_memory.py``, a fresh process per pattern): the memory that
   grows with the pattern's edges, without the fixed floor the peak memory carries;
-* edges per query: the encoder graph's edges divided by its nodes, for one sample of the length.
+* edges per query: the encoder graph's edges divided by its nodes, for one sample of the length;
+* reach: the share of the context whose information can meet the last token's (recall's query)
+  in one node within the model's layers (`graphformer.graphs.reach`), and for recall the accuracy
+  bound that follows, reach + (1 - reach) / values: what no training budget can beat.
 
 Mean pooling (``--pooling mean``, the default here) keeps purely local patterns local; with
 ``--pooling cls`` every pattern gains a global ``<cls>`` node and with it long reach.
@@ -91,8 +94,27 @@ def edges_per_query(spec: str, length: int, pooling: str) -> float:
     from graphformer.graphs.pool import ENC
 
     pool = GraphPool(spec, targets=False, cls_node=pooling == "cls")
-    graph = pool.graph(length + 1, 0)  # the tokens and </s>
+    graph = pool.graph(pool.source_positions(length), 0)  # the tokens, </s> (and <cls>)
     return graph.num_edges(ENC) / graph.num_nodes("src")
+
+
+def reach(spec: str, length: int, pooling: str, run: Path) -> float:
+    """Share of the context that can meet the last token (recall's query) in one node within the
+    run's layers (`graphformer.graphs.reach`)."""
+    from graphformer.graphs import GraphPool
+    from graphformer.graphs.reach import meeting_share
+
+    model = json.loads((run / "config.json").read_text())["model"]
+    layers = model["max_depth"] if model["model"] == "universal-encoder" else model["layers"]
+    return meeting_share(GraphPool(spec, targets=False, cls_node=pooling == "cls"), length, layers)
+
+
+def accuracy_bound(task: str, share: float) -> float | None:
+    """Recall: the best accuracy a model can reach when only ``share`` of the values can meet the
+    query (elsewhere it guesses among the values); None for other tasks."""
+    from graphformer.data import recall
+
+    return share + (1 - share) / recall.DEFAULT_NUM_VALUES if task == "recall" else None
 
 
 def train_one(name: str, spec: str, args, data: Path) -> dict:
@@ -116,7 +138,9 @@ def train_one(name: str, spec: str, args, data: Path) -> dict:
     return {"name": name, "pattern": spec, "accuracy": scores["exact_match"], "steps": len(steps),
             "seconds_per_step": statistics.median(timed), "peak_rss_bytes": peak,
             "step_bytes": step_memory(run, args),
-            "edges_per_query": edges_per_query(spec, args.length, args.pooling)}
+            "edges_per_query": edges_per_query(spec, args.length, args.pooling),
+            "reach": (share := reach(spec, args.length, args.pooling, run)),
+            "accuracy_bound": accuracy_bound(args.task, share)}
 
 
 def step_memory(run: Path, args) -> int:
@@ -140,11 +164,11 @@ def write_table(rows: list[dict], args, baseline: int) -> None:
     lines = [f"{args.task}, L = {args.length}, {args.steps} steps per pattern, pooling {args.pooling}; "
              f"memory above the {baseline / 2**20:.0f} MiB of a process that only imports torch and graphformer",
              "", "| pattern | spec | accuracy | s / step | vs full | peak memory (MiB) | vs full | step memory (MiB) "
-             "| vs full | edges / query |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| vs full | edges / query | reach | accuracy bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | | | |")
+            lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | | | | | |")
             continue
         memory = (r["peak_rss_bytes"] - baseline) / 2**20
         speed = f"{full['seconds_per_step'] / r['seconds_per_step']:.1f}x" if full else ""
@@ -152,7 +176,8 @@ def write_table(rows: list[dict], args, baseline: int) -> None:
         step_smaller = f"{full['step_bytes'] / max(r['step_bytes'], 1):.1f}x" if full else ""
         lines.append(f"| {r['name']} | `{r['pattern']}` | {r['accuracy']:.3f} | {r['seconds_per_step']:.3f} | {speed} "
                      f"| {memory:.0f} | {smaller} | {r['step_bytes'] / 2**20:.0f} | {step_smaller} "
-                     f"| {r['edges_per_query']:.1f} |")
+                     f"| {r['edges_per_query']:.1f} | {r['reach']:.3f} "
+                     f"| {'' if r['accuracy_bound'] is None else format(r['accuracy_bound'], '.3f')} |")
     (args.out / "sweep.md").write_text("\n".join(lines) + "\n")
 
 

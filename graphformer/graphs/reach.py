@@ -1,0 +1,55 @@
+r"""How far information travels through an attention pattern in a given number of layers.
+
+One attention layer moves information along the pattern's edges, and the residual connection
+keeps what a node already had, so node u's state after l layers can depend on node j's input
+exactly when a walk of at most l edges leads from j to u:
+
+    H_0 = I  (span nodes of a tree pattern also hear their tokens: their inputs are pooled from them)
+    H_l = [(I + A) H_{l-1} > 0]          A[u, v] = 1 for every edge v -> u of the encoder relation
+
+``H_l[u, j]`` says "after l layers, u has heard of j". An answer that joins two tokens, such as
+associative recall's (the query key and the value stored under it), can only be computed by a
+node that has heard of both; the readout reads node states one by one (the `<cls>` node's, or a
+mean, which adds the nodes' contributions without joining them). So if a share ``p`` of the
+possible positions of the queried value can meet the query in some node, no training makes the
+model more accurate than about ``p + (1 - p) / num_values``: elsewhere it can only guess.
+
+    >>> from graphformer.graphs import GraphPool
+    >>> meeting_share(GraphPool("window:4", targets=False), n_tokens=100, layers=2)   # 2 * 2 * 4 / 99
+    0.1616...
+"""
+from __future__ import annotations
+
+import torch
+
+from graphformer.graphs.pool import ENC, SPAN, SRC, GraphPool
+
+
+def meeting_share(pool: GraphPool, n_tokens: int, layers: int) -> float:
+    """Share of the tokens before the last one whose information can meet the last token's (the
+    recall query's) in some node after ``layers`` layers, for one sample of ``n_tokens`` tokens.
+
+    Rather than the whole (N, N) ``H_l``, two walks along the edge lists: forward from the query
+    to every node that has heard of it, then backward from those to every node they heard of.
+    """
+    graph = pool.graph(pool.source_positions(n_tokens), 0)
+    keys, queries = graph.edges(etype=ENC)
+    members, spans = graph.edges(etype=SPAN) if SPAN in graph.canonical_etypes else (keys[:0], keys[:0])
+    first = int(pool.cls_node)  # node of token 0
+    query = first + n_tokens - 1
+    hears_query = torch.zeros(graph.num_nodes(SRC), dtype=torch.bool)
+    hears_query[query] = True
+    hears_query[spans[members == query]] = True  # a span's input is pooled from its tokens
+    hears_query = _spread(hears_query, keys, queries, layers)
+    met = _spread(hears_query, queries, keys, layers)  # backwards: whom those nodes heard of
+    met[members[met[spans]]] = True
+    return float(met[first:query].float().mean())
+
+
+def _spread(nodes: torch.Tensor, senders: torch.Tensor, receivers: torch.Tensor, steps: int) -> torch.Tensor:
+    """(N,) bool: ``nodes`` and every node reached from them by at most ``steps`` edges sender -> receiver."""
+    for _ in range(steps):
+        grown = nodes.clone()
+        grown[receivers[nodes[senders]]] = True
+        nodes = grown
+    return nodes
