@@ -5,8 +5,9 @@ rounds, methods interleaved, so a busy machine slows them alike):
 
 * fixed: a model of the copy configuration (2 layers, d_model 128) decodes 32 sentences of 20
   source tokens to exactly 50 target tokens (</s> is suppressed until the length limit).
-* multi30k: the 1000 English sentences of test_2016_flickr (Moses-tokenized), decoded in batches
-  of 64 sentences sorted by length as ``translate`` does, by a model of the CPU recipe's size
+* multi30k: the 1000 English sentences of test_2016_flickr (Moses-tokenized), decoded in the
+  batches ``graphformer translate`` makes (`decoding_batches`: by source length, its default
+  token budget per batch), by a model of the CPU recipe's size
   (3 layers, d_model 256, d_ff 1024, the recipe's vocabulary sizes). Its weights are random, and
   a random model never chooses </s> by itself: </s> is suppressed until each sentence's length
   limit, set to its German reference's length (+1 for </s>), where search forces it. So every
@@ -39,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from graphformer import make_model
+from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
 from graphformer.decoding import IncrementalStepper, beam_search, greedy_search, translate_ids
 from graphformer.graphs import make_batch
 from graphformer.model.dense import to_torch_transformer
@@ -46,7 +48,6 @@ from graphformer.vocab import EOS, PAD, UNK, Vocab
 
 BEAMS = (1, 5)
 ALPHA = 0.6
-BATCH_SIZE = 64  # sentences per batch, as translate_ids
 MULTI30K_CONFIG = dict(layers=3, d_model=256, heads=4, d_ff=1024, dropout=0.0, tie="none")
 # Vocabulary sizes of the CPU recipe (Moses-tokenized Multi30k train, min count 2).
 RECIPE_SRC_VOCAB, RECIPE_TGT_VOCAB = 6_194, 8_055
@@ -84,7 +85,7 @@ class DenseCacheStepper:
 
     def step(self, tokens):
         t, d = self.t, self.model.cfg.d_model
-        x = self.model.tgt_embed(tokens, torch.full_like(tokens, t))[:, None]  # (hyps, 1, d)
+        x = self.model.tgt_embed.embed(tokens, torch.full_like(tokens, t))[:, None]  # (hyps, 1, d), unchecked
         for i, layer in enumerate(self.dense.decoder.layers):
             q, k, v = (self._heads(z) for z in F.linear(layer.norm1(x), layer.self_attn.in_proj_weight,
                                                         layer.self_attn.in_proj_bias).chunk(3, -1))
@@ -109,18 +110,13 @@ def search(stepper, limits, beam, drop_finished):
     return beam_search(stepper, limits, beam, ALPHA, drop_finished=drop_finished)
 
 
-def by_length(src: list[list[int]]) -> list[list[int]]:
-    """Sentence indices in batches of BATCH_SIZE, sorted by source length (as translate_ids)."""
-    order = sorted(range(len(src)), key=lambda i: len(src[i]))
-    return [order[i:i + BATCH_SIZE] for i in range(0, len(order), BATCH_SIZE)]
-
-
 @torch.no_grad()
 def decode_batches(model, src, limits, beam, stepper_of):
-    """Decode every batch; outputs in input order. ``stepper_of(chunk, idx, max_steps)``."""
+    """Decode every batch (as ``translate`` makes them); outputs in input order.
+    ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``."""
     out = [None] * len(src)
     device = next(model.parameters()).device
-    for idx in by_length(src):
+    for idx in decoding_batches([len(s) for s in src]):
         chunk = [src[i] for i in idx]
         lim = torch.tensor([limits[i] for i in idx], device=device)
         stepper, drop = stepper_of(chunk, beam, int(lim.max()))
@@ -234,7 +230,9 @@ def multi30k_setting(rounds: int, mirror: Path, sentences: int) -> list[dict]:
     dense = to_torch_transformer(model).eval()
     limits = [n + 1 for n in tgt_lengths]
     tokens = sum(limits)
-    padded = sum(len(idx) * max(limits[i] for i in idx) for idx in by_length(src))
+    batches = decoding_batches([len(s) for s in src])
+    padded = sum(len(idx) * max(limits[i] for i in idx) for idx in batches)
+    print(f"multi30k: {len(batches)} batches of {min(map(len, batches))}-{max(map(len, batches))} sentences")
     print(f"multi30k: a padded batch steps {padded / tokens:.2f}x the rows a graph decoder steps")
     rows = []
     for beam in BEAMS:  # the default backend only: the dgl one is timed in the fixed setting
@@ -268,8 +266,9 @@ def main():
                          f"--multi30k-sentences {args.multi30k_sentences}",
               "settings": {"fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target "
                                     "tokens each, one batch",
-                           "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches of "
-                                       f"{BATCH_SIZE} by length, CPU-recipe-sized random model, each output as "
+                           "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches as "
+                                       f"translate makes them ({DECODE_BATCH_TOKENS} source tokens, by "
+                                       "length), CPU-recipe-sized random model, each output as "
                                        "long as its German reference (+</s>)"},
               "rows": rows, "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
                                         "platform": platform.platform()},
