@@ -17,7 +17,8 @@ active nodes), or one row of keys per query (incremental decoding). A relation w
 one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
 A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
 keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
-and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place.
+and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place. A batch's
+relation of full attention on samples of one length is read as such tiles too (`uniform_tiles`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from graphformer.graphs.relation import Relation
+from graphformer.graphs.relation import Relation, Tiles
 
 
 class Segments:
@@ -120,10 +121,26 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[index].transpose(1, 2)
 
 
-def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
-    """Attention over a tiled relation: m queries per tile against the tile's block of keys, read
-    in place (strided views of the key and value tensors, nothing gathered)."""
-    tiles = relation.tiles
+def uniform_tiles(relation: Relation) -> Tiles | None:
+    """A batch relation as `Tiles` when every sample has n keys and m queries and each query
+    attends to all n keys of its sample (full attention on equal lengths: fixed-length tasks,
+    length-bucketed batches): nodes are numbered sample by sample, so sample b's keys are the
+    block [b * n, (b + 1) * n) and attention reads the blocks in place. None otherwise. Edges
+    are unique, so B * n * m of them are all the pairs. Decided once per relation."""
+    def build(r: Relation) -> Tiles | None:
+        keys, queries = r.key_counts, r.query_counts
+        if keys is None or queries is None or r.key_rows is not None or len(keys) == 0:
+            return None
+        n, m = int(keys[0]), int(queries[0])
+        if n == 0 or r.num_edges != len(keys) * n * m or bool((keys != n).any()) or bool((queries != m).any()):
+            return None
+        return Tiles(m, n, n, r.device)
+    return relation.layout("uniform tiles", build)
+
+
+def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):
+    """Attention over tiles: m queries per tile against the tile's block of keys, read in place
+    (strided views of the key and value tensors, nothing gathered)."""
     K = k.view(-1, tiles.width, *k.shape[1:])[:, :tiles.span]  # (B, span, H, D)
     V = v.view(-1, tiles.width, *v.shape[1:])[:, :tiles.span]
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -153,8 +170,9 @@ def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
 
 def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
-    if relation.tiles is not None:
-        return _attend_tiles(relation, q, k, v, return_weights)
+    tiles = relation.tiles or (None if return_weights else uniform_tiles(relation))
+    if tiles is not None:
+        return _attend_tiles(relation, tiles, q, k, v, return_weights)
     seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad

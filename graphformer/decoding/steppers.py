@@ -56,14 +56,19 @@ class IncrementalStepper:
 
     def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
                  pool: GraphPool | None = None):
+        if max_steps > model.tgt_embed.positions.max_len:  # checked once: the steps embed unchecked
+            raise ValueError(f"max_steps {max_steps} exceeds the positional table (max_len="
+                             f"{model.tgt_embed.positions.max_len}); decode fewer tokens")
         self.model = model
         self.pool = pool or model.make_pool()
         self.device = batch.src_tokens.device
         self.k = hyps_per_sentence
         self.src_lengths = batch.src_lengths.tolist()  # of the live sentences
         self.width = max(self.src_lengths)
-        memory = model.encode(batch)[_padded_slots(batch, self.width).flatten()]
-        self.memory_kv = model.memory_kv(memory)  # (B * width, heads, d_head) tensors
+        # Each layer's cross-attention keys and values, projected once per sentence from its real
+        # source nodes only, then laid out padded: (B * width, heads, d_head) tensors.
+        memory, slots = model.encode(batch), _padded_slots(batch, self.width).flatten()
+        self.memory_kv = _map_tensors(lambda x: x[slots], model.memory_kv(memory))
         self.num_hyps = batch.size * hyps_per_sentence
         cfg = model.cfg
         self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
