@@ -3,6 +3,7 @@
 Search (greedy or beam) sees only this interface::
 
     stepper.step(tokens)   feed each live hypothesis its newest token (L,), get (L, V) log-probs
+                           (a fresh tensor: search masks it in place)
     stepper.reorder(idx)   the live hypotheses become idx (L',): hypothesis h now continues
                            hypothesis idx[h]; a shorter idx drops the others (finished ones)
 
