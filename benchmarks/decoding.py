@@ -75,7 +75,9 @@ class DenseCacheStepper:
         for layer in dense.decoder.layers:
             w, b, d = layer.multihead_attn.in_proj_weight, layer.multihead_attn.in_proj_bias, model.cfg.d_model
             mk, mv = F.linear(memory, w[d:], b[d:]).chunk(2, -1)
-            self.memory_kv.append((self._heads(mk), self._heads(mv)))
+            # Laid out head-major once per batch, as dense libraries keep them: masked attention
+            # over strided views would copy them at every step.
+            self.memory_kv.append((self._heads(mk).contiguous(), self._heads(mv).contiguous()))
         hyps, d_head = len(memory), model.cfg.d_model // self.heads
         self.cache = memory.new_zeros(len(dense.decoder.layers), 2, hyps, self.heads, max_steps, d_head)
         self.t = 0
