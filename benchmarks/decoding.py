@@ -21,8 +21,9 @@ Methods, all running the same greedy / beam search code and required to produce 
 * graph recompute (fixed setting only, timed once: it is slow): the whole prefix rebuilt as a
   training batch at every step (the reference);
 * dense KV cache: the same weights in ``torch.nn.Transformer``, decoded on padded tensors with
-  the usual key/value cache (reordered by indexing, as dense libraries do) and PyTorch's
-  ``scaled_dot_product_attention``; a batch keeps its shape until its last sentence ends.
+  the usual key/value cache (reordered by indexing, as dense libraries do), the memory's keys and
+  values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
+  batch keeps its shape until its last sentence ends.
 
     python benchmarks/decoding.py [--rounds 5] [--multi30k-rounds 2] [--mirror DIR] [--out benchmarks/results]
 """
@@ -112,7 +113,7 @@ def search(stepper, limits, beam, drop_finished):
     return beam_search(stepper, limits, beam, ALPHA, drop_finished=drop_finished)
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as translate_ids
 def decode_batches(model, src, limits, beam, stepper_of):
     """Decode every batch (as ``translate`` makes them); outputs in input order.
     ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``."""
@@ -244,6 +245,7 @@ def multi30k_setting(rounds: int, mirror: Path, sentences: int) -> list[dict]:
         rows += rows_of("multi30k", beam, time_methods(methods, rounds, same_outputs()), len(src), tokens)
     for row in rows:  # the most that dropping finished rows alone can gain at equal cost per row
         row["padded_over_live_row_steps"] = padded / tokens
+        row["batch_sizes"] = [len(idx) for idx in batches]
     return rows
 
 

@@ -135,24 +135,30 @@ class IncrementalStepper:
         """Row h now continues row parents[h]. Only rows whose parent is another row are copied
         (search keeps survivors in place where it can), and rows past len(parents) are dropped."""
         rows = len(parents)
-        moved = (parents != torch.arange(rows, device=parents.device)).nonzero().squeeze(1)
+        moved = _moved(parents)
         if len(moved):
             self.cache[:, :, moved, :self.t] = self.cache[:, :, parents[moved], :self.t]
         if rows < self.num_hyps:  # whole sentences dropped: their memory too
             kept = parents[::self.k] // self.k
-            self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept), self.memory_kv)
+            moved = _moved(kept)
+            self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept, moved), self.memory_kv)
             self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
             self.cross = self._full_cross() if self.cross is not None else None
         self.num_hyps = rows
         self.tables = self._tables()
 
-    def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-        """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s], in place."""
-        blocks = x.view(-1, self.width, *x.shape[1:])
-        moved = (kept != torch.arange(len(kept), device=kept.device)).nonzero().squeeze(1)
+    def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+        """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s] (for the
+        ``moved`` sentences, whose kept[s] != s), in place."""
         if len(moved):
+            blocks = x.view(-1, self.width, *x.shape[1:])
             blocks[moved] = blocks[kept[moved]]
         return x[:len(kept) * self.width]
+
+
+def _moved(parents: torch.Tensor) -> torch.Tensor:
+    """The rows h whose parent is another row (parents[h] != h)."""
+    return (parents != torch.arange(len(parents), device=parents.device)).nonzero().squeeze(1)
 
 
 def _padded_slots(batch: GraphBatch, width: int) -> torch.Tensor:
