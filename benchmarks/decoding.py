@@ -5,8 +5,9 @@ rounds, methods interleaved, so a busy machine slows them alike):
 
 * fixed: a model of the copy configuration (2 layers, d_model 128) decodes 32 sentences of 20
   source tokens to exactly 50 target tokens (</s> is suppressed until the length limit).
-* multi30k: the 1000 English sentences of test_2016_flickr (Moses-tokenized), decoded in batches
-  of 64 sentences sorted by length as ``translate`` does, by a model of the CPU recipe's size
+* multi30k: the 1000 English sentences of test_2016_flickr (Moses-tokenized), decoded in the
+  batches ``graphformer translate`` makes (`decoding_batches`: by source length, its default
+  token budget per batch), by a model of the CPU recipe's size
   (3 layers, d_model 256, d_ff 1024, the recipe's vocabulary sizes). Its weights are random, and
   a random model never chooses </s> by itself: </s> is suppressed until each sentence's length
   limit, set to its German reference's length (+1 for </s>), where search forces it. So every
@@ -20,8 +21,9 @@ Methods, all running the same greedy / beam search code and required to produce 
 * graph recompute (fixed setting only, timed once: it is slow): the whole prefix rebuilt as a
   training batch at every step (the reference);
 * dense KV cache: the same weights in ``torch.nn.Transformer``, decoded on padded tensors with
-  the usual key/value cache (reordered by indexing, as dense libraries do) and PyTorch's
-  ``scaled_dot_product_attention``; a batch keeps its shape until its last sentence ends.
+  the usual key/value cache (reordered by indexing, as dense libraries do), the memory's keys and
+  values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
+  batch keeps its shape until its last sentence ends.
 
     python benchmarks/decoding.py [--rounds 5] [--multi30k-rounds 2] [--mirror DIR] [--out benchmarks/results]
 """
@@ -39,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from graphformer import make_model
+from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
 from graphformer.decoding import IncrementalStepper, beam_search, greedy_search, translate_ids
 from graphformer.graphs import make_batch
 from graphformer.model.dense import to_torch_transformer
@@ -46,7 +49,6 @@ from graphformer.vocab import EOS, PAD, UNK, Vocab
 
 BEAMS = (1, 5)
 ALPHA = 0.6
-BATCH_SIZE = 64  # sentences per batch, as translate_ids
 MULTI30K_CONFIG = dict(layers=3, d_model=256, heads=4, d_ff=1024, dropout=0.0, tie="none")
 # Vocabulary sizes of the CPU recipe (Moses-tokenized Multi30k train, min count 2).
 RECIPE_SRC_VOCAB, RECIPE_TGT_VOCAB = 6_194, 8_055
@@ -74,7 +76,9 @@ class DenseCacheStepper:
         for layer in dense.decoder.layers:
             w, b, d = layer.multihead_attn.in_proj_weight, layer.multihead_attn.in_proj_bias, model.cfg.d_model
             mk, mv = F.linear(memory, w[d:], b[d:]).chunk(2, -1)
-            self.memory_kv.append((self._heads(mk), self._heads(mv)))
+            # Laid out head-major once per batch, as dense libraries keep them: masked attention
+            # over strided views would copy them at every step.
+            self.memory_kv.append((self._heads(mk).contiguous(), self._heads(mv).contiguous()))
         hyps, d_head = len(memory), model.cfg.d_model // self.heads
         self.cache = memory.new_zeros(len(dense.decoder.layers), 2, hyps, self.heads, max_steps, d_head)
         self.t = 0
@@ -84,7 +88,7 @@ class DenseCacheStepper:
 
     def step(self, tokens):
         t, d = self.t, self.model.cfg.d_model
-        x = self.model.tgt_embed(tokens, torch.full_like(tokens, t))[:, None]  # (hyps, 1, d)
+        x = self.model.tgt_embed.embed(tokens, torch.full_like(tokens, t))[:, None]  # (hyps, 1, d), unchecked
         for i, layer in enumerate(self.dense.decoder.layers):
             q, k, v = (self._heads(z) for z in F.linear(layer.norm1(x), layer.self_attn.in_proj_weight,
                                                         layer.self_attn.in_proj_bias).chunk(3, -1))
@@ -109,18 +113,13 @@ def search(stepper, limits, beam, drop_finished):
     return beam_search(stepper, limits, beam, ALPHA, drop_finished=drop_finished)
 
 
-def by_length(src: list[list[int]]) -> list[list[int]]:
-    """Sentence indices in batches of BATCH_SIZE, sorted by source length (as translate_ids)."""
-    order = sorted(range(len(src)), key=lambda i: len(src[i]))
-    return [order[i:i + BATCH_SIZE] for i in range(0, len(order), BATCH_SIZE)]
-
-
-@torch.no_grad()
+@torch.inference_mode()  # as translate_ids
 def decode_batches(model, src, limits, beam, stepper_of):
-    """Decode every batch; outputs in input order. ``stepper_of(chunk, idx, max_steps)``."""
+    """Decode every batch (as ``translate`` makes them); outputs in input order.
+    ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``."""
     out = [None] * len(src)
     device = next(model.parameters()).device
-    for idx in by_length(src):
+    for idx in decoding_batches([len(s) for s in src]):
         chunk = [src[i] for i in idx]
         lim = torch.tensor([limits[i] for i in idx], device=device)
         stepper, drop = stepper_of(chunk, beam, int(lim.max()))
@@ -234,7 +233,9 @@ def multi30k_setting(rounds: int, mirror: Path, sentences: int) -> list[dict]:
     dense = to_torch_transformer(model).eval()
     limits = [n + 1 for n in tgt_lengths]
     tokens = sum(limits)
-    padded = sum(len(idx) * max(limits[i] for i in idx) for idx in by_length(src))
+    batches = decoding_batches([len(s) for s in src])
+    padded = sum(len(idx) * max(limits[i] for i in idx) for idx in batches)
+    print(f"multi30k: {len(batches)} batches of {min(map(len, batches))}-{max(map(len, batches))} sentences")
     print(f"multi30k: a padded batch steps {padded / tokens:.2f}x the rows a graph decoder steps")
     rows = []
     for beam in BEAMS:  # the default backend only: the dgl one is timed in the fixed setting
@@ -244,6 +245,7 @@ def multi30k_setting(rounds: int, mirror: Path, sentences: int) -> list[dict]:
         rows += rows_of("multi30k", beam, time_methods(methods, rounds, same_outputs()), len(src), tokens)
     for row in rows:  # the most that dropping finished rows alone can gain at equal cost per row
         row["padded_over_live_row_steps"] = padded / tokens
+        row["batch_sizes"] = [len(idx) for idx in batches]
     return rows
 
 
@@ -268,8 +270,9 @@ def main():
                          f"--multi30k-sentences {args.multi30k_sentences}",
               "settings": {"fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target "
                                     "tokens each, one batch",
-                           "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches of "
-                                       f"{BATCH_SIZE} by length, CPU-recipe-sized random model, each output as "
+                           "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches as "
+                                       f"translate makes them ({DECODE_BATCH_TOKENS} source tokens, by "
+                                       "length), CPU-recipe-sized random model, each output as "
                                        "long as its German reference (+</s>)"},
               "rows": rows, "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
                                         "platform": platform.platform()},

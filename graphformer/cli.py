@@ -310,7 +310,7 @@ def read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     from tqdm.auto import tqdm
 
-    from graphformer.data.batching import plan_batches
+    from graphformer.data.batching import decoding_batches
     from graphformer.decoding import translate_ids
     from graphformer.vocab import UNK
 
@@ -338,8 +338,7 @@ def cmd_translate(args) -> int:
     nonempty = [i for i, s in enumerate(src) if s]
     # Batches of similar lengths (no padding is ever computed, but a batch waits for its longest
     # sentence); the output keeps the input's order.
-    plan = plan_batches([len(src[i]) for i in nonempty], [0] * len(nonempty), batch_tokens=decoding.batch_tokens,
-                        shuffle=False)
+    plan = decoding_batches([len(src[i]) for i in nonempty], decoding.batch_tokens)
     tic, tokens = time.perf_counter(), 0
     with tqdm(total=len(nonempty), unit="sentence", disable=sys.stdout.isatty() or not nonempty,
               file=sys.stderr) as bar:

@@ -159,3 +159,51 @@ def test_decoding_with_the_padded_backend_equals_recompute():
     fast = translate_ids(model, src, beam=3, extra_len=4, incremental=True)
     assert [h.tokens for h in fast] == [h.tokens for h in reference]
     assert [h.score for h in fast] == pytest.approx([h.score for h in reference], abs=1e-9)
+
+
+def test_full_attention_on_equal_lengths_is_read_as_tiles():
+    """A batch whose samples share one length reads full attention in place (uniform tiles), with
+    the numbers of the edge-wise kernel; one shorter sample, or a causal pattern, keeps the
+    gathered layout."""
+    from graphformer.attention import BACKENDS
+    from graphformer.attention.padded import uniform_tiles
+    from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
+    gen = torch.Generator().manual_seed(7)
+    pool = GraphPool()
+    batch = make_batch(pool, [[4, 5, 6]] * 3, [[7, 8]] * 3)  # 4 source nodes, 3 target nodes each
+    for etype, keys, queries in ((ENC, 12, 12), (CROSS, 12, 9)):
+        relation = batch.relation(etype)
+        tiles = uniform_tiles(relation)
+        assert (tiles.queries, tiles.width, tiles.span) == (queries // 3, keys // 3, keys // 3)
+        q = torch.randn(queries, 2, 4, dtype=torch.float64, generator=gen)
+        k, v = (torch.randn(keys, 2, 4, dtype=torch.float64, generator=gen) for _ in range(2))
+        torch.testing.assert_close(BACKENDS["padded"](relation, q, k, v), BACKENDS["dgl"](relation, q, k, v),
+                                   atol=1e-12, rtol=0)
+    assert uniform_tiles(batch.relation(DEC)) is None  # causal: not every pair is an edge
+    uneven = make_batch(pool, [[4, 5, 6], [4, 5]], [[7], [7]])
+    assert uniform_tiles(uneven.relation(ENC)) is None
+
+
+def test_training_on_equal_lengths_gives_the_same_gradients_with_uniform_tiles():
+    """Encoder and cross-attention of a batch of one length run as tiles in place under
+    ``padded``: loss and gradients equal those of the edge-wise ``dgl`` kernels."""
+    from graphformer import make_model
+    from graphformer.attention.padded import uniform_tiles
+    from graphformer.graphs import CROSS, ENC, make_batch
+    from graphformer.vocab import EOS
+    model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0).double()
+    gen = torch.Generator().manual_seed(3)
+    src = torch.randint(4, 23, (5, 7), generator=gen).tolist()
+    tgt = torch.randint(4, 23, (5, 6), generator=gen).tolist()
+    results = []
+    for name in ("dgl", "padded"):
+        model.attention_backend = name
+        model.zero_grad()
+        batch = make_batch(model.make_pool(), src, tgt)
+        assert uniform_tiles(batch.relation(ENC)) is not None and uniform_tiles(batch.relation(CROSS)) is not None
+        out = model(batch)
+        out.gather(1, torch.tensor([t for y in tgt for t in (*y, EOS)])[:, None]).sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-10, rtol=0)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, atol=1e-9, rtol=0)

@@ -72,6 +72,30 @@ def test_translate_keeps_empty_lines_aligned(trained, tmp_path, capsys):
     assert out[0] and out[2] and set((out[0] + " " + out[2]).split()) <= vocabulary(trained)
 
 
+def test_translate_batches_as_decoding_batches(trained, tmp_path, capsys, monkeypatch):
+    """translate decodes in `decoding_batches` (the decoding benchmark's batches too), with the
+    default token budget unless --batch-tokens is given."""
+    import graphformer.decoding
+    from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
+    from graphformer.training.config import DecodeConfig
+
+    assert DecodeConfig().batch_tokens == DECODE_BATCH_TOKENS
+    lines = ["a " * n for n in (5, 1, 3, 7, 2, 6, 4)]  # distinct lengths name the lines
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    seen, translate_ids = [], graphformer.decoding.translate_ids
+
+    def spy(model, src, **kw):
+        seen.append([len(s) for s in src])
+        return translate_ids(model, src, **kw)
+    monkeypatch.setattr(graphformer.decoding, "translate_ids", spy)
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--batch-tokens", "12",
+                 "--beam", "1"]) == 0
+    lengths = [len(line.split()) for line in lines]
+    expected = [[lengths[i] for i in batch] for batch in decoding_batches(lengths, 12)]
+    assert seen == expected and len(expected) > 2
+    assert len(capsys.readouterr().out.splitlines()) == len(lines)
+
+
 def test_translate_from_stdin_in_a_real_process(trained):
     proc = subprocess.run([sys.executable, "-m", "graphformer", "translate", str(trained)],
                           input=b"a b\nc d e\n", capture_output=True, timeout=120)

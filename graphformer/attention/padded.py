@@ -17,7 +17,8 @@ active nodes), or one row of keys per query (incremental decoding). A relation w
 one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
 A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
 keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
-and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place.
+and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place. A batch's
+relation of full attention on samples of one length is read as such tiles too (`uniform_tiles`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from graphformer.graphs.relation import Relation
+from graphformer.graphs.relation import Relation, Tiles
 
 
 class Segments:
@@ -120,12 +121,35 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[index].transpose(1, 2)
 
 
-def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
-    """Attention over a tiled relation: m queries per tile against the tile's block of keys, read
-    in place (strided views of the key and value tensors, nothing gathered)."""
-    tiles = relation.tiles
-    K = k.view(-1, tiles.width, *k.shape[1:])[:, :tiles.span]  # (B, span, H, D)
-    V = v.view(-1, tiles.width, *v.shape[1:])[:, :tiles.span]
+def uniform_tiles(relation: Relation) -> Tiles | None:
+    """A batch relation as `Tiles` when every sample has n keys and m queries and each query
+    attends to all n keys of its sample (full attention on equal lengths: fixed-length tasks,
+    length-bucketed batches): nodes are numbered sample by sample, so sample b's keys are the
+    block [b * n, (b + 1) * n) and attention reads the blocks in place. None otherwise. Edges
+    are unique, so B * n * m of them are all the pairs. Decided once per relation."""
+    def build(r: Relation) -> Tiles | None:
+        keys, queries = r.key_counts, r.query_counts
+        if keys is None or queries is None or r.key_rows is not None or len(keys) == 0:
+            return None
+        n, m = int(keys[0]), int(queries[0])
+        if n == 0 or r.num_edges != len(keys) * n * m or bool((keys != n).any()) or bool((queries != m).any()):
+            return None
+        return Tiles(m, n, n, r.device)
+    return relation.layout("uniform tiles", build)
+
+
+def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
+    """(B, span, H, D) view of the node tensor x (N, H, D): tile b's keys are the nodes
+    b * width + j, j < span. One strided view (a decoding step makes four per layer)."""
+    node = x.stride(0)
+    return x.as_strided((len(x) // tiles.width, tiles.span, *x.shape[1:]), (tiles.width * node, *x.stride()),
+                        x.storage_offset())
+
+
+def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):
+    """Attention over tiles: m queries per tile against the tile's block of keys, read in place
+    (strided views of the key and value tensors, nothing gathered)."""
+    K, V = _blocks(k, tiles), _blocks(v, tiles)  # (B, span, H, D)
     scale = 1.0 / math.sqrt(q.shape[-1])
     if tiles.padding is not None and tiles.queries == 1 and not return_weights:
         # One query per tile of uneven length (greedy cross-attention): broadcast products read the
@@ -133,7 +157,7 @@ def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
         scores = (K * q[:, None]).sum(-1).mul_(scale).masked_fill_(tiles.padding.view(len(q), -1, 1),
                                                                    float("-inf"))
         return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
-    Q = q.reshape(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
+    Q = q.view(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
     if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
         return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
@@ -153,8 +177,9 @@ def _attend_tiles(relation: Relation, q, k, v, return_weights: bool):
 
 def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
-    if relation.tiles is not None:
-        return _attend_tiles(relation, q, k, v, return_weights)
+    tiles = relation.tiles or (None if return_weights else uniform_tiles(relation))
+    if tiles is not None:
+        return _attend_tiles(relation, tiles, q, k, v, return_weights)
     seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad

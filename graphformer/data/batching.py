@@ -11,6 +11,9 @@ from __future__ import annotations
 import random
 from typing import Optional, Sequence
 
+# Source tokens per decoding batch: how `translate` (and the decoding benchmark) batch sentences.
+DECODE_BATCH_TOKENS = 4000
+
 
 def plan_batches(
     src_lengths: Sequence[int],
@@ -46,6 +49,13 @@ def plan_batches(
     if shuffle:
         rng.shuffle(batches)
     return batches
+
+
+def decoding_batches(src_lengths: Sequence[int], batch_tokens: int = DECODE_BATCH_TOKENS) -> list[list[int]]:
+    """How `translate` batches sentences to decode: sorted by source length (no shuffling), each
+    batch at most ``batch_tokens`` source tokens (+1 per sentence for its `</s>`). No padding is
+    computed by graph decoding, but a batch steps until its longest output ends."""
+    return plan_batches(src_lengths, [0] * len(src_lengths), batch_tokens=batch_tokens, shuffle=False)
 
 
 def shard(plan: list[list[int]], rank: int, world: int) -> list[list[int]]:

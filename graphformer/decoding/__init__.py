@@ -14,7 +14,7 @@ def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int, extra: int
     return torch.clamp(src_lengths + extra, max=model_max_len)
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping per op: a decoding step runs hundreds of small ops
 def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6,
                   batch_size: int = 64, pool: GraphPool | None = None, extra_len: int = 50,
                   incremental: bool = True) -> list[Hypothesis]:

@@ -29,12 +29,18 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _mask_step(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor:
-    """Never emit <pad> or <s>; emit only </s> where the length limit is reached."""
-    log_probs = log_probs.clone()
-    log_probs[:, [PAD, SOS]] = float("-inf")
-    eos = log_probs[:, EOS].clone()
-    log_probs[at_limit] = float("-inf")
+def _never_specials_(log_probs: torch.Tensor) -> torch.Tensor:
+    """In place: never emit <pad> or <s> (search owns the stepper's fresh (L, V) output)."""
+    log_probs[:, PAD] = float("-inf")
+    log_probs[:, SOS] = float("-inf")
+    return log_probs
+
+
+def _mask_step_(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor:
+    """In place: never emit <pad> or <s>; emit only </s> where the (L,) ``at_limit`` says the
+    length limit is reached. A masked fill, not boolean indexing: no host sync."""
+    eos = _never_specials_(log_probs)[:, EOS].clone()
+    log_probs.masked_fill_(at_limit[:, None], float("-inf"))
     log_probs[:, EOS] = eos
     return log_probs
 
@@ -55,7 +61,11 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
     total = torch.zeros(num, dtype=torch.float64, device=device)
     history = torch.full((num, int(max_lengths.max())), EOS, dtype=torch.int64, device=device)
     for t in range(history.shape[1]):
-        best, nxt = _mask_step(stepper.step(tokens), t + 1 >= limits).max(1)
+        log_probs = _never_specials_(stepper.step(tokens))
+        best, nxt = log_probs.max(1)
+        # At its limit a hypothesis must end: </s> (no need to mask the other tokens first).
+        at_limit = t + 1 >= limits
+        best, nxt = torch.where(at_limit, log_probs[:, EOS], best), torch.where(at_limit, EOS, nxt)
         done = finished[live]  # rows still stepped after their </s> add nothing
         best, nxt = torch.where(done, 0.0, best), torch.where(done, EOS, nxt)
         history[live, t] = nxt
@@ -107,7 +117,7 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
         S = len(live)
         rows = torch.arange(S, device=device)[:, None]
         at_limit = (t + 1 >= max_lengths[live]).repeat_interleave(k)
-        step = _mask_step(stepper.step(tokens), at_limit).double()
+        step = _mask_step_(stepper.step(tokens), at_limit).double()
         V = step.shape[1]
         step = step.view(S, k, V)
         # Live hypotheses: extend by every token. Frozen ones: a single </s> continuation at no cost.

@@ -3,6 +3,7 @@
 Search (greedy or beam) sees only this interface::
 
     stepper.step(tokens)   feed each live hypothesis its newest token (L,), get (L, V) log-probs
+                           (a fresh tensor: search masks it in place)
     stepper.reorder(idx)   the live hypotheses become idx (L',): hypothesis h now continues
                            hypothesis idx[h]; a shorter idx drops the others (finished ones)
 
@@ -56,14 +57,19 @@ class IncrementalStepper:
 
     def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
                  pool: GraphPool | None = None):
+        if max_steps > model.tgt_embed.positions.max_len:  # checked once: the steps embed unchecked
+            raise ValueError(f"max_steps {max_steps} exceeds the positional table (max_len="
+                             f"{model.tgt_embed.positions.max_len}); decode fewer tokens")
         self.model = model
         self.pool = pool or model.make_pool()
         self.device = batch.src_tokens.device
         self.k = hyps_per_sentence
         self.src_lengths = batch.src_lengths.tolist()  # of the live sentences
         self.width = max(self.src_lengths)
-        memory = model.encode(batch)[_padded_slots(batch, self.width).flatten()]
-        self.memory_kv = model.memory_kv(memory)  # (B * width, heads, d_head) tensors
+        # Each layer's cross-attention keys and values, projected once per sentence from its real
+        # source nodes only, then laid out padded: (B * width, heads, d_head) tensors.
+        memory, slots = model.encode(batch), _padded_slots(batch, self.width).flatten()
+        self.memory_kv = _map_tensors(lambda x: x[slots], model.memory_kv(memory))
         self.num_hyps = batch.size * hyps_per_sentence
         cfg = model.cfg
         self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
@@ -129,24 +135,30 @@ class IncrementalStepper:
         """Row h now continues row parents[h]. Only rows whose parent is another row are copied
         (search keeps survivors in place where it can), and rows past len(parents) are dropped."""
         rows = len(parents)
-        moved = (parents != torch.arange(rows, device=parents.device)).nonzero().squeeze(1)
+        moved = _moved(parents)
         if len(moved):
             self.cache[:, :, moved, :self.t] = self.cache[:, :, parents[moved], :self.t]
         if rows < self.num_hyps:  # whole sentences dropped: their memory too
             kept = parents[::self.k] // self.k
-            self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept), self.memory_kv)
+            moved = _moved(kept)
+            self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept, moved), self.memory_kv)
             self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
             self.cross = self._full_cross() if self.cross is not None else None
         self.num_hyps = rows
         self.tables = self._tables()
 
-    def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-        """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s], in place."""
-        blocks = x.view(-1, self.width, *x.shape[1:])
-        moved = (kept != torch.arange(len(kept), device=kept.device)).nonzero().squeeze(1)
+    def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+        """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s] (for the
+        ``moved`` sentences, whose kept[s] != s), in place."""
         if len(moved):
+            blocks = x.view(-1, self.width, *x.shape[1:])
             blocks[moved] = blocks[kept[moved]]
         return x[:len(kept) * self.width]
+
+
+def _moved(parents: torch.Tensor) -> torch.Tensor:
+    """The rows h whose parent is another row (parents[h] != h)."""
+    return (parents != torch.arange(len(parents), device=parents.device)).nonzero().squeeze(1)
 
 
 def _padded_slots(batch: GraphBatch, width: int) -> torch.Tensor:

@@ -25,13 +25,16 @@ class TokenEmbedding(nn.Module):
         self.table = nn.Embedding(vocab_size, d_model)
         self.scale = math.sqrt(d_model)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def check(self, tokens: torch.Tensor) -> None:
+        """ValueError naming the first id outside the vocabulary (reads the ids on the host)."""
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.table.num_embeddings):
             bad = int(tokens.max()) if int(tokens.max()) >= self.table.num_embeddings else int(tokens.min())
             raise ValueError(
                 f"token id {bad} is outside the vocabulary (size {self.table.num_embeddings}); "
                 "encode inputs with the model's own vocabulary"
             )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.table(tokens) * self.scale
 
 
@@ -82,14 +85,25 @@ class Embedder(nn.Module):
         self.positions = positions
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def check(self, tokens: torch.Tensor, positions: torch.Tensor) -> None:
+        """ValueError unless every token id and position has a row in the tables. Reading them
+        waits for the device: done once per batch of given ids, never per decoding step."""
+        self.tokens.check(tokens)
         if positions.numel() and int(positions.max()) >= self.positions.max_len:
             raise ValueError(
                 f"sequence of length {int(positions.max()) + 1} is longer than the positional table "
                 f"(max_len={self.positions.max_len}); shorten it or build the model with a larger max_len"
             )
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.check(tokens, positions)
+        return self.embed(tokens, positions)
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``forward`` without the checks, for ids the caller made itself (search picks tokens
+        from the vocabulary, and a stepper checks its positions once)."""
         x = self.tokens(tokens) + self.positions(positions).to(self.tokens.table.weight.dtype)
-        return self.dropout(x)
+        return self.dropout(x) if self.training else x  # eval: dropout is the identity
 
 
 def embed_source(embedder: Embedder, batch) -> torch.Tensor:

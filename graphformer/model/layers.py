@@ -113,7 +113,7 @@ class DecoderLayer(nn.Module):
 
     def cross_post(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         x = self.cross_block.leave(x, self.cross_attn.out(o))
-        return self.ff_block(x, self.feed_forward)
+        return self.ff_block.leave(x, self.feed_forward(self.ff_block.enter(x)))
 
     def forward(self, self_relation, cross_relation, x: torch.Tensor, memory_kv,
                 backend: str = DEFAULT_BACKEND, remember=None) -> torch.Tensor:

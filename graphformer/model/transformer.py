@@ -101,14 +101,16 @@ class GraphTransformer(nn.Module):
                cross_relation: Relation, memory_kv: list, remember: Optional[Callable] = None) -> ModelOutput:
         """Log-probabilities (N, tgt_vocab) of the next token at N target nodes with these decoder
         input tokens and positions. ``remember(layer, k, v) -> (keys, values)`` stores each layer's
-        keys and values of these nodes and returns the ones to attend over (default: these)."""
-        x = self.tgt_embed(tokens, positions)
+        keys and values of these nodes and returns the ones to attend over (default: these).
+        The ids are not checked here (``forward`` checks a batch's; search makes its own)."""
+        x = self.tgt_embed.embed(tokens, positions)
         h = self.decoder(self_relation, cross_relation, x, memory_kv, self.attention_backend, remember)
         return ModelOutput(self.generator(h))
 
     def forward(self, batch: GraphBatch, full_output: bool = False):
         """(N_tgt, tgt_vocab) log-probabilities of the next token at every target node (a
         `ModelOutput` with ``full_output``)."""
+        self.tgt_embed.check(batch.tgt_tokens, batch.tgt_pos)
         out = self.decode(batch.tgt_tokens, batch.tgt_pos, batch.relation(DEC), batch.relation(CROSS),
                           self.memory_kv(self.encode(batch)))
         return out if full_output else out.log_probs

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
+from graphformer.data.batching import DECODE_BATCH_TOKENS
 from graphformer.data.tasks import TASKS, get_task
 from graphformer.errors import ConfigError
 
@@ -92,8 +93,8 @@ class DecodeConfig(DictConfig):
 
     beam: int = option(5, "beam size (1 = greedy)", range=AT_LEAST_1)
     alpha: float = option(0.6, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE)
-    batch_tokens: int = option(4000, "source tokens per decoding batch (sentences of similar length decode "
-                               "together)", range=AT_LEAST_1)
+    batch_tokens: int = option(DECODE_BATCH_TOKENS, "source tokens per decoding batch (sentences of similar "
+                               "length decode together)", range=AT_LEAST_1)
 
 
 def check_device_name(name: str) -> None:
