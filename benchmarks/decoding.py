@@ -12,6 +12,9 @@ rounds, methods interleaved, so a busy machine slows them alike):
   a random model never chooses </s> by itself: </s> is suppressed until each sentence's length
   limit, set to its German reference's length (+1 for </s>), where search forces it. So every
   output has the length of a real translation; what the model says is noise.
+  With ``--multi30k-run RUN_DIR`` the model is instead a trained run's (its best checkpoint, its
+  own tokenizer and vocabulary), and every sentence stops where search takes </s>, within
+  translate's limit (source length + 50): real translations, of the lengths they come out.
 
 Methods, all running the same greedy / beam search code and required to produce the same tokens:
 
@@ -25,7 +28,8 @@ Methods, all running the same greedy / beam search code and required to produce 
   values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
   batch keeps its shape until its last sentence ends.
 
-    python benchmarks/decoding.py [--rounds 5] [--multi30k-rounds 2] [--mirror DIR] [--out benchmarks/results]
+    python benchmarks/decoding.py [--rounds 5] [--multi30k-rounds 2] [--mirror DIR] [--multi30k-run RUN_DIR]
+                                  [--out benchmarks/results]
 """
 from __future__ import annotations
 
@@ -161,12 +165,15 @@ def time_methods(methods: dict, rounds: int, check) -> dict:
 
 
 def same_outputs():
+    """``check(name, hyps)``: every method must decode the tokens the first one did;
+    ``check.tokens()`` gives them."""
     first = {}
 
     def check(name, hyps):
         tokens = [h.tokens for h in hyps]
         first.setdefault("tokens", tokens)
         assert tokens == first["tokens"], f"{name} decoded different tokens"
+    check.tokens = lambda: first["tokens"]
     return check
 
 
@@ -217,12 +224,11 @@ def fixed_setting(rounds: int) -> list[dict]:
     return rows
 
 
-def multi30k_setting(rounds: int, mirror: Path, sentences: int) -> list[dict]:
-    from graphformer.data.multi30k import MosesPipeline, read_gz
-    en = read_gz(mirror / "test_2016_flickr.en.gz")[:sentences]
-    de = read_gz(mirror / "test_2016_flickr.de.gz")[:sentences]
+def random_length_forced_model(en: list[str], de: list[str]):
+    """(model, source ids, per-sentence limits): a CPU-recipe-sized random model that never picks
+    </s> before each sentence's limit, its German reference's length + 1."""
+    from graphformer.data.multi30k import MosesPipeline
     src_words = [MosesPipeline("en").tokenize(x) for x in en]
-    tgt_lengths = [len(MosesPipeline("de").tokenize(x)) for x in de]
     # The test sentences' own words, then unused ids up to the recipe's size (<unk> beyond it).
     words = Vocab.build(src_words)
     src = [[i if i < RECIPE_SRC_VOCAB else UNK for i in words.encode(s)] for s in src_words]
@@ -230,22 +236,43 @@ def multi30k_setting(rounds: int, mirror: Path, sentences: int) -> list[dict]:
     model = make_model(RECIPE_SRC_VOCAB, RECIPE_TGT_VOCAB, max_len=256, **MULTI30K_CONFIG).eval()
     with torch.no_grad():
         model.generator.proj.bias[EOS] = -1e4  # </s> only where search forces it (at the limit)
+    return model, src, [len(MosesPipeline("de").tokenize(x)) + 1 for x in de]
+
+
+def trained_model(run_dir: Path, en: list[str]):
+    """(model, source ids, per-sentence limits) of a trained run: translate's limits, natural stops."""
+    from graphformer.decoding import max_target_lengths
+    from graphformer.training.run import LoadedRun
+
+    run = LoadedRun(run_dir)
+    tokenize, _ = run.pipelines()
+    src = [run.src_vocab.encode(tokenize(x)) for x in en]
+    limits = max_target_lengths(torch.tensor([len(s) + 1 for s in src]), run.model.cfg.max_len).tolist()
+    return run.model.eval(), src, limits
+
+
+def multi30k_setting(rounds: int, mirror: Path, sentences: int, run_dir: Path | None = None) -> list[dict]:
+    from graphformer.data.multi30k import read_gz
+    en = read_gz(mirror / "test_2016_flickr.en.gz")[:sentences]
+    de = read_gz(mirror / "test_2016_flickr.de.gz")[:sentences]
+    model, src, limits = trained_model(run_dir, en) if run_dir else random_length_forced_model(en, de)
     dense = to_torch_transformer(model).eval()
-    limits = [n + 1 for n in tgt_lengths]
-    tokens = sum(limits)
     batches = decoding_batches([len(s) for s in src])
-    padded = sum(len(idx) * max(limits[i] for i in idx) for idx in batches)
     print(f"multi30k: {len(batches)} batches of {min(map(len, batches))}-{max(map(len, batches))} sentences")
-    print(f"multi30k: a padded batch steps {padded / tokens:.2f}x the rows a graph decoder steps")
     rows = []
     for beam in BEAMS:  # the default backend only: the dgl one is timed in the fixed setting
         methods = {"graph incremental (auto)": lambda: decode_batches(model, src, limits, beam,
                                                                       graph_stepper(model, "auto")),
                    "dense KV cache": lambda: decode_batches(model, src, limits, beam, dense_stepper(model, dense))}
-        rows += rows_of("multi30k", beam, time_methods(methods, rounds, same_outputs()), len(src), tokens)
-    for row in rows:  # the most that dropping finished rows alone can gain at equal cost per row
-        row["padded_over_live_row_steps"] = padded / tokens
-        row["batch_sizes"] = [len(idx) for idx in batches]
+        check = same_outputs()
+        seconds = time_methods(methods, rounds, check)
+        lengths = [len(tokens) + 1 for tokens in check.tokens()]  # each output and its </s>
+        padded = sum(len(idx) * max(lengths[i] for i in idx) for idx in batches)
+        print(f"multi30k beam {beam}: a padded batch steps {padded / sum(lengths):.2f}x the rows a graph decoder steps")
+        for row in rows_of("multi30k", beam, seconds, len(src), sum(lengths)):
+            # the most that dropping finished rows alone can gain at equal cost per row
+            rows.append({**row, "padded_over_live_row_steps": padded / sum(lengths),
+                         "batch_sizes": [len(idx) for idx in batches]})
     return rows
 
 
@@ -255,25 +282,31 @@ def main():
     parser.add_argument("--multi30k-rounds", type=int, default=2, help="timed rounds in the multi30k setting")
     parser.add_argument("--mirror", default="../shared/data/multi30k", help="Multi30k raw files")
     parser.add_argument("--multi30k-sentences", type=int, default=1000)
+    parser.add_argument("--multi30k-run", type=Path, metavar="RUN_DIR",
+                        help="decode with this trained Multi30k run's best model (natural stops) instead of a "
+                             "random, length-forced one")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     rows = fixed_setting(args.rounds)
     mirror = Path(args.mirror)
     if (mirror / "test_2016_flickr.en.gz").is_file():
-        rows += multi30k_setting(args.multi30k_rounds, mirror, args.multi30k_sentences)
+        rows += multi30k_setting(args.multi30k_rounds, mirror, args.multi30k_sentences, args.multi30k_run)
     else:
         print(f"no Multi30k files in {mirror}: skipping the multi30k setting (pass --mirror DIR)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"command": f"python benchmarks/decoding.py --rounds {args.rounds} --multi30k-rounds "
                          f"{args.multi30k_rounds} --mirror {args.mirror} "
-                         f"--multi30k-sentences {args.multi30k_sentences}",
+                         f"--multi30k-sentences {args.multi30k_sentences}"
+                         + (f" --multi30k-run {args.multi30k_run}" if args.multi30k_run else ""),
               "settings": {"fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target "
                                     "tokens each, one batch",
                            "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches as "
                                        f"translate makes them ({DECODE_BATCH_TOKENS} source tokens, by "
-                                       "length), CPU-recipe-sized random model, each output as "
-                                       "long as its German reference (+</s>)"},
+                                       "length), "
+                                       + ("the trained run's best model, natural stops" if args.multi30k_run else
+                                          "CPU-recipe-sized random model, each output as long as its German "
+                                          "reference (+</s>)")},
               "rows": rows, "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
                                         "platform": platform.platform()},
               "versions": {"torch": torch.__version__, "python": platform.python_version()}}

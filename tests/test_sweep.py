@@ -43,8 +43,10 @@ STEP_MEMORY = SWEEP.with_name("step_memory.py")
 
 
 def test_step_memory_grows_with_the_patterns_edges(tmp_path):
-    """Full attention over 1024 tokens holds (heads x L x L) scores per layer; a window of one
-    holds 3 per token: the full pattern's training step must need several times the memory."""
+    """With the edge-wise backend, full attention over 1024 tokens holds (heads x L x L) scores per
+    layer; a window of one holds 3 per token: the full pattern's step must need several times the
+    memory. (PyTorch's fused attention, which `padded` uses for full attention on equal lengths,
+    holds no scores at all: the measure must not count on the backend.)"""
     from graphformer.model.config import ModelConfig
     from graphformer.training.config import TrainConfig
     from graphformer.training.run_dir import RunDir
@@ -55,7 +57,7 @@ def test_step_memory_grows_with_the_patterns_edges(tmp_path):
         run.create()
         run.write_config(ModelConfig(src_vocab=40, tgt_vocab=14, model="encoder", pooling="mean", layers=1,
                                      d_model=32, heads=4, d_ff=64, max_len=1100, enc_attention=spec),
-                         TrainConfig(task="recall", threads=1))
+                         TrainConfig(task="recall", threads=1, attention_backend="dgl"))
         proc = subprocess.run([sys.executable, str(STEP_MEMORY), str(run.path), "--length", "1024",
                                "--batch-tokens", "2048"], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
