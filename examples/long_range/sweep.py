@@ -117,26 +117,31 @@ def accuracy_bound(task: str, share: float) -> float | None:
     return share + (1 - share) / recall.DEFAULT_NUM_VALUES if task == "recall" else None
 
 
-def train_one(name: str, spec: str, args, data: Path) -> dict:
+def train_one(name: str, spec: str, args, data: Path) -> str | None:
+    """Train one pattern's run (unless it is there) and record its peak memory; an error or None."""
     run = args.out / "runs" / name
-    graphformer = [sys.executable, "-m", "graphformer"]
-    peak = None
-    if not (run / "checkpoint_last.pt").is_file():
-        status, peak = run_measured([
-            *graphformer, "train", "--task", args.task, "--data-dir", str(data), "--out", str(run), "--quiet",
-            "--model", "encoder", "--pooling", args.pooling, "--enc-attention", spec,
-            "--max-len", str(args.length + 2), "--batch-tokens", str(args.batch_tokens), "--epochs", "1000",
-            "--max-steps", str(args.steps), "--seed", str(args.seed), *shlex.split(args.train_options)])
-        if status != 0:
-            return {"name": name, "pattern": spec, "error": f"training exited with status {status}"}
-        (run / "peak_rss_bytes").write_text(str(peak))
-    peak = int((run / "peak_rss_bytes").read_text()) if (run / "peak_rss_bytes").is_file() else peak
-    scores = json.loads(subprocess.run([*graphformer, "evaluate", str(run), "--split", "test", "--beam", "1",
-                                        "--json"], capture_output=True, text=True, check=True).stdout)
+    if (run / "checkpoint_last.pt").is_file():
+        return None
+    status, peak = run_measured([
+        sys.executable, "-m", "graphformer", "train", "--task", args.task, "--data-dir", str(data), "--out", str(run),
+        "--quiet", "--model", "encoder", "--pooling", args.pooling, "--enc-attention", spec,
+        "--max-len", str(args.length + 2), "--batch-tokens", str(args.batch_tokens), "--epochs", "1000",
+        "--max-steps", str(args.steps), "--seed", str(args.seed), *shlex.split(args.train_options)])
+    if status != 0:
+        return f"training exited with status {status}"
+    (run / "peak_rss_bytes").write_text(str(peak))
+    return None
+
+
+def measure_one(name: str, spec: str, args) -> dict:
+    """A trained pattern's row: test accuracy, step time, memory, edges per query and reach."""
+    run = args.out / "runs" / name
+    scores = json.loads(subprocess.run([sys.executable, "-m", "graphformer", "evaluate", str(run), "--split", "test",
+                                        "--beam", "1", "--json"], capture_output=True, text=True, check=True).stdout)
     steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
     timed = [s["seconds"] for s in steps[min(5, len(steps) - 1):]]
     return {"name": name, "pattern": spec, "accuracy": scores["exact_match"], "steps": len(steps),
-            "seconds_per_step": statistics.median(timed), "peak_rss_bytes": peak,
+            "seconds_per_step": statistics.median(timed), "peak_rss_bytes": int((run / "peak_rss_bytes").read_text()),
             "step_bytes": step_memory(run, args),
             "edges_per_query": edges_per_query(spec, args.length, args.pooling),
             "reach": (share := reach(spec, args.length, args.pooling, run)),
@@ -210,10 +215,16 @@ def main(argv=None) -> int:
     sizes = dict(zip(("train", "valid", "test"), map(int, args.sizes.split(","))))
     data = make_data(args.task, args.length, sizes, args.seed, args.out / "data")
     baseline = baseline_rss()
-    rows = []
+    # Every run trains before this process imports torch or builds a graph: a child's peak resident
+    # set counts the parent's at the fork (Linux keeps it across exec).
+    errors = {}
     for name, spec in specs.items():
         print(f"{name}: {spec}", flush=True)
-        rows.append(train_one(name, spec, args, data))
+        errors[name] = train_one(name, spec, args, data)
+    rows = []
+    for name, spec in specs.items():
+        rows.append({"name": name, "pattern": spec, "error": errors[name]} if errors[name] else
+                    measure_one(name, spec, args))
         print(f"  {rows[-1]}", flush=True)
     (args.out / "sweep.json").write_text(json.dumps({"task": args.task, "length": args.length, "steps": args.steps,
                                                      "pooling": args.pooling, "baseline_rss_bytes": baseline,
