@@ -27,3 +27,25 @@ def small_recall_data(path, seed=1):
 def read_jsonl(path):
     import json
     return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+
+
+def train_straight_and_interrupted(root, common, stop_at=7):
+    """Train the ``common`` options once straight through (``root/straight``) and once stopped
+    after ``stop_at`` steps, then resumed to the end (``root/stopped``); returns both run folders."""
+    from graphformer.cli import main
+
+    straight, stopped = root / "straight", root / "stopped"
+    assert main(["train", *common, "--out", str(straight)]) == 0
+    assert main(["train", *common, "--out", str(stopped), "--max-steps", str(stop_at)]) == 0
+    assert read_jsonl(stopped / "steps.jsonl")[-1]["step"] == stop_at
+    assert main(["train", "--out", str(stopped), "--resume", "--max-steps", "1000", "--quiet"]) == 0
+    return straight, stopped
+
+
+def assert_same_last_weights(run_a, run_b):
+    """The two runs' last checkpoints hold bit-identical weights."""
+    from graphformer.training import checkpoint
+
+    a = checkpoint.load(run_a / checkpoint.LAST)["model"]
+    b = checkpoint.load(run_b / checkpoint.LAST)["model"]
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)

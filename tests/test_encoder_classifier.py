@@ -13,7 +13,7 @@ from graphformer.graphs import make_batch
 from graphformer.model import make_model
 from graphformer.training import checkpoint
 from graphformer.vocab import EOS, SOS
-from helpers import TINY_MODEL, read_jsonl, small_recall_data
+from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_recall_data, train_straight_and_interrupted
 from reference import pad, pattern_mask
 
 TINY = dict(layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0)
@@ -253,17 +253,13 @@ def test_resume_of_an_encoder_run_continues_exactly(tmp_path):
     data = small_recall_data(tmp_path / "data")
     common = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--pooling", "mean",
               "--epochs", "2", "--batch-size", "16", "--dropout", "0.1", *TINY_MODEL]
-    train([*common, "--out", str(tmp_path / "straight")])
-    train([*common, "--out", str(tmp_path / "stopped"), "--max-steps", "7"])
-    train(["--out", str(tmp_path / "stopped"), "--resume", "--max-steps", "1000", "--quiet"])
-    straight = read_jsonl(tmp_path / "straight" / "steps.jsonl")
-    resumed = read_jsonl(tmp_path / "stopped" / "steps.jsonl")
+    straight_run, stopped_run = train_straight_and_interrupted(tmp_path, common)
+    straight = read_jsonl(straight_run / "steps.jsonl")
+    resumed = read_jsonl(stopped_run / "steps.jsonl")
     assert len(straight) == len(resumed) == 20
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
     assert [r["tokens"] for r in straight[:3]] == [16, 16, 16]  # the loss is per sample: one label each
-    a = checkpoint.load(tmp_path / "straight" / checkpoint.LAST)["model"]
-    b = checkpoint.load(tmp_path / "stopped" / checkpoint.LAST)["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_last_weights(straight_run, stopped_run)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -337,13 +333,12 @@ def test_a_universal_encoder_run_trains_resumes_exactly_and_reports_its_ponderin
     data = small_recall_data(tmp_path / "data")
     common = ["--task", "recall", "--data-dir", str(data), "--model", "universal-encoder", "--max-depth", "3",
               "--enc-attention", "window:2", "--epochs", "2", "--batch-size", "16", *TINY_MODEL]
-    train([*common, "--out", str(tmp_path / "straight")])
-    train([*common, "--out", str(tmp_path / "stopped"), "--max-steps", "7"])
-    train(["--out", str(tmp_path / "stopped"), "--resume", "--max-steps", "1000", "--quiet"])
-    straight = read_jsonl(tmp_path / "straight" / "steps.jsonl")
-    assert [r["loss"] for r in read_jsonl(tmp_path / "stopped" / "steps.jsonl")] == [r["loss"] for r in straight]
-    metrics = read_jsonl(tmp_path / "straight" / "metrics.jsonl")[-1]
+    straight_run, stopped_run = train_straight_and_interrupted(tmp_path, common)
+    straight = read_jsonl(straight_run / "steps.jsonl")
+    assert [r["loss"] for r in read_jsonl(stopped_run / "steps.jsonl")] == [r["loss"] for r in straight]
+    assert_same_last_weights(straight_run, stopped_run)
+    metrics = read_jsonl(straight_run / "metrics.jsonl")[-1]
     assert 1.0 <= metrics["valid_src_mean_ponder"] <= 3.0 and metrics["valid_src_step_fraction"][0] == 1.0
     capsys.readouterr()
-    assert main(["evaluate", str(tmp_path / "straight"), "--json"]) == 0
+    assert main(["evaluate", str(straight_run), "--json"]) == 0
     assert 0.0 <= json.loads(capsys.readouterr().out)["accuracy"] <= 1.0

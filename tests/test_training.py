@@ -9,7 +9,7 @@ from graphformer.training import checkpoint
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.schedule import make_optimizer, noam_rate
 from graphformer.vocab import PAD
-from helpers import TINY_MODEL, read_jsonl, small_copy_data
+from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data, train_straight_and_interrupted
 
 
 def test_label_smoothing_matches_its_definition():
@@ -67,19 +67,14 @@ def test_resume_continues_exactly(tmp_path):
     data = small_copy_data(tmp_path / "data")
     common = ["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16",
               "--dropout", "0.1", *TINY_MODEL]
-    train([*common, "--out", str(tmp_path / "straight")])
-    train([*common, "--out", str(tmp_path / "stopped"), "--max-steps", "7"])
-    assert read_jsonl(tmp_path / "stopped" / "steps.jsonl")[-1]["step"] == 7
-    train(["--out", str(tmp_path / "stopped"), "--resume", "--max-steps", "1000", "--quiet"])
+    straight_run, stopped_run = train_straight_and_interrupted(tmp_path, common)
 
-    straight = read_jsonl(tmp_path / "straight" / "steps.jsonl")
-    resumed = read_jsonl(tmp_path / "stopped" / "steps.jsonl")
+    straight = read_jsonl(straight_run / "steps.jsonl")
+    resumed = read_jsonl(stopped_run / "steps.jsonl")
     assert len(straight) == len(resumed) == 30
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
-    assert read_jsonl(tmp_path / "stopped" / "metrics.jsonl") == read_jsonl(tmp_path / "straight" / "metrics.jsonl")
-    a = checkpoint.load(tmp_path / "straight" / checkpoint.LAST)["model"]
-    b = checkpoint.load(tmp_path / "stopped" / checkpoint.LAST)["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert read_jsonl(stopped_run / "metrics.jsonl") == read_jsonl(straight_run / "metrics.jsonl")
+    assert_same_last_weights(straight_run, stopped_run)
 
 
 def test_training_lowers_the_validation_loss_and_keeps_best(tmp_path):
