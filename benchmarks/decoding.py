@@ -247,7 +247,8 @@ def trained_model(run_dir: Path, en: list[str]):
     run = LoadedRun(run_dir)
     tokenize, _ = run.pipelines()
     src = [run.src_vocab.encode(tokenize(x)) for x in en]
-    limits = max_target_lengths(torch.tensor([len(s) + 1 for s in src]), run.model.cfg.max_len).tolist()
+    positions = run.model.make_pool().source_positions  # a source's tokens and </s>, as a batch counts them
+    limits = max_target_lengths(torch.tensor([positions(len(s)) for s in src]), run.model.cfg.max_len).tolist()
     return run.model.eval(), src, limits
 
 

@@ -103,8 +103,9 @@ def reach(spec: str, length: int, pooling: str, run: Path) -> float:
     run's layers (`graphformer.graphs.reach`)."""
     from graphformer.graphs import GraphPool
     from graphformer.graphs.reach import meeting_share
+    from graphformer.training.run_dir import RunDir
 
-    model = json.loads((run / "config.json").read_text())["model"]
+    model, _ = RunDir(run).read_config()
     layers = model["max_depth"] if model["model"] == "universal-encoder" else model["layers"]
     return meeting_share(GraphPool(spec, targets=False, cls_node=pooling == "cls"), length, layers)
 
