@@ -28,8 +28,13 @@ Methods, all running the same greedy / beam search code and required to produce 
   values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
   batch keeps its shape until its last sentence ends.
 
+With ``--batch-budgets 1000,2000,4000,8000`` the Multi30k greedy setting is also timed at those
+source-token budgets per batch, and each decoder is compared at its own best: a padded decoder
+pays for the spread of output lengths, which grows with the batch, while one that drops finished
+rows mostly gains from larger batches.
+
     python benchmarks/decoding.py [--rounds 5] [--multi30k-rounds 2] [--mirror DIR] [--multi30k-run RUN_DIR]
-                                  [--out benchmarks/results]
+                                  [--batch-budgets N,N,...] [--out benchmarks/results]
 """
 from __future__ import annotations
 
@@ -118,12 +123,12 @@ def search(stepper, limits, beam, drop_finished):
 
 
 @torch.inference_mode()  # as translate_ids
-def decode_batches(model, src, limits, beam, stepper_of):
-    """Decode every batch (as ``translate`` makes them); outputs in input order.
-    ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``."""
+def decode_batches(model, src, limits, beam, stepper_of, batch_tokens=DECODE_BATCH_TOKENS):
+    """Decode every batch (as ``translate`` makes them, ``batch_tokens`` source tokens each);
+    outputs in input order. ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``."""
     out = [None] * len(src)
     device = next(model.parameters()).device
-    for idx in decoding_batches([len(s) for s in src]):
+    for idx in decoding_batches([len(s) for s in src], batch_tokens):
         chunk = [src[i] for i in idx]
         lim = torch.tensor([limits[i] for i in idx], device=device)
         stepper, drop = stepper_of(chunk, beam, int(lim.max()))
@@ -277,6 +282,37 @@ def multi30k_setting(rounds: int, mirror: Path, sentences: int, run_dir: Path | 
     return rows
 
 
+def batch_budget_setting(rounds: int, mirror: Path, sentences: int, budgets: list[int],
+                         run_dir: Path | None = None) -> list[dict]:
+    """Multi30k greedy decoding at several batch budgets: each decoder's best budget, since a
+    padded decoder and one that drops finished rows do not gain alike from larger batches."""
+    from graphformer.data.multi30k import read_gz
+    en = read_gz(mirror / "test_2016_flickr.en.gz")[:sentences]
+    de = read_gz(mirror / "test_2016_flickr.de.gz")[:sentences]
+    model, src, limits = trained_model(run_dir, en) if run_dir else random_length_forced_model(en, de)
+    dense = to_torch_transformer(model).eval()
+    methods = {}
+    for tokens in budgets:
+        methods[f"graph incremental (auto) @{tokens}"] = (
+            lambda t=tokens: decode_batches(model, src, limits, 1, graph_stepper(model, "auto"), t))
+        methods[f"dense KV cache @{tokens}"] = (
+            lambda t=tokens: decode_batches(model, src, limits, 1, dense_stepper(model, dense), t))
+    seconds = time_methods(methods, rounds, same_outputs())
+    rows = [{"setting": "multi30k batch budgets", "beam": 1, "method": name.split(" @")[0],
+             "batch_tokens": int(name.split("@")[1]), "seconds": s, "sentences_per_s": len(src) / s}
+            for name, s in seconds.items()]
+    best = {m: min((r for r in rows if r["method"] == m), key=lambda r: r["seconds"]) for m in
+            ("graph incremental (auto)", "dense KV cache")}
+    graph, dense_best = best["graph incremental (auto)"], best["dense KV cache"]
+    print(f"multi30k greedy, each decoder at its best batch budget: graph @{graph['batch_tokens']} "
+          f"{dense_best['seconds'] / graph['seconds']:.2f}x dense @{dense_best['batch_tokens']}")
+    for r in rows:
+        r["vs_best_dense"] = dense_best["seconds"] / r["seconds"]
+        print(f"  {r['method']:26s} @{r['batch_tokens']:6d} {r['sentences_per_s']:8.1f} sentences/s "
+              f"{r['vs_best_dense']:.2f}x the best dense")
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per method (the best counts)")
@@ -286,12 +322,18 @@ def main():
     parser.add_argument("--multi30k-run", type=Path, metavar="RUN_DIR",
                         help="decode with this trained Multi30k run's best model (natural stops) instead of a "
                              "random, length-forced one")
+    parser.add_argument("--batch-budgets", type=lambda text: [int(x) for x in text.split(",")], metavar="N,N,...",
+                        help="also time Multi30k greedy decoding at these source-token budgets per batch, so each "
+                             "decoder can be compared at its best (e.g. 1000,2000,4000,8000)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     rows = fixed_setting(args.rounds)
     mirror = Path(args.mirror)
     if (mirror / "test_2016_flickr.en.gz").is_file():
         rows += multi30k_setting(args.multi30k_rounds, mirror, args.multi30k_sentences, args.multi30k_run)
+        if args.batch_budgets:
+            rows += batch_budget_setting(args.multi30k_rounds, mirror, args.multi30k_sentences, args.batch_budgets,
+                                         args.multi30k_run)
     else:
         print(f"no Multi30k files in {mirror}: skipping the multi30k setting (pass --mirror DIR)")
     out = Path(args.out)
@@ -299,7 +341,8 @@ def main():
     result = {"command": f"python benchmarks/decoding.py --rounds {args.rounds} --multi30k-rounds "
                          f"{args.multi30k_rounds} --mirror {args.mirror} "
                          f"--multi30k-sentences {args.multi30k_sentences}"
-                         + (f" --multi30k-run {args.multi30k_run}" if args.multi30k_run else ""),
+                         + (f" --multi30k-run {args.multi30k_run}" if args.multi30k_run else "")
+                         + (f" --batch-budgets {','.join(map(str, args.batch_budgets))}" if args.batch_budgets else ""),
               "settings": {"fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target "
                                     "tokens each, one batch",
                            "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches as "

@@ -48,6 +48,15 @@ def test_mean_pooling_has_no_cls_node_and_averages_the_token_nodes_only():
     torch.testing.assert_close(model.summarize(batch, h), expected)
 
 
+def test_last_pooling_reads_each_samples_end_of_sentence_node_not_its_span_nodes():
+    model = classifier("tree:2", pooling="last")
+    batch = make_batch(model.make_pool(), [[5, 6, 7], [8, 9, 10, 11, 12]], [[4], [6]])
+    h = model.encode(batch)
+    ends = [int(batch.src_offsets[i] + batch.src_lengths[i]) - 1 for i in range(2)]
+    assert batch.src_tokens[ends].tolist() == [EOS, EOS]
+    torch.testing.assert_close(model.summarize(batch, h), h[ends])
+
+
 def test_the_cls_node_is_global_through_edges_of_the_graph():
     pool = classifier("window:1").make_pool()
     assert pool.enc.spec == "window:1+global:1"
@@ -58,7 +67,7 @@ def test_the_cls_node_is_global_through_edges_of_the_graph():
     assert classifier("window:1", pooling="mean").make_pool().enc.spec == "window:1"  # no <cls>, no edges added
 
 
-@pytest.mark.parametrize("pooling, reaches", [("cls", True), ("mean", False)])
+@pytest.mark.parametrize("pooling, reaches", [("cls", True), ("mean", False), ("last", False)])
 def test_through_the_cls_node_a_local_pattern_reaches_every_token(pooling, reaches):
     """window:1, two layers: the first token hears of the last only via <cls> (token -> <cls> -> token)."""
     model = classifier("window:1", pooling=pooling)
@@ -122,12 +131,14 @@ class DenseClassifier(nn.Module):
             h = self.encoder(x, mask=mask, src_key_padding_mask=padding)
         if cls:
             pooled = h[:, 0]
+        elif self.model.cfg.pooling == "last":
+            pooled = h[torch.arange(b), (~padding).sum(1) - 1]  # each row's </s>
         else:
             pooled = (h * ~padding[..., None]).sum(1) / (~padding).sum(1, keepdim=True)
         return self.model.head(pooled)
 
 
-@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("pooling", ["cls", "mean", "last"])
 def test_the_classifier_equals_torch_transformer_encoder_with_its_weights(pooling):
     model = classifier(pooling=pooling)
     rng = random.Random(0)
@@ -136,7 +147,7 @@ def test_the_classifier_equals_torch_transformer_encoder_with_its_weights(poolin
     torch.testing.assert_close(graph, DenseClassifier(model)(src), atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("pooling", ["cls", "mean", "last"])
 def test_the_universal_encoder_equals_one_torch_layer_repeated_when_no_token_halts_early(pooling):
     model = classifier("window:2", pooling=pooling, model="universal-encoder", max_depth=3, layers=2)
     with torch.no_grad():

@@ -3,12 +3,12 @@ import networkx as nx
 import pytest
 
 from graphformer.graphs import ENC, GraphPool
-from graphformer.graphs.reach import meeting_share
+from graphformer.graphs.reach import meeting_share, readout_node
 
 
-def networkx_meeting_share(pool, n_tokens, layers):
-    """The same question by breadth-first search: nodes within ``layers`` edges of the query,
-    then every token within ``layers`` edges of one of them."""
+def networkx_meeting_share(pool, n_tokens, layers, readout=None):
+    """The same question by breadth-first search: nodes within ``layers`` edges of the query (only
+    the readout node, if given), then every token within ``layers`` edges of one of them."""
     graph = pool.graph(pool.source_positions(n_tokens), 0)
     keys, queries = graph.edges(etype=ENC)
     g = nx.DiGraph()
@@ -17,6 +17,8 @@ def networkx_meeting_share(pool, n_tokens, layers):
     first = int(pool.cls_node)
     query = first + n_tokens - 1
     heard_query = nx.single_source_shortest_path_length(g, query, cutoff=layers)
+    if readout is not None:
+        heard_query = [readout] if readout in heard_query else []
     met = set()
     for u in heard_query:
         met |= set(nx.single_source_shortest_path_length(g.reverse(copy=False), u, cutoff=layers))
@@ -30,6 +32,34 @@ def networkx_meeting_share(pool, n_tokens, layers):
 def test_meeting_share_equals_a_breadth_first_search(spec, layers, cls_node):
     pool = GraphPool(spec, targets=False, cls_node=cls_node)
     assert meeting_share(pool, 60, layers) == pytest.approx(networkx_meeting_share(pool, 60, layers), abs=1e-6)
+
+
+@pytest.mark.parametrize("spec", ["window:3", "block:8", "window:1+random:3", "window:2+global:1"])
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("pooling", ["cls", "last"])
+def test_meeting_in_the_readout_node_equals_a_breadth_first_search(spec, layers, pooling):
+    pool = GraphPool(spec, targets=False, cls_node=pooling == "cls")
+    node = readout_node(pool, 60, pooling)
+    assert meeting_share(pool, 60, layers, node) == pytest.approx(
+        networkx_meeting_share(pool, 60, layers, node), abs=1e-6)
+
+
+def test_the_readout_node_is_the_cls_node_or_the_end_of_sentence_node():
+    pool = GraphPool("window:1", targets=False)
+    graph = pool.graph(pool.source_positions(10), 0)
+    assert readout_node(pool, 10, "last") == 10 == graph.num_nodes("src") - 1  # tokens 0..9, then </s>
+    assert readout_node(GraphPool("window:1", targets=False, cls_node=True), 10, "cls") == 0
+    assert readout_node(pool, 10, "mean") is None
+
+
+def test_a_window_read_at_the_end_hears_half_of_what_meets_anywhere():
+    """window:w, l layers: </s> hears the l * w tokens before it (the query among them), while
+    the query meets tokens up to 2 l w back somewhere in the middle."""
+    n, w, layers = 200, 4, 2
+    pool = GraphPool(f"window:{w}", targets=False)
+    assert meeting_share(pool, n, layers, readout_node(pool, n, "last")) == pytest.approx(
+        (layers * w - 1) / (n - 1), abs=1e-6)  # l w nodes before </s>: the query and l w - 1 tokens
+    assert meeting_share(pool, n, layers) == pytest.approx(2 * layers * w / (n - 1), abs=1e-6)
 
 
 @pytest.mark.parametrize("w, layers", [(4, 1), (4, 2), (8, 3)])

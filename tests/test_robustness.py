@@ -67,6 +67,17 @@ def test_plain_resume_keeps_epochs_and_max_steps(data, tmp_path, capsys):
     assert json.loads((run / "config.json").read_text())["train"]["epochs"] == 3
 
 
+def test_a_time_budget_stops_after_the_step_that_exhausts_it_and_resume_gives_a_new_one(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "2", "--max-minutes", "1e-6") == 0  # spent before the first step ends
+    assert [r["step"] for r in read_jsonl(run / "steps.jsonl")] == [1]
+    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == 1
+    assert "--resume" in capsys.readouterr().out
+    assert train("--out", str(run), "--resume", "--max-minutes", "60") == 0  # a new budget: the run finishes
+    assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
+    assert len(read_jsonl(run / "steps.jsonl")) == 2 * 96 // 16
+
+
 @pytest.mark.parametrize("flag,value,name", [("--lr-factor", "0.3", "--lr-factor"), ("--d-model", "64", "--d-model"),
                                              ("--enc-attention", "window:1", "--enc-attention")])
 def test_resume_refuses_options_that_would_make_another_run(trained, tmp_path, capsys, flag, value, name):

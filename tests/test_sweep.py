@@ -13,7 +13,7 @@ SWEEP = Path(__file__).resolve().parents[1] / "examples" / "long_range" / "sweep
 def test_sweep_tabulates_every_pattern(tmp_path):
     out = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16",
-                           "--patterns", "full,narrow=window:1", "--steps", "4", "--sizes", "48,16,16",
+                           "--patterns", "full,narrow=window:1", "--steps", "4", "--minutes", "30", "--sizes", "48,16,16",
                            "--batch-tokens", "256", "--train-options", "--layers 1 --d-model 32 --heads 4 --d-ff 64",
                            "--out", str(out)], capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -28,11 +28,13 @@ def test_sweep_tabulates_every_pattern(tmp_path):
     assert rows["narrow"]["accuracy_bound"] == pytest.approx(2 / 15 + 13 / 15 / 10, abs=1e-6)
     assert rows["full"]["reach"] == rows["full"]["accuracy_bound"] == 1.0
     for row in rows.values():
-        assert row["steps"] == 4 and 0.0 <= row["accuracy"] <= 1.0
+        assert row["steps"] == 4 and 0.0 <= row["accuracy"] <= 1.0  # the step budget ended first
+        assert 0 < row["training_minutes"] < 30
         assert row["seconds_per_step"] > 0 and row["peak_rss_bytes"] > result["baseline_rss_bytes"]
         assert row["step_bytes"] >= 0
     table = (out / "sweep.md").read_text()
     assert "| narrow | `window:1` |" in table and "| full | `full` |" in table
+    assert "4 steps or 30 minutes, whichever ends first," in table and result["minutes"] == 30
     assert (out / "sweep.png").stat().st_size > 1000
     again = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16", "--patterns", "nothing",
                             "--out", str(out)], capture_output=True, text=True, timeout=600)
@@ -67,3 +69,25 @@ def test_step_memory_grows_with_the_patterns_edges(tmp_path):
     scores = 2 * 4 * 1025 * 1025 * 4  # samples x heads x (L + </s>)^2 float32: one score tensor
     assert measured["full"] > scores
     assert measured["full"] > 4 * measured["window:1"]
+
+
+def test_reach_is_read_where_the_pooling_reads_the_label(tmp_path):
+    """One layer of window:1 over 16 tokens: the query meets the 2 tokens before it somewhere
+    (mean pooling reads every node), but the closing </s> hears only the query itself (last
+    pooling), while a <cls> node hears everything."""
+    import importlib.util
+
+    from graphformer.model.config import ModelConfig
+    from graphformer.training.config import TrainConfig
+    from graphformer.training.run_dir import RunDir
+
+    spec = importlib.util.spec_from_file_location("sweep", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    run = RunDir(tmp_path / "run")
+    run.create()
+    run.write_config(ModelConfig(src_vocab=40, tgt_vocab=14, model="encoder", pooling="mean", layers=1, d_model=32,
+                                 heads=4, d_ff=64, max_len=20, enc_attention="window:1"), TrainConfig(task="recall"))
+    assert sweep.reach("window:1", 16, "mean", run.path) == pytest.approx(2 / 15, abs=1e-6)
+    assert sweep.reach("window:1", 16, "last", run.path) == 0.0
+    assert sweep.reach("window:1", 16, "cls", run.path) == 1.0

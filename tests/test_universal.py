@@ -87,7 +87,7 @@ def test_halting_disabled_is_a_fixed_depth_shared_weight_transformer():
         x = model.tgt_embed(b.tgt_tokens, b.tgt_pos)
         for s in range(depth):
             x = model.decoder_layer(b.relation(("tgt", "dec", "tgt")), b.relation(("src", "cross", "tgt")),
-                                    x + timing_signal(model.depth, model.tgt_embed, b.tgt_pos, s), mem_kv)
+                                    x + timing_signal(model.encoder.depth, model.tgt_embed, b.tgt_pos, s), mem_kv)
         expected = model.generator(model.decoder_norm(x))
     assert out.stats["src"].steps.tolist() == [depth] * len(b.src_tokens)
     torch.testing.assert_close(out.log_probs, expected, atol=1e-12, rtol=0)

@@ -21,8 +21,13 @@ stopped). Every pattern trains in its own process:
   in one node within the model's layers (`graphformer.graphs.reach`), and for recall the accuracy
   bound that follows, reach + (1 - reach) / values: what no training budget can beat.
 
-Mean pooling (``--pooling mean``, the default here) keeps purely local patterns local; with
+Mean pooling (``--pooling mean``, the default here) and ``--pooling last`` (the label read from
+the closing ``</s>``, next to recall's query) keep purely local patterns local; with
 ``--pooling cls`` every pattern gains a global ``<cls>`` node and with it long reach.
+
+``--minutes M`` gives every pattern the same wall-clock budget besides the step budget: the
+question a user with a fixed machine asks (what accuracy does an hour buy?), where a cheaper
+pattern takes more steps; the table says how many each took.
 """
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from graphformer.model.config import POOLINGS
 
 PATTERNS = {  # name -> encoder pattern; BigBird = window + global + random
     "full": "full",
@@ -54,8 +61,10 @@ def parse_args(argv=None):
     p.add_argument("--patterns", default=",".join(PATTERNS),
                    help="comma-separated names from the table in this file, or NAME=SPEC for your own")
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per pattern (the same budget for all)")
+    p.add_argument("--minutes", type=float, help="also a wall-clock budget per pattern: each stops after the step "
+                                                 "that ends this many minutes in (cheaper patterns take more steps)")
     p.add_argument("--batch-tokens", type=int, default=8192, help="tokens per batch")
-    p.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    p.add_argument("--pooling", choices=POOLINGS, default="mean", help="see graphformer train --help")
     p.add_argument("--train-options", default="", metavar="OPTIONS",
                    help="further graphformer train options for every run, e.g. \"--layers 2 --d-model 64\"")
     p.add_argument("--seed", type=int, default=1)
@@ -99,15 +108,17 @@ def edges_per_query(spec: str, length: int, pooling: str) -> float:
 
 
 def reach(spec: str, length: int, pooling: str, run: Path) -> float:
-    """Share of the context that can meet the last token (recall's query) in one node within the
-    run's layers (`graphformer.graphs.reach`)."""
+    """Share of the context that can meet the last token (recall's query) within the run's layers
+    in one node: any node for mean pooling, the node the label is read from for the others
+    (`graphformer.graphs.reach`)."""
     from graphformer.graphs import GraphPool
-    from graphformer.graphs.reach import meeting_share
+    from graphformer.graphs.reach import meeting_share, readout_node
     from graphformer.training.run_dir import RunDir
 
     model, _ = RunDir(run).read_config()
     layers = model["max_depth"] if model["model"] == "universal-encoder" else model["layers"]
-    return meeting_share(GraphPool(spec, targets=False, cls_node=pooling == "cls"), length, layers)
+    pool = GraphPool(spec, targets=False, cls_node=pooling == "cls")
+    return meeting_share(pool, length, layers, readout_node(pool, length, pooling))
 
 
 def accuracy_bound(task: str, share: float) -> float | None:
@@ -127,7 +138,8 @@ def train_one(name: str, spec: str, args, data: Path) -> str | None:
         sys.executable, "-m", "graphformer", "train", "--task", args.task, "--data-dir", str(data), "--out", str(run),
         "--quiet", "--model", "encoder", "--pooling", args.pooling, "--enc-attention", spec,
         "--max-len", str(args.length + 2), "--batch-tokens", str(args.batch_tokens), "--epochs", "1000",
-        "--max-steps", str(args.steps), "--seed", str(args.seed), *shlex.split(args.train_options)])
+        "--max-steps", str(args.steps), *(["--max-minutes", str(args.minutes)] if args.minutes else []),
+        "--seed", str(args.seed), *shlex.split(args.train_options)])
     if status != 0:
         return f"training exited with status {status}"
     (run / "peak_rss_bytes").write_text(str(peak))
@@ -142,6 +154,7 @@ def measure_one(name: str, spec: str, args) -> dict:
     steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
     timed = [s["seconds"] for s in steps[min(5, len(steps) - 1):]]
     return {"name": name, "pattern": spec, "accuracy": scores["exact_match"], "steps": len(steps),
+            "training_minutes": sum(s["seconds"] for s in steps) / 60,
             "seconds_per_step": statistics.median(timed), "peak_rss_bytes": int((run / "peak_rss_bytes").read_text()),
             "step_bytes": step_memory(run, args),
             "edges_per_query": edges_per_query(spec, args.length, args.pooling),
@@ -167,20 +180,22 @@ def baseline_rss() -> int:
 
 def write_table(rows: list[dict], args, baseline: int) -> None:
     full = next((r for r in rows if r["name"] == "full" and "error" not in r), None)
-    lines = [f"{args.task}, L = {args.length}, {args.steps} steps per pattern, pooling {args.pooling}; "
+    budget = f"{args.steps} steps" + (f" or {args.minutes:g} minutes, whichever ends first," if args.minutes else "")
+    lines = [f"{args.task}, L = {args.length}, {budget} per pattern, pooling {args.pooling}; "
              f"memory above the {baseline / 2**20:.0f} MiB of a process that only imports torch and graphformer",
-             "", "| pattern | spec | accuracy | s / step | vs full | peak memory (MiB) | vs full | step memory (MiB) "
-             "| vs full | edges / query | reach | accuracy bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| pattern | spec | accuracy | steps | minutes | s / step | vs full | peak memory (MiB) | vs full "
+             "| step memory (MiB) | vs full | edges / query | reach | accuracy bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | | | | | |")
+            lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | | | | | | | |")
             continue
         memory = (r["peak_rss_bytes"] - baseline) / 2**20
         speed = f"{full['seconds_per_step'] / r['seconds_per_step']:.1f}x" if full else ""
         smaller = f"{(full['peak_rss_bytes'] - baseline) / max(r['peak_rss_bytes'] - baseline, 1):.1f}x" if full else ""
         step_smaller = f"{full['step_bytes'] / max(r['step_bytes'], 1):.1f}x" if full else ""
-        lines.append(f"| {r['name']} | `{r['pattern']}` | {r['accuracy']:.3f} | {r['seconds_per_step']:.3f} | {speed} "
+        lines.append(f"| {r['name']} | `{r['pattern']}` | {r['accuracy']:.3f} | {r['steps']} "
+                     f"| {r['training_minutes']:.1f} | {r['seconds_per_step']:.3f} | {speed} "
                      f"| {memory:.0f} | {smaller} | {r['step_bytes'] / 2**20:.0f} | {step_smaller} "
                      f"| {r['edges_per_query']:.1f} | {r['reach']:.3f} "
                      f"| {'' if r['accuracy_bound'] is None else format(r['accuracy_bound'], '.3f')} |")
@@ -228,6 +243,7 @@ def main(argv=None) -> int:
                     measure_one(name, spec, args))
         print(f"  {rows[-1]}", flush=True)
     (args.out / "sweep.json").write_text(json.dumps({"task": args.task, "length": args.length, "steps": args.steps,
+                                                     "minutes": args.minutes,
                                                      "pooling": args.pooling, "baseline_rss_bytes": baseline,
                                                      "rows": rows}, indent=1) + "\n")
     write_table(rows, args, baseline)

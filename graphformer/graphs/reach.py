@@ -9,10 +9,11 @@ exactly when a walk of at most l edges leads from j to u:
 
 ``H_l[u, j]`` says "after l layers, u has heard of j". An answer that joins two tokens, such as
 associative recall's (the query key and the value stored under it), can only be computed by a
-node that has heard of both; the readout reads node states one by one (the `<cls>` node's, or a
-mean, which adds the nodes' contributions without joining them). So if a share ``p`` of the
-possible positions of the queried value can meet the query in some node, no training makes the
-model more accurate than about ``p + (1 - p) / num_values``: elsewhere it can only guess.
+node that has heard of both. A mean readout adds the nodes' contributions without joining them,
+so any node will do; a readout of one node (the closing `</s>`, or the `<cls>` node) needs the
+answer there, so that node must have heard of both. So if a share ``p`` of the possible positions
+of the queried value can meet the query in some node (or in the readout node), no training makes
+the model more accurate than about ``p + (1 - p) / num_values``: elsewhere it can only guess.
 
     >>> from graphformer.graphs import GraphPool
     >>> meeting_share(GraphPool("window:4", targets=False), n_tokens=100, layers=2)   # 2 * 2 * 4 / 99
@@ -25,12 +26,14 @@ import torch
 from graphformer.graphs.pool import ENC, SPAN, SRC, GraphPool
 
 
-def meeting_share(pool: GraphPool, n_tokens: int, layers: int) -> float:
+def meeting_share(pool: GraphPool, n_tokens: int, layers: int, readout: int | None = None) -> float:
     """Share of the tokens before the last one whose information can meet the last token's (the
-    recall query's) in some node after ``layers`` layers, for one sample of ``n_tokens`` tokens.
+    recall query's) in some node after ``layers`` layers, for one sample of ``n_tokens`` tokens;
+    with ``readout`` (a node id of the sample's graph, e.g. `readout_node`), in that node.
 
     Rather than the whole (N, N) ``H_l``, two walks along the edge lists: forward from the query
-    to every node that has heard of it, then backward from those to every node they heard of.
+    to every node that has heard of it, then backward from those (or from the readout node, if it
+    has) to every node they heard of.
     """
     graph = pool.graph(pool.source_positions(n_tokens), 0)
     keys, queries = graph.edges(etype=ENC)
@@ -41,9 +44,21 @@ def meeting_share(pool: GraphPool, n_tokens: int, layers: int) -> float:
     hears_query[query] = True
     hears_query[spans[members == query]] = True  # a span's input is pooled from its tokens
     hears_query = _spread(hears_query, keys, queries, layers)
+    if readout is not None:
+        only = torch.zeros_like(hears_query)
+        only[readout] = bool(hears_query[readout])
+        hears_query = only
     met = _spread(hears_query, queries, keys, layers)  # backwards: whom those nodes heard of
     met[members[met[spans]]] = True
     return float(met[first:query].float().mean())
+
+
+def readout_node(pool: GraphPool, n_tokens: int, pooling: str) -> int | None:
+    """The node a classifier with this ``pooling`` reads its label from (`<cls>` or `</s>`), in
+    one sample of ``n_tokens`` tokens; None for mean pooling, which reads every token node."""
+    if pooling == "cls":
+        return 0
+    return int(pool.cls_node) + n_tokens if pooling == "last" else None
 
 
 def _spread(nodes: torch.Tensor, senders: torch.Tensor, receivers: torch.Tensor, steps: int) -> torch.Tensor:

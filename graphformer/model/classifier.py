@@ -4,6 +4,7 @@ r"""An encoder-only classifier on the same graphs: the encoder stack and one lab
                                                                 'universal-encoder': one shared layer with ACT)
     z_b    = h[<cls> node of sample b]                          pooling = 'cls'
            = mean of h over the token nodes of sample b         pooling = 'mean' (no <cls> node)
+           = h[</s> node of sample b]                           pooling = 'last' (no <cls> node)
     logp_b = log_softmax(z_b W + c)                             (B, labels)
 
 The loss is the trainer's: label-smoothed cross-entropy of ``logp`` against the (B,) labels in
@@ -13,9 +14,12 @@ universal encoder, and accuracy is the share of argmax labels that are right. No
 The `<cls>` node is global, and that is expressed as edges, not special code: the classifier's
 graph pool adds the term ``global:1`` to the encoder pattern, so the first node of every sample
 reads every token and every token reads it (`graphformer.graphs.pool.GraphPool`). Through it any
-pattern gets long reach (two hops: token -> `<cls>` -> token). Mean pooling has no `<cls>` node
-and adds no edges: the label reads each token's final state, which under a purely local pattern
-has heard only of its neighbourhood, so it shows where local patterns fail.
+pattern gets long reach (two hops: token -> `<cls>` -> token). Mean and last pooling add no node
+and no edges, so they show where local patterns fail: mean pooling reads every token's final
+state, each of which under a purely local pattern has heard only of its neighbourhood; last
+pooling reads one node, the closing `</s>`, as a decoder-only classifier reads its final token.
+That suits retrieval (recall): the answer has to reach one place, next to the query, rather than
+be spread over the average of thousands of tokens.
 """
 from __future__ import annotations
 
@@ -70,9 +74,12 @@ class EncoderClassifier(nn.Module):
         return self._encode(batch)[0]
 
     def summarize(self, batch: GraphBatch, h: torch.Tensor) -> torch.Tensor:
-        """(B, d_model): each sample's `<cls>` node, or the mean of its token nodes (not span nodes)."""
+        """(B, d_model): each sample's `<cls>` node, the mean of its token nodes (not span nodes), or
+        its `</s>` node."""
         if self.cfg.pooling == "cls":
             return h[batch.src_offsets]  # the <cls> node is each sample's first
+        if self.cfg.pooling == "last":
+            return h[batch.src_offsets + batch.src_lengths - 1]  # span nodes (trees) come after the tokens
         sample = torch.repeat_interleave(torch.arange(batch.size, device=h.device), batch.src_nodes)
         rank = torch.arange(len(h), device=h.device) - batch.src_offsets[sample]  # node's index in its sample
         is_token = rank < batch.src_lengths[sample]

@@ -17,7 +17,7 @@ CLASSIFIERS = ("encoder", "universal-encoder")  # one label per sample (graphfor
 UNIVERSALS = ("universal", "universal-encoder")  # a shared layer repeated with ACT (graphformer.model.universal)
 POSITIONS = ("sinusoidal", "learned")
 TYING = ("none", "decoder", "all")
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "last")
 UNIVERSAL_ONLY = ("max_depth", "act_threshold", "ponder_weight")
 ENCODER_ONLY = ("pooling",)
 DECODER_ONLY = ("dec_attention", "cross_attention", "tie")
@@ -50,7 +50,8 @@ class ModelConfig(DictConfig):
     cross_attention: str = option("full", "target -> source attention pattern, e.g. window:2", metavar="SPEC")
     pooling: str = option("cls", "encoder: what the label is read from: cls: a global <cls> node placed first "
                           "(the encoder pattern gets +global:1: it reads every token, every token reads it); "
-                          "mean: the mean of the token nodes (no <cls> node: local patterns stay local)",
+                          "mean: the mean of the token nodes; last: the final node, </s>, which comes right "
+                          "after recall's query (neither adds a node: local patterns stay local)",
                           choices=POOLINGS)
     max_depth: int = option(8, "universal models: most steps per token", range=AT_LEAST_1)
     act_threshold: float = option(0.99, "universal models: halt once the summed halting probability exceeds this",

@@ -101,7 +101,6 @@ class UniversalTransformer(nn.Module):
         self.cfg = cfg
         self.attention_backend = check_backend(attention_backend)  # as in GraphTransformer
         self.src_embed, self.tgt_embed = make_embedders(cfg)
-        self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
         self.encoder = UniversalEncoder(cfg)
         self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
         self.decoder_halt = HaltingUnit(cfg.d_model)
@@ -147,7 +146,8 @@ class UniversalTransformer(nn.Module):
             return x, sub_self.num_edges + sub_cross.num_edges
 
         h = self.tgt_embed(tokens, positions)
-        out, stats = ponder(h, lambda active, s: timing_signal(self.depth, self.tgt_embed, positions[active], s),
+        steps = self.encoder.depth  # one table of step encodings serves both sides (fixed sinusoids)
+        out, stats = ponder(h, lambda active, s: timing_signal(steps, self.tgt_embed, positions[active], s),
                             self.decoder_halt, update, self.cfg, self.record_states)
         return ModelOutput(self.generator(self.decoder_norm(out)), stats={"tgt": stats})
 

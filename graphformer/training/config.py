@@ -19,7 +19,7 @@ from graphformer.errors import ConfigError
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
 ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
-RESUME_OVERRIDES = ("epochs", "max_steps", "patience")
+RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 
 
@@ -57,6 +57,9 @@ class TrainConfig(DictConfig):
                             "graphformer average", range=Range(low=0))
     save_every: Optional[int] = option(None, "also write checkpoint_last.pt every N steps", range=AT_LEAST_1)
     max_steps: Optional[int] = option(None, "stop with a checkpoint after this many optimizer steps", range=AT_LEAST_1)
+    max_minutes: Optional[float] = option(None, "stop with a checkpoint after the step that ends this many minutes "
+                                          "into this invocation (a wall-clock budget; --resume starts a new one)",
+                                          range=POSITIVE)
     viz_every: Optional[int] = option(None, "record attention maps of a validation sample every N epochs",
                                       range=AT_LEAST_1)
     device: str = option("auto", "auto | cpu | cuda | cuda:N")

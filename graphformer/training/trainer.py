@@ -59,6 +59,7 @@ class Trainer:
         self.board = None  # TensorBoardLog once the run directory is open, with cfg.tensorboard
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
         self._stop_requested = False
+        self._deadline = None  # perf_counter() time at which max_minutes runs out (set by run)
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
         try:
             if resume:
@@ -218,6 +219,8 @@ class Trainer:
             handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         metrics = None
         done = self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
+        if self.cfg.max_minutes is not None:
+            self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
         try:
             if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
                 self._record_attention(0)  # the untrained model: the first frame of an animation
@@ -271,7 +274,8 @@ class Trainer:
         return True
 
     def _should_stop(self) -> bool:
-        stop = self._stop_requested or (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps)
+        stop = (self._stop_requested or (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps)
+                or (self._deadline is not None and time.perf_counter() >= self._deadline))
         if self.ctx.distributed:  # every rank must stop at the same step
             stop = distributed.all_reduce_sum(float(stop), self.ctx) > 0
         if stop and self._stop_requested:
