@@ -53,10 +53,23 @@ def test_batch_carries_tokens_positions_and_gold():
 
 def test_graphs_are_built_lazily_and_cached():
     pool = GraphPool()
-    assert pool.graph.cache_info().currsize == 0
+    assert len(pool.graph) == 0
     g1 = pool.graph(3, 4)
     assert pool.graph(3, 4) is g1
-    assert pool.graph.cache_info().currsize == 1
+    assert len(pool.graph) == 1
+
+
+def test_the_graph_cache_keeps_the_most_recently_used_graphs_within_its_edge_budget():
+    """Full attention, no targets: n tokens give n * n edges."""
+    pool = GraphPool(cache_edges=100)
+    first = pool.graph(5, 0)   # 25 edges
+    pool.graph(6, 0)           # 36: 61 in all
+    assert pool.graph(5, 0) is first  # used again: now the most recent
+    pool.graph(7, 0)           # 49: 110 > 100, the least recently used (6) goes
+    assert list(pool.graph.graphs) == [(5, 0), (7, 0)] and pool.graph.edges == 74
+    assert pool.graph(5, 0) is first
+    big = pool.graph(11, 0)    # 121 edges alone exceed the budget: only the newest stays
+    assert list(pool.graph.graphs) == [(11, 0)] and pool.graph(11, 0) is big
 
 
 def test_inference_batch_has_no_target_nodes():

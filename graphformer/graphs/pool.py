@@ -23,6 +23,7 @@ and every token reads it. Those are edges like any others; no code treats the no
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 
 import dgl
@@ -50,7 +51,7 @@ class GraphPool:
         enc: encoder self-attention pattern (a spec string such as ``"window:8"`` or a function).
         dec: decoder self-attention pattern; must be causal.
         cross: source -> target pattern.
-        cache_size: how many (n, m) graphs to keep.
+        cache_edges: how many edges the cached (n, m) graphs may hold together (see `GraphCache`).
         targets: False for a classifier: samples have one label and no target nodes (see
             `graphformer.graphs.batch.make_batch`).
         cls_node: put a global `<cls>` node before each source's tokens (classifiers only): the
@@ -58,7 +59,7 @@ class GraphPool:
     """
 
     def __init__(self, enc: Pattern | str = "full", dec: Pattern | str = "causal",
-                 cross: Pattern | str = "full", cache_size: int = 4096, targets: bool = True, cls_node: bool = False):
+                 cross: Pattern | str = "full", cache_edges: int = 2**24, targets: bool = True, cls_node: bool = False):
         if cls_node and targets:
             raise ValueError("a <cls> node serves classifiers only: give targets=False with cls_node=True")
         self.targets, self.cls_node = targets, cls_node
@@ -71,8 +72,8 @@ class GraphPool:
                                   "source and serve the encoder's self-attention (enc_attention) only")
         self.has_spans = patterns.adds_span_nodes(self.enc)
         self.cross_is_full = self.cross is patterns.full
-        self.graph = lru_cache(maxsize=cache_size)(self._build)
-        self.incoming = lru_cache(maxsize=cache_size)(self._incoming)
+        self.graph = GraphCache(self._build, cache_edges)
+        self.incoming = lru_cache(maxsize=4096)(self._incoming)  # one row of key ids per entry
         self._edges(DEC, 8, 8)  # a decoder pattern that is not causal fails now, not at the first batch
 
     def source_positions(self, tokens: int) -> int:
@@ -133,3 +134,34 @@ class GraphPool:
     def batch(self, lengths: list[tuple[int, int]]) -> dgl.DGLGraph:
         """The batched graph of samples with the given (n, m) lengths, in order."""
         return dgl.batch([self.graph(n, m) for n, m in lengths])
+
+
+class GraphCache:
+    """``cache(n, m)``: the graph ``build(n, m)``, kept for reuse among the most recently used ones
+    while they hold at most ``max_edges`` edges together (the newest is kept whatever its size).
+
+    A budget of edges, not of graphs: translation meets thousands of length pairs whose graphs are
+    small, while a long-range task of varied lengths meets hundreds whose graphs are large (full
+    attention over 2000 tokens has 4 million edges, about 100 MB once DGL has built its sparse
+    formats), and a count alone let such a run grow by gigabytes. 2**24 edges is about 1 GiB.
+    """
+
+    def __init__(self, build, max_edges: int):
+        self.build, self.max_edges = build, max_edges
+        self.graphs: OrderedDict = OrderedDict()
+        self.edges = 0
+
+    def __call__(self, n: int, m: int) -> dgl.DGLGraph:
+        key = (n, m)
+        if key in self.graphs:
+            self.graphs.move_to_end(key)
+            return self.graphs[key]
+        graph = self.graphs[key] = self.build(n, m)
+        self.edges += graph.num_edges()
+        while self.edges > self.max_edges and len(self.graphs) > 1:
+            _, oldest = self.graphs.popitem(last=False)
+            self.edges -= oldest.num_edges()
+        return graph
+
+    def __len__(self) -> int:
+        return len(self.graphs)
