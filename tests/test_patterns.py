@@ -56,6 +56,20 @@ def test_global_edge_count(n, g):
     assert len(patterns.parse(f"global:{g}")(n, n)[0]) == n * n - (n - k) ** 2
 
 
+@settings(max_examples=80, deadline=None)
+@given(nk=lengths, nq=st.integers(min_value=0, max_value=40), size=sizes)
+def test_block_and_global_edges_are_their_definitions_over_all_pairs(nk, nq, size):
+    """Both are built in O(edges); here against the predicate on every (key i, query j) pair.
+    A query past the last key (cross-attention to a shorter source) sits at the last key."""
+    pairs = [(i, j) for j in range(nq) for i in range(nk)]
+    centre = [min(j, nk - 1) for j in range(nq)]
+    assert edge_set(patterns.parse(f"block:{size}"), nk, nq) == {(i, j) for i, j in pairs
+                                                                if i // size == centre[j] // size}
+    assert edge_set(patterns.parse(f"global:{size}"), nk, nq) == {(i, j) for i, j in pairs if i < size or j < size}
+    for spec in (f"block:{size}", f"global:{size}"):  # and no edge twice
+        assert len(patterns.parse(spec)(nk, nq)[0]) == len(edge_set(patterns.parse(spec), nk, nq))
+
+
 @settings(max_examples=60, deadline=None)
 @given(nk=lengths, nq=lengths, a=st.sampled_from(SPECS), b=st.sampled_from(SPECS))
 def test_union_is_idempotent_and_commutative(nk, nq, a, b):

@@ -88,16 +88,28 @@ def dilated(w: int, d: int) -> Pattern:
 
 
 def global_tokens(g: int) -> Pattern:
+    """The first g tokens attend to every key and every query attends to them; built in
+    O(edges), as (g + n) * g edges are few where the n^2 pairs are not."""
     _positive("global", g)
-    return _named(lambda nk, nq: _where(nk, nq, lambda i, j: (i < g) | (j < g)), f"global:{g}")
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        gk, gq = min(g, nk), min(g, nq)
+        to_globals = (torch.arange(gk).repeat(nq), torch.arange(nq).repeat_interleave(gk))
+        from_globals = (torch.arange(gk, nk).repeat(gq), torch.arange(gq).repeat_interleave(nk - gk))
+        return torch.cat([to_globals[0], from_globals[0]]), torch.cat([to_globals[1], from_globals[1]])
+    return _named(pattern, f"global:{g}")
 
 
 def block(b: int) -> Pattern:
+    """Query j attends to the keys of its block of b positions (O(edges), not O(n^2))."""
     _positive("block", b)
 
     def pattern(nk: int, nq: int) -> EdgeList:
-        centre = _centres(nk, nq)
-        return _where(nk, nq, lambda i, j: i // b == centre[j] // b)
+        start = _centres(nk, nq) // b * b
+        u = (start[:, None] + torch.arange(b)[None, :]).reshape(-1)
+        v = torch.arange(nq).repeat_interleave(b)
+        keep = u < nk
+        return u[keep], v[keep]
     return _named(pattern, f"block:{b}")
 
 
