@@ -257,12 +257,18 @@ def trained_model(run_dir: Path, en: list[str]):
     return run.model.eval(), src, limits
 
 
-def multi30k_setting(rounds: int, mirror: Path, sentences: int, run_dir: Path | None = None) -> list[dict]:
+def multi30k_inputs(mirror: Path, sentences: int, run_dir: Path | None = None):
+    """(model, its dense peer, source ids, per-sentence limits) of the Multi30k settings: a trained
+    run's model, or a random length-forced one."""
     from graphformer.data.multi30k import read_gz
     en = read_gz(mirror / "test_2016_flickr.en.gz")[:sentences]
     de = read_gz(mirror / "test_2016_flickr.de.gz")[:sentences]
     model, src, limits = trained_model(run_dir, en) if run_dir else random_length_forced_model(en, de)
-    dense = to_torch_transformer(model).eval()
+    return model, to_torch_transformer(model).eval(), src, limits
+
+
+def multi30k_setting(rounds: int, inputs) -> list[dict]:
+    model, dense, src, limits = inputs
     batches = decoding_batches([len(s) for s in src])
     print(f"multi30k: {len(batches)} batches of {min(map(len, batches))}-{max(map(len, batches))} sentences")
     rows = []
@@ -282,27 +288,18 @@ def multi30k_setting(rounds: int, mirror: Path, sentences: int, run_dir: Path | 
     return rows
 
 
-def batch_budget_setting(rounds: int, mirror: Path, sentences: int, budgets: list[int],
-                         run_dir: Path | None = None) -> list[dict]:
+def batch_budget_setting(rounds: int, inputs, budgets: list[int]) -> list[dict]:
     """Multi30k greedy decoding at several batch budgets: each decoder's best budget, since a
     padded decoder and one that drops finished rows do not gain alike from larger batches."""
-    from graphformer.data.multi30k import read_gz
-    en = read_gz(mirror / "test_2016_flickr.en.gz")[:sentences]
-    de = read_gz(mirror / "test_2016_flickr.de.gz")[:sentences]
-    model, src, limits = trained_model(run_dir, en) if run_dir else random_length_forced_model(en, de)
-    dense = to_torch_transformer(model).eval()
-    methods = {}
-    for tokens in budgets:
-        methods[f"graph incremental (auto) @{tokens}"] = (
-            lambda t=tokens: decode_batches(model, src, limits, 1, graph_stepper(model, "auto"), t))
-        methods[f"dense KV cache @{tokens}"] = (
-            lambda t=tokens: decode_batches(model, src, limits, 1, dense_stepper(model, dense), t))
-    seconds = time_methods(methods, rounds, same_outputs())
-    rows = [{"setting": "multi30k batch budgets", "beam": 1, "method": name.split(" @")[0],
-             "batch_tokens": int(name.split("@")[1]), "seconds": s, "sentences_per_s": len(src) / s}
-            for name, s in seconds.items()]
-    best = {m: min((r for r in rows if r["method"] == m), key=lambda r: r["seconds"]) for m in
-            ("graph incremental (auto)", "dense KV cache")}
+    model, dense, src, limits = inputs
+    steppers = {"graph incremental (auto)": lambda: graph_stepper(model, "auto"),  # a fresh graph pool per run
+                "dense KV cache": lambda: dense_stepper(model, dense)}
+    runs = {(method, tokens): (lambda make=make, t=tokens: decode_batches(model, src, limits, 1, make(), t))
+            for tokens in budgets for method, make in steppers.items()}
+    seconds = time_methods(runs, rounds, same_outputs())
+    rows = [{"setting": "multi30k batch budgets", "beam": 1, "method": method, "batch_tokens": tokens,
+             "seconds": s, "sentences_per_s": len(src) / s} for (method, tokens), s in seconds.items()]
+    best = {m: min((r for r in rows if r["method"] == m), key=lambda r: r["seconds"]) for m in steppers}
     graph, dense_best = best["graph incremental (auto)"], best["dense KV cache"]
     print(f"multi30k greedy, each decoder at its best batch budget: graph @{graph['batch_tokens']} "
           f"{dense_best['seconds'] / graph['seconds']:.2f}x dense @{dense_best['batch_tokens']}")
@@ -330,10 +327,10 @@ def main():
     rows = fixed_setting(args.rounds)
     mirror = Path(args.mirror)
     if (mirror / "test_2016_flickr.en.gz").is_file():
-        rows += multi30k_setting(args.multi30k_rounds, mirror, args.multi30k_sentences, args.multi30k_run)
+        inputs = multi30k_inputs(mirror, args.multi30k_sentences, args.multi30k_run)
+        rows += multi30k_setting(args.multi30k_rounds, inputs)
         if args.batch_budgets:
-            rows += batch_budget_setting(args.multi30k_rounds, mirror, args.multi30k_sentences, args.batch_budgets,
-                                         args.multi30k_run)
+            rows += batch_budget_setting(args.multi30k_rounds, inputs, args.batch_budgets)
     else:
         print(f"no Multi30k files in {mirror}: skipping the multi30k setting (pass --mirror DIR)")
     out = Path(args.out)

@@ -40,7 +40,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphformer.model.config import POOLINGS
+from graphformer.model.config import POOLINGS, classifier_pool
 
 PATTERNS = {  # name -> encoder pattern; BigBird = window + global + random
     "full": "full",
@@ -99,10 +99,9 @@ def run_measured(command: list[str]) -> tuple[int, int]:
 
 
 def edges_per_query(spec: str, length: int, pooling: str) -> float:
-    from graphformer.graphs import GraphPool
     from graphformer.graphs.pool import ENC
 
-    pool = GraphPool(spec, targets=False, cls_node=pooling == "cls")
+    pool = classifier_pool(spec, pooling)
     graph = pool.graph(pool.source_positions(length), 0)  # the tokens, </s> (and <cls>)
     return graph.num_edges(ENC) / graph.num_nodes("src")
 
@@ -111,13 +110,12 @@ def reach(spec: str, length: int, pooling: str, run: Path) -> float:
     """Share of the context that can meet the last token (recall's query) within the run's layers
     in one node: any node for mean pooling, the node the label is read from for the others
     (`graphformer.graphs.reach`)."""
-    from graphformer.graphs import GraphPool
     from graphformer.graphs.reach import meeting_share, readout_node
     from graphformer.training.run_dir import RunDir
 
     model, _ = RunDir(run).read_config()
     layers = model["max_depth"] if model["model"] == "universal-encoder" else model["layers"]
-    pool = GraphPool(spec, targets=False, cls_node=pooling == "cls")
+    pool = classifier_pool(spec, pooling)
     return meeting_share(pool, length, layers, readout_node(pool, length, pooling))
 
 

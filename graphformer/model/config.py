@@ -90,8 +90,16 @@ class ModelConfig(DictConfig):
 
     def graph_pool(self):
         """A ``GraphPool`` with these attention patterns (a classifier's: source graphs only)."""
+        if self.classifies:
+            return classifier_pool(self.enc_attention, self.pooling)
         from graphformer.graphs.pool import GraphPool  # torch and DGL: only once a model is made
 
-        if self.classifies:
-            return GraphPool(self.enc_attention, targets=False, cls_node=self.pooling == "cls")
         return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention)
+
+
+def classifier_pool(enc_attention: str, pooling: str):
+    """The source-only ``GraphPool`` of a classifier with this encoder pattern and pooling: cls
+    pooling puts a global `<cls>` node before each sample's tokens, mean and last add nothing."""
+    from graphformer.graphs.pool import GraphPool  # torch and DGL: only once a model is made
+
+    return GraphPool(enc_attention, targets=False, cls_node=pooling == "cls")
