@@ -28,6 +28,10 @@ Methods, all running the same greedy / beam search code and required to produce 
   values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
   batch keeps its shape until its last sentence ends.
 
+Multi30k rows also split each decoder's time into setup (batching, the encoder, the memory's keys
+and values) and search, and give the total ratio that a graph search costing the dense one's per
+row stepped would reach (``equal_cost_per_row_bound``): both pay the setup, which caps the gain.
+
 With ``--batch-budgets 1000,2000,4000,8000`` the Multi30k greedy setting is also timed at those
 source-token budgets per batch, and each decoder is compared at its own best: a padded decoder
 pays for the spread of output lengths, which grows with the batch, while one that drops finished
@@ -123,17 +127,24 @@ def search(stepper, limits, beam, drop_finished):
 
 
 @torch.inference_mode()  # as translate_ids
-def decode_batches(model, src, limits, beam, stepper_of, batch_tokens=DECODE_BATCH_TOKENS):
+def decode_batches(model, src, limits, beam, stepper_of, batch_tokens=DECODE_BATCH_TOKENS, clock=None):
     """Decode every batch (as ``translate`` makes them, ``batch_tokens`` source tokens each);
-    outputs in input order. ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``."""
+    outputs in input order. ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``.
+    ``clock``, if given, adds the seconds spent making steppers (batching, the encoder, the
+    memory's keys and values) to ``clock['setup']`` and searching to ``clock['search']``."""
     out = [None] * len(src)
     device = next(model.parameters()).device
+    clock = {"setup": 0.0, "search": 0.0} if clock is None else clock
     for idx in decoding_batches([len(s) for s in src], batch_tokens):
         chunk = [src[i] for i in idx]
         lim = torch.tensor([limits[i] for i in idx], device=device)
+        tic = time.perf_counter()
         stepper, drop = stepper_of(chunk, beam, int(lim.max()))
+        made = time.perf_counter()
         for i, h in zip(idx, search(stepper, lim, beam, drop)):
             out[i] = h
+        clock["setup"] += made - tic
+        clock["search"] += time.perf_counter() - made
     return out
 
 
@@ -273,17 +284,34 @@ def multi30k_setting(rounds: int, inputs) -> list[dict]:
     print(f"multi30k: {len(batches)} batches of {min(map(len, batches))}-{max(map(len, batches))} sentences")
     rows = []
     for beam in BEAMS:  # the default backend only: the dgl one is timed in the fixed setting
-        methods = {"graph incremental (auto)": lambda: decode_batches(model, src, limits, beam,
-                                                                      graph_stepper(model, "auto")),
-                   "dense KV cache": lambda: decode_batches(model, src, limits, beam, dense_stepper(model, dense))}
+        makers = {"graph incremental (auto)": lambda: graph_stepper(model, "auto"),
+                  "dense KV cache": lambda: dense_stepper(model, dense)}
+        clocks = {name: [] for name in makers}  # each run's setup and search seconds
+
+        def method(name):
+            def run():
+                clocks[name].append({"setup": 0.0, "search": 0.0})
+                return decode_batches(model, src, limits, beam, makers[name](), clock=clocks[name][-1])
+            return run
         check = same_outputs()
-        seconds = time_methods(methods, rounds, check)
+        seconds = time_methods({name: method(name) for name in makers}, rounds, check)
         lengths = [len(tokens) + 1 for tokens in check.tokens()]  # each output and its </s>
         padded = sum(len(idx) * max(lengths[i] for i in idx) for idx in batches)
-        print(f"multi30k beam {beam}: a padded batch steps {padded / sum(lengths):.2f}x the rows a graph decoder steps")
+        split = {name: min(runs, key=lambda c: c["setup"] + c["search"]) for name, runs in clocks.items()}
+        graph, dense_split = split["graph incremental (auto)"], split["dense KV cache"]
+        # If the graph decoder's search cost only the rows it steps, at the dense peer's cost per row:
+        bound = (dense_split["setup"] + dense_split["search"]) / (graph["setup"] + dense_split["search"] * sum(lengths) / padded)
+        print(f"multi30k beam {beam}: a padded batch steps {padded / sum(lengths):.2f}x the rows a graph decoder steps; "
+              f"setup (batching, encoder, memory) {graph['setup']:.2f} s graph, {dense_split['setup']:.2f} s dense; "
+              f"search {dense_split['search'] / graph['search']:.2f}x; at equal cost per row the total could reach "
+              f"{bound:.2f}x")
         for row in rows_of("multi30k", beam, seconds, len(src), sum(lengths)):
             # the most that dropping finished rows alone can gain at equal cost per row
             rows.append({**row, "padded_over_live_row_steps": padded / sum(lengths),
+                         "setup_seconds": split[row["method"]]["setup"],
+                         "search_seconds": split[row["method"]]["search"],
+                         "search_vs_dense_kv_cache": dense_split["search"] / split[row["method"]]["search"],
+                         "equal_cost_per_row_bound": bound,
                          "batch_sizes": [len(idx) for idx in batches]})
     return rows
 

@@ -75,15 +75,11 @@ def test_reach_is_read_where_the_pooling_reads_the_label(tmp_path):
     """One layer of window:1 over 16 tokens: the query meets the 2 tokens before it somewhere
     (mean pooling reads every node), but the closing </s> hears only the query itself (last
     pooling), while a <cls> node hears everything."""
-    import importlib.util
-
     from graphformer.model.config import ModelConfig
     from graphformer.training.config import TrainConfig
     from graphformer.training.run_dir import RunDir
 
-    spec = importlib.util.spec_from_file_location("sweep", SWEEP)
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = _import_sweep()
     run = RunDir(tmp_path / "run")
     run.create()
     run.write_config(ModelConfig(src_vocab=40, tgt_vocab=14, model="encoder", pooling="mean", layers=1, d_model=32,
@@ -91,3 +87,20 @@ def test_reach_is_read_where_the_pooling_reads_the_label(tmp_path):
     assert sweep.reach("window:1", 16, "mean", run.path) == pytest.approx(2 / 15, abs=1e-6)
     assert sweep.reach("window:1", 16, "last", run.path) == 0.0
     assert sweep.reach("window:1", 16, "cls", run.path) == 1.0
+
+
+def test_patterns_split_at_commas_but_not_inside_a_specs_numbers():
+    sweep = _import_sweep()
+    specs = sweep.pattern_specs("full,dilated=window:2+dilated:4,8,mine=block:8,tree")
+    assert specs == {"full": "full", "dilated": "window:2+dilated:4,8", "mine": "block:8",
+                     "tree": sweep.PATTERNS["tree"]}
+
+
+def _import_sweep():
+    """The sweep script as a module (it is an example, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    return sweep

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -74,8 +75,10 @@ def parse_args(argv=None):
 
 
 def pattern_specs(text: str) -> dict[str, str]:
+    """{name: spec} of ``--patterns``. Commas separate patterns, except before a digit, where they
+    belong to a spec's numbers (``dilated=window:2+dilated:4,8``)."""
     specs = {}
-    for item in text.split(","):
+    for item in re.split(r",(?![0-9])", text):
         name, _, spec = item.partition("=")
         if not spec and name not in PATTERNS:
             raise SystemExit(f"sweep: unknown pattern {name!r}; use one of {', '.join(PATTERNS)} or NAME=SPEC")
