@@ -222,12 +222,15 @@ def read_config_file(path: str) -> tuple[dict, dict]:
 
 
 def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
-    """The configuration of the run to train: the dataclass defaults, then --config, then flags;
-    when resuming, the run's saved configuration, then what may change (see ``resume_config``)."""
+    """The configuration of the run to train: the dataclass defaults, then --config, then flags
+    (with --init-from, the model options of its checkpoint come first); when resuming, the run's
+    saved configuration, then what may change (see ``resume_config``)."""
     model_given, train_given = given(args, ModelConfig), given(args, TrainConfig)
     if args.config:
         model_file, train_file = read_config_file(args.config)
         model_given, train_given = {**model_file, **model_given}, {**train_file, **train_given}
+    if train_given.get("init_from") and not args.resume:
+        model_given = {**init_model_options(train_given["init_from"]), **model_given}
     if args.resume:
         from graphformer.training.run_dir import CONFIG, RunDir
 
@@ -242,6 +245,17 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
                                   "keeps its model; start a new run to change it")
         return saved, resume_config(TrainConfig.from_dict(train_saved), train_given)
     return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
+
+
+def init_model_options(where: str) -> dict:
+    """The model options of the checkpoint ``--init-from`` names: a new run's defaults, so that
+    only what changes (an attention pattern, dropout, max_len) needs to be given."""
+    from graphformer.training.run import read_init
+
+    saved = dict(read_init(where)[0]["model_config"])
+    for name in ("src_vocab", "tgt_vocab"):  # the run's vocabularies set these
+        saved.pop(name)
+    return saved
 
 
 def cmd_train(args) -> int:

@@ -38,6 +38,11 @@ class TrainConfig(DictConfig):
                                 range=Range(low=100))
     min_count: int = option(1, "drop tokens seen fewer times in the training data", range=AT_LEAST_1)
     shared_vocab: bool = option(True, "one vocabulary for both sides (--no-shared-vocab: one per side)")
+    init_from: Optional[str] = option(None, "start from the weights and vocabulary of another run (its best "
+                                      "checkpoint) or of a checkpoint file, e.g. one trained on shorter samples "
+                                      "(a curriculum); model options default to its own, and only those that keep "
+                                      "the weights' shapes may change (attention patterns, dropout, max_len, ACT); "
+                                      "the optimizer and the learning-rate schedule start afresh", metavar="RUN|FILE")
     seed: int = option(1, "seed of data generation, initialisation, dropout and batch order")
     epochs: int = option(12, "passes over the training data", range=AT_LEAST_1)
     batch_size: Optional[int] = option(None, "sentences per batch (64 unless --batch-tokens)", range=AT_LEAST_1)

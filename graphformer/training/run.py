@@ -51,6 +51,24 @@ def check_labels(splits: dict[str, Split]) -> None:
                                 "needs exactly one label per line")
 
 
+def check_init_vocab(train: Split, src_vocab: Vocab, tgt_vocab: Vocab, path: Path,
+                     classification: bool) -> str | None:
+    """A run started ``--init-from`` a checkpoint keeps its vocabulary: a label it lacks is an
+    error (the classifier could never answer it); unknown source tokens read as `<unk>`, as tokens
+    below ``min_count`` do, and are worth a warning, which this returns."""
+    if classification:
+        label = next((t[0] for t in train.tgt_words if t and t[0] not in tgt_vocab.stoi), None)
+        if label is not None:
+            raise UserError(f"--init-from {path}: training label {label!r} is not among its labels; "
+                            "start from a model trained on the same labels")
+    tokens = [tok for words in train.src_words for tok in words]
+    unknown = sum(tok not in src_vocab.stoi for tok in tokens)
+    if unknown:
+        return (f"warning: {unknown} of {len(tokens)} training source tokens are not in the vocabulary of "
+                f"{path} and read as <unk>")
+    return None
+
+
 def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
     """Every sample must fit the positional table: fail before training, naming max_len and the
     value that would fit (source positions count `</s>` and a `<cls>` node, target positions `<s>`)."""
@@ -115,6 +133,29 @@ class LoadedRun:
     def bleu_tokenize(self):
         """The tokenizer of the tokenized BLEU score, where the model's tokens are not words."""
         return self.task.bleu_tokenize(self.train_cfg)
+
+
+def read_init(where: str) -> tuple[dict, Path]:
+    """The checkpoint a new run starts from (``--init-from``): a run directory's best checkpoint,
+    or a checkpoint file."""
+    path = Path(where)
+    if path.is_dir():
+        path = checkpoint.find(path, "best")
+    return checkpoint.load(path), path
+
+
+def init_weights(model, state: dict, path: Path) -> None:
+    """Copy the weights of ``state`` (a checkpoint) into ``model``, which must have the same
+    shapes; a mismatch names the model options that differ."""
+    theirs, ours = state["model"], model.state_dict()
+    fits = theirs.keys() == ours.keys() and all(theirs[k].shape == ours[k].shape for k in ours)
+    if not fits:
+        saved, wanted = state["model_config"], model.cfg.to_dict()
+        differ = [name for name in wanted if name not in ("src_vocab", "tgt_vocab") and saved.get(name) != wanted[name]]
+        which = ", ".join(f"{name} ({saved.get(name)!r} there, {wanted[name]!r} here)" for name in differ)
+        raise UserError(f"--init-from {path}: its weights do not fit this model"
+                        + (f"; give the options it was trained with: {which}" if which else ""))
+    model.load_state_dict(theirs)
 
 
 def load_model(state: dict, path: Path, attention_backend: str = "auto"):

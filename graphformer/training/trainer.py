@@ -10,6 +10,7 @@ import dataclasses
 import math
 import random
 import signal
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -30,8 +31,8 @@ from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run import (check_labels, check_lengths, check_matches_run, check_model_fits_task, load_model,
-                                      read_splits, vocabs_for)
+from graphformer.training.run import (check_init_vocab, check_labels, check_lengths, check_matches_run, check_model_fits_task,
+                                      init_weights, load_model, read_init, read_splits, vocabs_for)
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
@@ -83,20 +84,36 @@ class Trainer:
             raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
         check_recordable(model_cfg.model, self.cfg.viz_every)
         check_model_fits_task(model_cfg, self.cfg.task)
+        init = read_init(self.cfg.init_from) if self.cfg.init_from else None  # before anything is written
         self._open_run_dir()
         self._load_data()
         check_lengths(self.splits, model_cfg.graph_pool(), model_cfg.max_len)
-        self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
+        self._choose_vocabs(init)
         self._encode()
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
         torch.manual_seed(self.cfg.seed)
         random.seed(self.cfg.seed)
         self.model = model_from_config(model_cfg, self.cfg.attention_backend)
+        if init:
+            init_weights(self.model, *init)
         self.pool = self.model.make_pool()
         if self.ctx.is_main:
             self.files.write_config(model_cfg, self.cfg)
             self.files.write_vocab(self.src_vocab, self.tgt_vocab)
         self._build_optimizer()
+
+    def _choose_vocabs(self, init: tuple[dict, Path] | None) -> None:
+        """A new run's vocabularies: built from its training split, or those of the checkpoint it
+        starts from (``--init-from``), whose embeddings it takes over."""
+        if init is None:
+            self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
+            return
+        state, path = init
+        self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+        warning = check_init_vocab(self.splits["train"], self.src_vocab, self.tgt_vocab, path,
+                                   get_task(self.cfg.task).classification)
+        if warning and self.ctx.is_main:
+            tqdm.write(warning, file=sys.stderr)
 
     def _resume(self, model_cfg: ModelConfig):
         path = self.run_dir / checkpoint.LAST
