@@ -33,7 +33,7 @@ def test_d_model_not_divisible_by_heads():
 
 
 @pytest.mark.parametrize("kw,msg", [
-    ({"positions": "rotary"}, "positions must be one of sinusoidal, learned, got 'rotary'"),
+    ({"positions": "rotary"}, "positions must be one of sinusoidal, learned, none, got 'rotary'"),
     ({"tie": "some"}, "tie must be one of none, decoder, all"),
     ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1"),
     ({"act_threshold": float("nan")}, "act_threshold must be a finite number"),

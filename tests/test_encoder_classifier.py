@@ -181,6 +181,23 @@ def test_a_sparse_pattern_equals_the_dense_encoder_under_its_mask():
     torch.testing.assert_close(graph, DenseClassifier(model)(src, mask), atol=1e-10, rtol=0)
 
 
+def test_without_positions_order_reaches_the_classifier_only_through_a_causal_pattern():
+    src, permuted = [[4, 9, 5, 7, 11, 6]], [[11, 6, 9, 4, 7, 5]]
+
+    def moved(pattern, positions):
+        model = classifier(pattern, positions=positions)
+        pool = model.make_pool()
+        return (model(make_batch(pool, src)) - model(make_batch(pool, permuted))).abs().max()
+
+    assert moved("full", "none") < 1e-12                   # a bag of tokens: order is invisible
+    assert moved("full", "sinusoidal") > 1e-3              # positions show it
+    assert moved("causal-window:1", "none") > 1e-3         # so does a pattern that knows who came before
+    model = classifier("causal-window:1", positions="none")  # and the graph equals the masked dense encoder
+    mask = pattern_mask(model.make_pool().enc, 8, 8)
+    torch.testing.assert_close(model(make_batch(model.make_pool(), src)), DenseClassifier(model)(src, mask),
+                               atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize("pattern", ["window:2", "dilated:2,3", "block:8", "random:2", "tree:2"])
 def test_every_backend_gives_the_same_logits(pattern):
     model = classifier(pattern)

@@ -15,7 +15,7 @@ from graphformer.errors import ConfigError
 MODELS = ("transformer", "universal", "encoder", "universal-encoder")
 CLASSIFIERS = ("encoder", "universal-encoder")  # one label per sample (graphformer.model.classifier)
 UNIVERSALS = ("universal", "universal-encoder")  # a shared layer repeated with ACT (graphformer.model.universal)
-POSITIONS = ("sinusoidal", "learned")
+POSITIONS = ("sinusoidal", "learned", "none")
 TYING = ("none", "decoder", "all")
 POOLINGS = ("cls", "mean", "last")
 UNIVERSAL_ONLY = ("max_depth", "act_threshold", "ponder_weight")
@@ -40,7 +40,8 @@ class ModelConfig(DictConfig):
     d_ff: int = option(256, "hidden width of the feed-forward sub-layers", range=AT_LEAST_1)
     dropout: float = option(0.1, "dropout on sub-layer outputs and embeddings", range=PROBABILITY)
     norm_first: bool = option(True, "layer norm before each sub-layer (pre-norm); --no-norm-first: after (post-norm)")
-    positions: str = option("sinusoidal", "positional encoding", choices=POSITIONS)
+    positions: str = option("sinusoidal", "positional encoding; none: order comes only from the attention "
+                            "pattern (a causal one, e.g. causal-window:1)", choices=POSITIONS)
     max_len: int = option(256, "longest sequence the positional table holds", range=AT_LEAST_1)
     tie: str = option("none", "share the target embedding with the generator (decoder), and the source "
                       "embedding too (all: needs one vocabulary for both sides)", choices=TYING)

@@ -73,7 +73,24 @@ class LearnedPositions(nn.Module):
         return self.table(positions)
 
 
-POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}
+class NoPositions(nn.Module):
+    """No positional encoding: order reaches a node only through the attention graph, as it does
+    with a causal pattern (``causal-window:1`` tells each token which one came just before it),
+    which length-generalises where position tables do not (Kazemnejad et al., 2023)."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self._max_len = max_len  # still the longest sequence the model accepts
+
+    @property
+    def max_len(self) -> int:
+        return self._max_len
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return torch.zeros((), device=positions.device)  # adds nothing, at every position
+
+
+POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions, "none": NoPositions}
 
 
 class Embedder(nn.Module):
