@@ -107,6 +107,8 @@ def _eval_parser(sub):
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--data-dir", metavar="DIR", help="score the split of this folder ({split}.src, {split}.tgt) "
+                   "instead of the run's own data, e.g. longer samples of the same task (no BLEU)")
     _decoding_options(p, skip=("batch_tokens",))
     p.set_defaults(func=cmd_evaluate)
 
@@ -295,10 +297,12 @@ def cmd_evaluate(args) -> int:
 
     run, decoding = _load_run(args)
     _, detokenize = run.pipelines()
-    scores = evaluate(run.model, run.split(args.split), run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
-                      tgt_vocab=run.tgt_vocab, references=run.references(args.split), detokenize=detokenize,
+    references = None if args.data_dir else run.references(args.split)
+    scores = evaluate(run.model, run.split(args.split, args.data_dir), run.model.make_pool(), beam=decoding.beam,
+                      alpha=decoding.alpha, tgt_vocab=run.tgt_vocab, references=references, detokenize=detokenize,
                       bleu_tokenize=run.bleu_tokenize())
-    scores.update(split=args.split, beam=decoding.beam, alpha=decoding.alpha, checkpoint=str(run.path))
+    scores.update(split=args.split, beam=decoding.beam, alpha=decoding.alpha, checkpoint=str(run.path),
+                  **({"data_dir": args.data_dir} if args.data_dir else {}))
     if args.json:
         print(json.dumps(scores))
     else:

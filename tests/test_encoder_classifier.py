@@ -277,6 +277,24 @@ def test_evaluate_json_accuracy_is_the_share_of_translated_labels_that_are_right
     assert scores["loss"] > 0
 
 
+def test_evaluate_scores_another_folder_of_the_task_with_the_runs_vocabulary(recall_run, tmp_path, capsys):
+    run, data = recall_run
+    from graphformer.data import recall
+    longer = recall.write_recall(tmp_path / "longer", seed=5, sizes={"train": 4, "valid": 4, "test": 12},
+                                 min_length=20, max_length=20, num_keys=9, num_values=4)
+    assert main(["evaluate", str(run), "--data-dir", str(longer), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 12 and scores["data_dir"] == str(longer)  # that folder's test split, not the run's 30
+    assert main(["evaluate", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 30
+    too_long = recall.write_recall(tmp_path / "too-long", seed=5, sizes={"train": 2, "valid": 2, "test": 2},
+                                   min_length=300, max_length=300)
+    for folder, message in ((tmp_path / "nowhere", "does not exist"), (too_long, "is shorter than the data")):
+        assert main(["evaluate", str(run), "--data-dir", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("graphformer: error: ") and message in err and err.count("\n") == 1
+
+
 def test_resume_of_an_encoder_run_continues_exactly(tmp_path):
     data = small_recall_data(tmp_path / "data")
     common = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--pooling", "mean",

@@ -115,10 +115,16 @@ class LoadedRun:
     def data_dir(self) -> Path:
         return self.task.prepare(self.train_cfg, self.run_dir)
 
-    def split(self, name: str) -> Split:
-        split = read_split(self.data_dir(), name)
+    def split(self, name: str, folder: str | Path | None = None) -> Split:
+        """A split of the run's data, or of ``folder`` (the same file layout: e.g. longer samples
+        of the same task), encoded with the run's vocabularies."""
+        if folder is not None and not Path(folder).is_dir():
+            raise UserError(f"data directory {folder} does not exist; give a folder with {name}.src and {name}.tgt")
+        split = read_split(self.data_dir() if folder is None else Path(folder), name)
         if self.task.classification:
             check_labels({name: split})
+        if folder is not None:
+            check_lengths({name: split}, self.model.make_pool(), self.model.cfg.max_len)
         return split.encode(self.src_vocab, self.tgt_vocab)
 
     def references(self, name: str) -> list[str] | None:
