@@ -31,8 +31,9 @@ from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run import (check_init_vocab, check_labels, check_lengths, check_matches_run, check_model_fits_task,
-                                      init_weights, load_model, read_init, read_splits, vocabs_for)
+from graphformer.training.run import (check_init_vocab, check_labels, check_lengths, check_matches_run,
+                                      check_model_fits_task, init_weights, load_model, read_init, read_splits,
+                                      vocabs_for)
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
