@@ -108,7 +108,7 @@ class LoadedRun:
         self.path = path
         self.train_cfg = TrainConfig.from_dict(state["train_config"])
         self.task = get_task(self.train_cfg.task)
-        self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+        self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
         self.model = load_model(state, path, attention_backend).to(device).eval()
         self.progress = state["progress"]
 
@@ -144,6 +144,11 @@ class LoadedRun:
         return self.task.bleu_tokenize(self.train_cfg)
 
 
+def checkpoint_vocabs(state: dict) -> tuple[Vocab, Vocab]:
+    """The source and target vocabularies a checkpoint was trained with."""
+    return Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+
+
 def read_init(where: str) -> tuple[dict, Path]:
     """The checkpoint a new run starts from (``--init-from``): a run directory's best checkpoint,
     or a checkpoint file."""
@@ -156,15 +161,14 @@ def read_init(where: str) -> tuple[dict, Path]:
 def init_weights(model, state: dict, path: Path) -> None:
     """Copy the weights of ``state`` (a checkpoint) into ``model``, which must have the same
     shapes; a mismatch names the model options that differ."""
-    theirs, ours = state["model"], model.state_dict()
-    fits = theirs.keys() == ours.keys() and all(theirs[k].shape == ours[k].shape for k in ours)
-    if not fits:
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError:  # missing, unexpected or differently shaped weights
         saved, wanted = state["model_config"], model.cfg.to_dict()
         differ = [name for name in wanted if name not in ("src_vocab", "tgt_vocab") and saved.get(name) != wanted[name]]
         which = ", ".join(f"{name} ({saved.get(name)!r} there, {wanted[name]!r} here)" for name in differ)
         raise UserError(f"--init-from {path}: its weights do not fit this model"
-                        + (f"; give the options it was trained with: {which}" if which else ""))
-    model.load_state_dict(theirs)
+                        + (f"; give the options it was trained with: {which}" if which else "")) from None
 
 
 def load_model(state: dict, path: Path, attention_backend: str = "auto"):

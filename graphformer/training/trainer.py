@@ -32,14 +32,13 @@ from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
 from graphformer.training.run import (check_init_vocab, check_labels, check_lengths, check_matches_run,
-                                      check_model_fits_task, init_weights, load_model, read_init, read_splits,
-                                      vocabs_for)
+                                      check_model_fits_task, checkpoint_vocabs, init_weights, load_model, read_init,
+                                      read_splits, vocabs_for)
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
 from graphformer.viz.maps import RELATIONS
 from graphformer.viz.recording import check_recordable, picture, record_epoch
-from graphformer.vocab import Vocab
 
 
 class Trainer:
@@ -110,7 +109,7 @@ class Trainer:
             self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
             return
         state, path = init
-        self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+        self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
         warning = check_init_vocab(self.splits["train"], self.src_vocab, self.tgt_vocab, path,
                                    get_task(self.cfg.task).classification)
         if warning and self.ctx.is_main:
@@ -124,7 +123,7 @@ class Trainer:
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
         self._load_data()
-        self.src_vocab, self.tgt_vocab = Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+        self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
         self._encode()
         self.model = load_model(state, path, self.cfg.attention_backend)
         self.pool = self.model.make_pool()
