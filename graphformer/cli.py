@@ -157,8 +157,9 @@ def _head(text: str):
 def _viz_options(p):
     # the choices of graphformer.viz.plots.SCALES and VIEWS (not imported: --help stays fast)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
-    p.add_argument("--relation", choices=("enc", "dec", "cross"), default="cross",
-                   help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs")
+    p.add_argument("--relation", choices=("enc", "dec", "cross"),
+                   help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs "
+                        "(default: cross; enc for an encoder classifier, which has no other)")
     p.add_argument("--layer", type=int, default=-1, help="layer index (negative counts from the last)")
     p.add_argument("--head", type=_head, default=0, metavar="N|all", help="head index, or all: one panel per head")
     p.add_argument("--scale", choices=("shared", "per-head"), default="shared",

@@ -17,9 +17,10 @@ def random_model(norm_first=True, seed=0):
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-@pytest.mark.parametrize("norm_first", [True, False])
-def test_incremental_equals_recompute(beam, norm_first):
+@pytest.mark.parametrize("norm_first,backend", [(True, "auto"), (False, "auto"), (True, "dgl"), (True, "torch")])
+def test_incremental_equals_recompute(beam, norm_first, backend):
     model = random_model(norm_first)
+    model.attention_backend = backend
     src, _ = random_pairs(9, VOCAB, max_len=12, seed=3)
     kw = dict(beam=beam, alpha=0.6, batch_size=4, extra_len=6, pool=GraphPool())
     fast = translate_ids(model, src, incremental=True, **kw)

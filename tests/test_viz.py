@@ -14,7 +14,7 @@ from graphformer.graphs import make_batch
 from graphformer.viz import attention_maps
 from graphformer.viz.plots import SCALES, VIEWS, draw
 from graphformer.viz.recording import load_records, picture, span_labels
-from helpers import TINY_MODEL, random_pairs, small_copy_data
+from helpers import TINY_MODEL, random_pairs, small_copy_data, small_recall_data
 
 
 def model_and_batch(**kw):
@@ -159,8 +159,70 @@ def test_viz_every_with_the_universal_transformer_is_refused(tmp_path, capsys):
     assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--model", "universal",
                  "--viz-every", "1", *TINY_MODEL]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--viz-every records the attention of the transformer model only" in err and "universal" in err
+    assert len(err.splitlines()) == 1 and "--viz-every records the attention of the transformer and encoder models only" in err and "universal" in err
     assert not run.exists()
+
+
+@pytest.fixture(scope="module")
+def recorded_classifier(tmp_path_factory):
+    """An encoder classifier (recall, <cls> pooling, window:1) trained 1 epoch with --viz-every 1."""
+    tmp = tmp_path_factory.mktemp("viz-classifier")
+    data = small_recall_data(tmp / "data")
+    run = tmp / "run"
+    assert main(["train", "--task", "recall", "--model", "encoder", "--pooling", "cls", "--enc-attention", "window:1",
+                 "--data-dir", str(data), "--out", str(run), "--epochs", "1", "--viz-every", "1", "--batch-size", "16",
+                 *TINY_MODEL]) == 0
+    return run, data
+
+
+def test_an_encoder_classifier_records_its_encoder_maps_with_the_global_cls_node(recorded_classifier):
+    run, data = recorded_classifier
+    records = load_records(run)
+    assert [r["epoch"] for r in records] == [0, 1]
+    tokens = (data / "valid.src").read_text().splitlines()[0].split()
+    label = (data / "valid.tgt").read_text().splitlines()[0]
+    n = len(tokens) + 2
+    for record in records:
+        assert set(record["maps"]) == {"enc"} and record["label"] == label
+        assert record["src_labels"] == ["<cls>", *tokens, "</s>"]
+        enc = record["maps"]["enc"]
+        assert enc.shape == (1, 4, n, n)
+        totals = torch.nansum(enc, dim=-1)
+        torch.testing.assert_close(totals, torch.ones_like(totals))
+        # <cls> reads every token and every token reads it (its edges); the tokens see only their neighbours
+        assert not torch.isnan(enc[..., 0, :]).any() and not torch.isnan(enc[..., :, 0]).any()
+        far = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs() > 1
+        far[0, :] = far[:, 0] = False
+        assert torch.isnan(enc[..., far]).all() and not torch.isnan(enc[..., ~far]).any()
+    assert not torch.equal(records[0]["maps"]["enc"], records[1]["maps"]["enc"])  # training moved them
+
+
+def test_a_classifier_run_draws_enc_by_default_and_names_what_it_recorded(recorded_classifier, tmp_path, capsys):
+    run, _ = recorded_classifier
+    gif = tmp_path / "enc.gif"
+    assert main(["animate", str(run), "--head", "all", "-o", str(gif)]) == 0
+    assert Image.open(gif).n_frames == 2
+    assert "label" in picture(load_records(run)[-1]).title
+    capsys.readouterr()
+    png = tmp_path / "cross.png"
+    assert main(["heatmap", str(run), "--relation", "cross", "-o", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--relation cross was not recorded in this run" in err and "choose enc" in err
+    assert not png.exists()
+
+
+def test_viz_every_refuses_a_first_validation_sample_too_long_to_draw(tmp_path, capsys):
+    from graphformer.data import recall
+    from graphformer.viz.recording import MAX_MAP_NODES
+    data = recall.write_recall(tmp_path / "data", seed=1, sizes={"train": 8, "valid": 2, "test": 2},
+                               min_length=MAX_MAP_NODES, max_length=MAX_MAP_NODES, num_keys=80, num_values=4)
+    run = tmp_path / "run"
+    args = ["train", "--task", "recall", "--model", "encoder", "--data-dir", str(data), "--out", str(run),
+            "--max-len", str(MAX_MAP_NODES + 2), *TINY_MODEL]
+    assert main([*args, "--viz-every", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"which has {MAX_MAP_NODES + 2} nodes" in err and f"up to {MAX_MAP_NODES}" in err
+    assert not (run / "checkpoint_last.pt").exists()
 
 
 def test_cli_offers_the_views_and_scales_plots_draw():

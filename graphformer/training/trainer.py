@@ -37,8 +37,7 @@ from graphformer.training.run import (check_init_vocab, check_labels, check_leng
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
-from graphformer.viz.maps import RELATIONS
-from graphformer.viz.recording import check_recordable, picture, record_epoch
+from graphformer.viz.recording import check_map_size, check_recordable, picture, record_epoch
 
 
 class Trainer:
@@ -88,6 +87,7 @@ class Trainer:
         self._open_run_dir()
         self._load_data()
         check_lengths(self.splits, model_cfg.graph_pool(), model_cfg.max_len)
+        check_map_size(self.splits["valid"], model_cfg.graph_pool(), self.cfg.viz_every)
         self._choose_vocabs(init)
         self._encode()
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
@@ -355,7 +355,7 @@ class Trainer:
                             self.run_dir, epoch)
         if self.board and path is not None:
             record = checkpoint.load(path)
-            for relation in RELATIONS:
+            for relation in record["maps"]:
                 figure = plots.draw(picture(record, relation, layer=-1, head="all"))
                 self.board.attention(f"attention/{relation}", plots.png_bytes(figure), self.progress["step"])
 

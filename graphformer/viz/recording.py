@@ -1,6 +1,7 @@
 """Attention maps recorded during training: ``RUN_DIR/attention/epoch_NNNN.pt``, one per recorded
-epoch (epoch 0: the untrained model), each holding the maps of all three relations for the first
-validation sample; and the pictures `graphformer animate` and `graphformer heatmap` draw of them.
+epoch (epoch 0: the untrained model), each holding the maps of every relation the model attends
+over (an encoder-decoder's three, an encoder classifier's ``enc``) for the first validation
+sample; and the pictures `graphformer animate` and `graphformer heatmap` draw of them.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from graphformer.viz.maps import RELATIONS, attention_maps
 from graphformer.viz.plots import AttentionPicture
 from graphformer.vocab import EOS, SOS
 
+CLS_LABEL = "<cls>"  # a classifier's global node (it carries the <s> token)
+
 # What the rows and columns of each relation's map are (targets enter the decoder shifted right).
 DECODER_INPUTS = "decoder inputs <s>, y1, ..."
 AXES = {"enc": ("keys: source tokens", "queries: source tokens"),
@@ -21,12 +24,30 @@ AXES = {"enc": ("keys: source tokens", "queries: source tokens"),
         "cross": ("keys: source tokens", f"queries: {DECODER_INPUTS}")}
 
 
+# Models whose maps are recorded: one map per layer. The Universal Transformer's per-step
+# subgraphs are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`).
+RECORDED_MODELS = ("transformer", "encoder")
+# The most nodes a side of a recorded map may have: maps are stored dense and drawn with a label
+# per row and column.
+MAX_MAP_NODES = 128
+
+
 def check_recordable(model_kind: str, viz_every: int | None) -> None:
-    """Only the Transformer's maps are recorded; the Universal Transformer's per-step subgraphs
-    are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`)."""
-    if viz_every and model_kind != "transformer":
-        raise ConfigError("viz_every", f"records the attention of the transformer model only, not of model "
-                          f"{model_kind!r}; leave it out (notebook 03 draws the Universal Transformer's ponder steps)")
+    if viz_every and model_kind not in RECORDED_MODELS:
+        raise ConfigError("viz_every", f"records the attention of the {' and '.join(RECORDED_MODELS)} models only, "
+                          f"not of model {model_kind!r}; leave it out (notebook 03 draws the Universal "
+                          "Transformer's ponder steps)")
+
+
+def check_map_size(split, pool, viz_every: int | None) -> None:
+    """The recorded sample, the first of ``split``, must fit a map of `MAX_MAP_NODES` a side."""
+    if not viz_every:
+        return
+    n = pool.source_positions(len(split.src_words[0]))
+    nodes = max(n + pool.span_nodes(n), len(split.tgt_words[0]) + 1 if pool.targets else 0)
+    if nodes > MAX_MAP_NODES:
+        raise ConfigError("viz_every", f"draws the first validation sample, which has {nodes} nodes; maps are "
+                          f"recorded up to {MAX_MAP_NODES}: put a short sample first in valid, or leave it out")
 
 
 def span_labels(n: int) -> list[str]:
@@ -42,20 +63,19 @@ def span_labels(n: int) -> list[str]:
 
 def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch: int) -> Path | None:
     """Write the maps of the first sample of ``split`` to ``run_dir/attention/epoch_NNNN.pt``."""
-    if getattr(model.cfg, "model", "transformer") != "transformer":
+    if getattr(model.cfg, "model", "transformer") not in RECORDED_MODELS:
         return None
     src, tgt = split.src[0], split.tgt[0]
     batch = make_batch(pool, [src], [tgt]).to(next(model.parameters()).device)
-    src_labels = [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
+    src_labels = [CLS_LABEL] * pool.cls_node + [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
     n = len(src_labels)
     spans = span_labels(n) if pool.span_nodes(n) else []  # tree patterns only
-    record = {
-        "epoch": epoch,
-        "src_labels": src_labels,
-        "enc_labels": src_labels + spans,
-        "tgt_labels": [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt],
-        "maps": {rel: attention_maps(model, batch, rel) for rel in RELATIONS},
-    }
+    record = {"epoch": epoch, "src_labels": src_labels, "enc_labels": src_labels + spans}
+    if pool.targets:
+        record["tgt_labels"] = [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt]
+    else:  # a classifier: its encoder is all it attends with
+        record["label"] = tgt_vocab.itos[tgt[0]]
+    record["maps"] = {rel: attention_maps(model, batch, rel) for rel in (RELATIONS if pool.targets else ("enc",))}
     folder = Path(run_dir) / "attention"
     folder.mkdir(exist_ok=True)
     path = folder / f"epoch_{epoch:04d}.pt"
@@ -72,9 +92,15 @@ def load_records(run_dir: str | Path) -> list[dict]:
     return [checkpoint.load(p, advice="delete it, or train again with --viz-every to record it") for p in paths]
 
 
-def picture(record: dict, relation: str = "cross", layer: int = -1, head: int | str = 0) -> AttentionPicture:
-    """One head (``head=N``) or every head (``head='all'``) of one layer of a recorded epoch."""
-    maps = record["maps"][relation]
+def picture(record: dict, relation: str | None = None, layer: int = -1, head: int | str = 0) -> AttentionPicture:
+    """One head (``head=N``) or every head (``head='all'``) of one layer of a recorded epoch;
+    ``relation`` defaults to ``cross``, or ``enc`` where that is all the run recorded."""
+    recorded = record["maps"]
+    relation = relation or ("cross" if "cross" in recorded else "enc")
+    if relation not in recorded:
+        raise ConfigError("relation", f"{relation} was not recorded in this run (an encoder classifier attends with "
+                          f"enc only); choose {' or '.join(recorded)}")
+    maps = recorded[relation]
     layers, heads = maps.shape[:2]
     if not -layers <= layer < layers:
         raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layers")
@@ -82,10 +108,13 @@ def picture(record: dict, relation: str = "cross", layer: int = -1, head: int | 
         raise ConfigError("head", f"{head} is out of range: the model has {heads} heads")
     chosen = list(range(heads)) if head == "all" else [head]
     src = record["src_labels"]
+    tgt = record.get("tgt_labels")
     keys, queries = {"enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
-                     "dec": (record["tgt_labels"],) * 2, "cross": (src, record["tgt_labels"])}[relation]
+                     "dec": (tgt, tgt), "cross": (src, tgt)}[relation]
     epoch = record["epoch"]
     when = f"epoch {epoch}" + (" (untrained)" if epoch == 0 else "")
+    if "label" in record:
+        when += f", label {record['label']}"
     which = "all heads" if head == "all" else f"head {head}"
     key_axis, query_axis = AXES[relation]
     return AttentionPicture(maps=maps[layer, chosen].numpy(), keys=list(keys), queries=list(queries),
