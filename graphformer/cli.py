@@ -23,7 +23,7 @@ from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import ModelConfig
-from graphformer.training.config import DecodeConfig, TrainConfig, resume_config
+from graphformer.training.config import RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, resume_config
 
 
 class _ShowDefaults(argparse.HelpFormatter):
@@ -89,9 +89,10 @@ def _train_parser(sub):
                        "Names: full, causal, window:W, dilated:W,D, global:G, block:B, random:R[,SEED], tree:K "
                        "(encoder only).")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
+    flags = lambda names: ", ".join("--" + name.replace("_", "-") for name in names)  # noqa: E731
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint, with "
-                   "its saved configuration (only --epochs, --max-steps and --patience, and how it runs: --device, "
-                   "--threads, --attention-backend, --tensorboard, --keep-last, may change)")
+                   f"its saved configuration (only {flags(RESUME_OVERRIDES)}, and how it runs: {flags(RUNTIME)}, "
+                   "may change)")
     p.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file {model: {...}, train: {...}} "
                    "(a run's config.json is one); flags given here override it")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -118,6 +119,7 @@ def _translate_parser(sub):
                        description="Read one sentence per line (stdin or --input), write one decoded line each.")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--input", metavar="FILE", help="file to read instead of standard input")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no throughput line (warnings stay)")
     _decoding_options(p)
     p.set_defaults(func=cmd_translate)
 
@@ -281,8 +283,18 @@ def cmd_train(args) -> int:
         print(f"done ({where}): valid loss {metrics['valid_loss']:.4f}, token accuracy "
               f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}")
     else:
-        print(f"stopped at {where}; checkpoint in {args.out}; continue with: graphformer train --out {args.out} --resume")
+        print(f"stopped at {where}; checkpoint in {args.out}; {_how_to_go_on(trainer.cfg, trainer.progress, args.out)}")
     return 0
+
+
+def _how_to_go_on(cfg: TrainConfig, progress: dict, out: str) -> str:
+    """What resumes a run that stopped without finishing an epoch in this call."""
+    resume = f"graphformer train --out {out} --resume"
+    if progress["epoch"] >= cfg.epochs:
+        return f"it has finished its --epochs {cfg.epochs}; to train longer: {resume} --epochs {progress['epoch'] + 1}"
+    if cfg.max_steps is not None and progress["step"] >= cfg.max_steps:
+        return f"it has taken its --max-steps {cfg.max_steps}; to go on: {resume} --max-steps {2 * cfg.max_steps}"
+    return f"continue with: {resume}"
 
 
 def _load_run(args):
@@ -296,12 +308,18 @@ def _load_run(args):
 def cmd_evaluate(args) -> int:
     from graphformer.training.evaluate import evaluate
 
+    from tqdm.auto import tqdm
+
     run, decoding = _load_run(args)
     _, detokenize = run.pipelines()
     references = None if args.data_dir else run.references(args.split)
-    scores = evaluate(run.model, run.split(args.split, args.data_dir), run.model.make_pool(), beam=decoding.beam,
-                      alpha=decoding.alpha, tgt_vocab=run.tgt_vocab, references=references, detokenize=detokenize,
-                      bleu_tokenize=run.bleu_tokenize())
+    split = run.split(args.split, args.data_dir)
+    # Decoding a test set can take minutes: a bar for whoever watches (stderr a terminal), not for logs.
+    with tqdm(total=len(split), unit="sentence", desc="decoding", file=sys.stderr,
+              disable=not sys.stderr.isatty()) as bar:
+        scores = evaluate(run.model, split, run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
+                          tgt_vocab=run.tgt_vocab, references=references, detokenize=detokenize,
+                          bleu_tokenize=run.bleu_tokenize(), progress=bar.update)
     scores.update(split=args.split, beam=decoding.beam, alpha=decoding.alpha, checkpoint=str(run.path),
                   **({"data_dir": args.data_dir} if args.data_dir else {}))
     if args.json:
@@ -359,7 +377,7 @@ def cmd_translate(args) -> int:
     # sentence); the output keeps the input's order.
     plan = decoding_batches([len(src[i]) for i in nonempty], decoding.batch_tokens)
     tic, tokens = time.perf_counter(), 0
-    with tqdm(total=len(nonempty), unit="sentence", disable=sys.stdout.isatty() or not nonempty,
+    with tqdm(total=len(nonempty), unit="sentence", disable=args.quiet or sys.stdout.isatty() or not nonempty,
               file=sys.stderr) as bar:
         for batch in plan:
             chosen = [nonempty[j] for j in batch]
@@ -371,8 +389,9 @@ def cmd_translate(args) -> int:
             bar.update(len(chosen))
     sys.stdout.write("".join(line + "\n" for line in out))
     seconds = max(time.perf_counter() - tic, 1e-9)
-    print(f"translated {len(nonempty)} sentences ({tokens} tokens) in {seconds:.1f} s: "
-          f"{len(nonempty) / seconds:.1f} sentences/s, {tokens / seconds:.0f} tokens/s", file=sys.stderr)
+    if not args.quiet:
+        print(f"translated {len(nonempty)} sentences ({tokens} tokens) in {seconds:.1f} s: "
+              f"{len(nonempty) / seconds:.1f} sentences/s, {tokens / seconds:.0f} tokens/s", file=sys.stderr)
     return 0
 
 
@@ -381,7 +400,7 @@ def cmd_average(args) -> int:
     from graphformer.training.config import SELECT_BY
     from graphformer.training.run_dir import RunDir
 
-    count = args.last or args.best
+    count = args.last if args.last is not None else args.best
     if count < 1:
         raise UserError(f"--{'last' if args.last is not None else 'best'} must be at least 1, got {count}")
     run = RunDir(args.run_dir)
@@ -412,9 +431,10 @@ def cmd_animate(args) -> int:
 
 
 def cmd_heatmap(args) -> int:
-    from graphformer.viz.plots import save
+    from graphformer.viz.plots import check_image_path, save
     from graphformer.viz.recording import load_records
 
+    check_image_path(args.output)
     records = load_records(args.run_dir)
     if args.epoch == "last":
         record = records[-1]
@@ -429,7 +449,11 @@ def cmd_heatmap(args) -> int:
 
 
 def _check_output_folder(output: str | None) -> None:
-    if output is not None and not Path(output).resolve().parent.is_dir():
+    if output is None:
+        return
+    if Path(output).is_dir():
+        raise UserError(f"-o {output} is a folder; give the name of the file to write")
+    if not Path(output).resolve().parent.is_dir():
         raise UserError(f"-o {output}: the folder {Path(output).parent} does not exist; create it first")
 
 

@@ -62,6 +62,22 @@ def option(default: Any = MISSING, help: str = "", *, choices: tuple | None = No
     return field(default=default, metadata=meta)
 
 
+# What a field's annotation accepts, by its name (the annotations are strings here): whole
+# numbers are numbers, but no bool is a number and no fraction a whole number.
+_KINDS = {"int": ("a whole number", lambda x: isinstance(x, int) and not isinstance(x, bool)),
+          "float": ("a number", lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)),
+          "bool": ("true or false", lambda x: isinstance(x, bool)),
+          "str": ("a string", lambda x: isinstance(x, str))}
+
+
+def _check_type(name: str, annotation: str, value) -> None:
+    """A ConfigError if ``value`` is not of the kind ``annotation`` names (a config file can say
+    ``layers: two``); annotations not in ``_KINDS`` are not checked."""
+    kind = _KINDS.get(annotation.removeprefix("Optional[").removesuffix("]"))
+    if kind is not None and not kind[1](value):
+        raise ConfigError(name, f"must be {kind[0]}, got {value!r}")
+
+
 class DictConfig:
     """Mixin for dataclass configs: checked on creation, saved as a dict and read back."""
 
@@ -69,11 +85,12 @@ class DictConfig:
         self.check()
 
     def check(self) -> None:
-        """Every field against its declared choices and range; numbers must be finite."""
+        """Every field against its type, declared choices and range; numbers must be finite."""
         for f in fields(self):
             value, meta = getattr(self, f.name), f.metadata
             if value is None:
                 continue
+            _check_type(f.name, f.type, value)
             if meta.get("choices") and value not in meta["choices"]:
                 raise ConfigError(f.name, f"must be one of {', '.join(map(str, meta['choices']))}, got {value!r}")
             if isinstance(value, bool) or not isinstance(value, (int, float)):

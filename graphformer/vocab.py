@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from graphformer.files import write_text_atomic
+
 PAD, SOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 
@@ -65,7 +67,7 @@ class Vocab:
         return out
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.itos, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_text_atomic(path, json.dumps(self.itos, ensure_ascii=False) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":

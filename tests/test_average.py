@@ -49,14 +49,20 @@ def test_average_is_the_mean_of_the_kept_weights(run, tmp_path, capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["--last", "3"], "keeps 2 epoch checkpoints, fewer than the 3 asked for"),
     (["--best", "0"], "--best must be at least 1"),
+    (["--last", "0"], "--last must be at least 1"),
+    (["--last", "2", "-o", "{run}/checkpoint_best.pt"], "is one of the run's own checkpoints"),
+    (["--last", "2", "-o", "{run}/checkpoints/epoch_0003.pt"], "is one of the run's own checkpoints"),
+    (["--last", "2", "-o", "{run}/checkpoints"], "is a folder; give the name of the file to write"),
 ])
 def test_average_refuses_what_it_cannot_do(run, tmp_path, capsys, argv, needle):
     work = tmp_path / "run"
     shutil.copytree(run, work)
-    assert main(["average", str(work), *argv]) == 2
+    before = {p: p.read_bytes() for p in work.rglob("*.pt")}
+    assert main(["average", str(work), *[a.format(run=work) for a in argv]]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err, err
     assert not (work / "checkpoint_averaged.pt").exists()
+    assert {p: p.read_bytes() for p in work.rglob("*.pt")} == before
 
 
 def test_average_refuses_checkpoints_of_another_model(run, tmp_path, capsys):
@@ -103,3 +109,6 @@ def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys,
     assert captured.out.split("\n")[:-1] == lines  # every line back in its place, the empty one too
     assert "translated 4 sentences (13 tokens)" in captured.err and "sentences/s" in captured.err
     assert batches == [[1, 2], [4], [6]]  # sorted by length, at most 5 source tokens a batch (or one sentence)
+    assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split("\n")[:-1] == lines and captured.err == ""  # --quiet: no bar, no report

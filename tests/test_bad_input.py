@@ -38,6 +38,8 @@ def test_d_model_not_divisible_by_heads():
     ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1"),
     ({"act_threshold": float("nan")}, "act_threshold must be a finite number"),
     ({"layers": 0}, "layers must be at least 1"),
+    ({"max_len": 10**12}, r"max_len must be in \[1, 131072\], got 1e\+12"),
+    ({"layers": 2.5}, "layers must be a whole number, got 2.5"),
 ])
 def test_bad_hyper_parameters(kw, msg):
     with pytest.raises(ValueError, match=msg):

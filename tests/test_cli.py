@@ -181,6 +181,12 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
         data = (run / name).read_bytes()
         (run / name).write_bytes(data[: len(data) // 2])
     one_line_error(capsys, ["evaluate", str(run)], "damaged or truncated")
+    (tmp_path / "notes.pt").write_text("not a checkpoint\n")
+    err = one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "notes.pt")],
+                         "notes.pt is not a checkpoint, or a damaged one")
+    assert "weights_only" not in err  # torch's advice to load it unsafely is not passed on
+    one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "empty")],
+                   "is a folder; give best, last, averaged or a checkpoint file")
 
 
 def test_resume_without_checkpoint(tmp_path, capsys):

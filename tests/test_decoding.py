@@ -32,6 +32,14 @@ def test_incremental_equals_recompute(beam, norm_first, backend):
     assert len({len(h.tokens) for h in fast}) > 1, "test should cover hypotheses of different lengths"
 
 
+def test_progress_hears_of_every_sentence_batch_by_batch():
+    model = random_model()
+    src, _ = random_pairs(9, VOCAB, max_len=12, seed=3)
+    done = []
+    hyps = translate_ids(model, src, beam=2, batch_size=4, extra_len=3, progress=done.append)
+    assert done == [4, 4, 1] and len(hyps) == 9
+
+
 def test_greedy_score_is_the_sequence_log_probability():
     model = random_model()
     src, _ = random_pairs(5, VOCAB, max_len=10, seed=4)

@@ -56,7 +56,9 @@ def test_plain_resume_keeps_epochs_and_max_steps(data, tmp_path, capsys):
     assert [r["step"] for r in read_jsonl(run / "steps.jsonl")] == [1, 2, 3]
     config = json.loads((run / "config.json").read_text())["train"]
     assert (config["epochs"], config["max_steps"]) == (2, 3)
-    assert "--resume" in capsys.readouterr().out  # "stopped at ...; continue with ..."
+    out = capsys.readouterr().out
+    assert out.count("it has taken its --max-steps 3; to go on: graphformer train --out") == 2
+    assert "--resume --max-steps 6" in out
 
     assert train("--out", str(run), "--resume", "--max-steps", "1000") == 0  # lift the step limit only
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]  # its 2 epochs, not the default
@@ -65,6 +67,16 @@ def test_plain_resume_keeps_epochs_and_max_steps(data, tmp_path, capsys):
     assert train("--out", str(run), "--resume", "--epochs", "3") == 0  # train longer
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
     assert json.loads((run / "config.json").read_text())["train"]["epochs"] == 3
+
+
+def test_resuming_a_finished_run_says_how_to_train_longer(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    before = snapshot(run)
+    assert train("--out", str(run), "--resume", "--epochs", "1") == 0
+    out = capsys.readouterr().out
+    assert "it has finished its --epochs 1; to train longer:" in out and "--resume --epochs 2" in out
+    assert snapshot(run).keys() == before.keys() and len(read_jsonl(run / "metrics.jsonl")) == 1
 
 
 def test_a_time_budget_stops_after_the_step_that_exhausts_it_and_resume_gives_a_new_one(data, tmp_path, capsys):
@@ -106,6 +118,19 @@ def test_config_file_then_flags(data, tmp_path):
     again = tmp_path / "again"  # a run's config.json is itself a valid --config
     assert train("--config", str(run / "config.json"), "--out", str(again), "--quiet") == 0
     assert json.loads((again / "config.json").read_text())["model"] == saved["model"]
+
+
+@pytest.mark.parametrize("section,line,flag,kind", [("model", "layers: two", "--layers", "a whole number"),
+                                                     ("model", "layers: 1.5", "--layers", "a whole number"),
+                                                     ("train", "epochs: three", "--epochs", "a whole number"),
+                                                     ("train", "lr_factor: [1]", "--lr-factor", "a number"),
+                                                     ("model", "norm_first: 'yes'", "--norm-first", "true or false")])
+def test_a_config_file_value_of_the_wrong_kind_is_a_one_line_error(tmp_path, capsys, section, line, flag, kind):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"{section}:\n  {line}\n")
+    run = tmp_path / "run"
+    one_line_error(capsys, ["train", "--config", str(config), "--out", str(run)], flag, f"must be {kind}")
+    assert not run.exists()
 
 
 # ---- crash windows --------------------------------------------------------------------------
@@ -159,6 +184,19 @@ def test_a_second_trainer_on_the_same_run_is_refused(trained, tmp_path, capsys):
     finally:
         holder.unlock()
     assert train("--out", str(run), "--resume", "--epochs", "2") == 0  # free again
+
+
+def test_resuming_a_run_still_training_before_its_first_checkpoint_names_the_trainer(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    for name in (checkpoint.LAST, checkpoint.BEST):
+        (run / name).unlink()  # as early in a first epoch
+    holder = RunDir(run)
+    holder.lock()
+    try:
+        one_line_error(capsys, ["train", "--out", str(run), "--resume"], "is being trained by process")
+    finally:
+        holder.unlock()
 
 
 def test_overflowing_loss_stops_with_a_usable_checkpoint(data, tmp_path, capsys):
@@ -217,7 +255,7 @@ def test_damaged_run_files_are_named(trained, tmp_path, capsys):
     shutil.copytree(trained, run)
     for name in (checkpoint.BEST, checkpoint.LAST):
         (run / name).write_bytes(torch.randint(0, 256, (5000,), dtype=torch.uint8).numpy().tobytes())
-    one_line_error(capsys, ["evaluate", str(run)], "damaged or truncated")
+    one_line_error(capsys, ["evaluate", str(run)], "damaged")
 
     run = tmp_path / "no_model"
     shutil.copytree(trained, run)

@@ -149,6 +149,27 @@ def test_heatmap_command_draws_any_recorded_epoch(recorded_run, tmp_path, capsys
     assert "--head 9 is out of range" in capsys.readouterr().err
 
 
+def test_heatmap_refuses_a_format_it_cannot_draw_before_reading_anything(recorded_run, tmp_path, capsys):
+    out = tmp_path / "map.txt"
+    assert main(["heatmap", str(recorded_run), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ".txt is not an image format" in err and not out.exists()
+
+
+def test_a_drawing_interrupted_midway_leaves_the_existing_file_whole(recorded_run, tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+    out = tmp_path / "map.png"
+    assert main(["heatmap", str(recorded_run), "-o", str(out)]) == 0
+    before = out.read_bytes()
+
+    def interrupted(self, file, **kw):
+        file.write(b"half a picture")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Figure, "savefig", interrupted)
+    assert main(["heatmap", str(recorded_run), "--head", "all", "-o", str(out)]) == 130
+    assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["map.png"]
+
+
 def test_tree_span_labels_name_their_level():
     assert span_labels(6) == ["L1[0:2)", "L1[2:4)", "L1[4:6)", "L2[0:4)", "L2[4:6)"]
 

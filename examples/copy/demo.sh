@@ -15,5 +15,5 @@ echo
 echo
 echo "a few test sentences (source => decoded):"
 head -n 5 "$RUN/data/test.src" > "$RUN/examples.src"
-"$BIN/graphformer" translate "$RUN" --input "$RUN/examples.src" > "$RUN/examples.out"
+"$BIN/graphformer" translate "$RUN" --input "$RUN/examples.src" --quiet > "$RUN/examples.out"
 paste -d '\t' "$RUN/examples.src" "$RUN/examples.out" | sed 's/\t/   =>   /'

@@ -1,6 +1,8 @@
 """Decoding: greedy and beam search over incremental graph decoding."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from graphformer.decoding.labels import classify_ids
@@ -17,14 +19,19 @@ def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int, extra: int
 @torch.inference_mode()  # no autograd bookkeeping per op: a decoding step runs hundreds of small ops
 def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6,
                   batch_size: int = 64, pool: GraphPool | None = None, extra_len: int = 50,
-                  incremental: bool = True) -> list[Hypothesis]:
+                  incremental: bool = True, progress: Callable[[int], object] | None = None) -> list[Hypothesis]:
     """Decode each source id sequence; results in input order.
 
     Sentences are decoded in batches of similar length; ``beam=1`` is greedy search. A classifier
     (``model.cfg.classifies``) has nothing to search: each result is its one most likely label.
+    ``progress(n)``, if given, is called with the number of sentences each batch finished (a
+    progress bar's ``update``).
     """
     if model.cfg.classifies:
-        return classify_ids(model, src, pool)
+        labels = classify_ids(model, src, pool)
+        if progress is not None:
+            progress(len(src))
+        return labels
     pool = pool or model.make_pool()
     was_training = model.training
     model.eval()
@@ -47,6 +54,8 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6
                 hyps = beam_search(stepper, limits, beam, alpha)
             for i, hyp in zip(idx, hyps):
                 results[i] = hyp
+            if progress is not None:
+                progress(len(idx))
     finally:
         model.train(was_training)
     return results

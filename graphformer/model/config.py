@@ -42,7 +42,9 @@ class ModelConfig(DictConfig):
     norm_first: bool = option(True, "layer norm before each sub-layer (pre-norm); --no-norm-first: after (post-norm)")
     positions: str = option("sinusoidal", "positional encoding; none: order comes only from the attention "
                             "pattern (a causal one, e.g. causal-window:1)", choices=POSITIONS)
-    max_len: int = option(256, "longest sequence the positional table holds", range=AT_LEAST_1)
+    # At most 2**17 positions: a table of max_len x d_model is allocated whole, and this is 16 times
+    # the longest context the long-range tasks generate.
+    max_len: int = option(256, "longest sequence the positional table holds", range=Range(low=1, high=2**17))
     tie: str = option("none", "share the target embedding with the generator (decoder), and the source "
                       "embedding too (all: needs one vocabulary for both sides)", choices=TYING)
     enc_attention: str = option("full", "encoder self-attention pattern, e.g. window:8+global:1", metavar="SPEC")

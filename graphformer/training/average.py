@@ -42,13 +42,13 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
     """The kept epoch checkpoints to average: the ``last`` newest, or the ``best`` by the
     validation metric recorded in metrics.jsonl; oldest first."""
     kept = run.epoch_checkpoints()
-    wanted = last or best
+    wanted = last if last is not None else best
     if not kept:
         raise UserError(f"{run.path} keeps no epoch checkpoints; train with --keep-last N to keep them")
     if wanted > len(kept):
         raise UserError(f"{run.path} keeps {len(kept)} epoch checkpoints, fewer than the {wanted} asked for; "
                         f"ask for at most {len(kept)} or train with a larger --keep-last")
-    if last:
+    if last is not None:
         return kept[-last:]
     if not (run / METRICS).is_file():
         raise UserError(f"{run / METRICS} is missing: without validation metrics, use --last instead of --best")
@@ -63,6 +63,10 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
 
 def write_average(run: RunDir, paths: list[Path], output: Path | None = None) -> Path:
     output = Path(output) if output else run / AVERAGED
+    own = [run / checkpoint.LAST, run / checkpoint.BEST, *run.epoch_checkpoints()]
+    if any(output.resolve() == p.resolve() for p in own):
+        raise UserError(f"-o {output} is one of the run's own checkpoints; write the average to another file "
+                        f"(by default {run / AVERAGED})")
     checkpoint.save_atomic(average_states(paths), output)
     return output
 

@@ -31,7 +31,9 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
         raise UserError(f"no checkpoint at {path}; train a model first (graphformer train --out DIR)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError, OSError) as err:
+    except pickle.UnpicklingError:  # torch's own text advises an unsafe retry: not ours to pass on
+        raise UserError(f"{path} is not a checkpoint, or a damaged one (it does not unpickle); {advice}") from None
+    except (RuntimeError, EOFError, ValueError, OSError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{path} is damaged or truncated ({reason}); {advice}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -47,6 +49,8 @@ def find(run_dir: str | Path, which: str = "best") -> Path:
         raise UserError(f"run directory {run_dir} does not exist; give the --out directory of a training run")
     if which not in ("best", "last"):
         path = run_dir / AVERAGED if which == "averaged" else Path(which)
+        if path.is_dir():
+            raise UserError(f"checkpoint {path} is a folder; give best, last, averaged or a checkpoint file")
         if not path.is_file():
             hint = "write it with graphformer average" if which == "averaged" else "give best, last, averaged or a file"
             raise UserError(f"checkpoint {path} does not exist; {hint}")

@@ -61,21 +61,25 @@ class PonderTally:
         return out
 
 
-def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6) -> tuple[float, list]:
-    """Share of sentences decoded exactly as the reference, and the decoded hypotheses."""
-    hyps = translate_ids(model, split.src, beam=beam, alpha=alpha, pool=pool)
+def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6,
+                progress=None) -> tuple[float, list]:
+    """Share of sentences decoded exactly as the reference, and the decoded hypotheses
+    (``progress``: see `graphformer.decoding.translate_ids`)."""
+    hyps = translate_ids(model, split.src, beam=beam, alpha=alpha, pool=pool, progress=progress)
     hits = sum(h.tokens == ref for h, ref in zip(hyps, split.tgt))
     return hits / len(split), hyps
 
 
 def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6,
-             tgt_vocab=None, references: list[str] | None = None, detokenize=None, bleu_tokenize=None) -> dict:
+             tgt_vocab=None, references: list[str] | None = None, detokenize=None, bleu_tokenize=None,
+             progress=None) -> dict:
     """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
     and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`).
     ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
-    where the model's tokens are not words (subwords); by default the model's tokens are scored."""
+    where the model's tokens are not words (subwords); by default the model's tokens are scored.
+    ``progress(n)`` hears of the sentences decoded, batch by batch."""
     scores = teacher_forced(model, split, pool)
-    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha)
+    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha, progress)
     scores["n"] = len(split)
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]

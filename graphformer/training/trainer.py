@@ -117,9 +117,9 @@ class Trainer:
 
     def _resume(self, model_cfg: ModelConfig):
         path = self.run_dir / checkpoint.LAST
+        self._open_run_dir()  # first: a run still training has no checkpoint yet, and says so here
         if not path.is_file():
             raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
-        self._open_run_dir()
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
         self._load_data()

@@ -22,6 +22,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from graphformer.errors import UserError
+from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
 
 VIEWS = ("heatmap", "graph", "both")   # what one panel of a picture shows
@@ -157,10 +158,25 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     return figure
 
 
+def check_image_path(path: str | Path) -> Path:
+    """The output path of a picture, if matplotlib writes its format."""
+    path = Path(path)
+    if path.suffix.lower()[1:] not in FigureCanvasAgg(new_figure(1, 1)).get_supported_filetypes():
+        raise UserError(f"cannot draw to {path.name}: {path.suffix or 'no extension'} is not an image format "
+                        "matplotlib writes; use .png, .svg or .pdf")
+    return path
+
+
 def save(picture: AttentionPicture, path: str | Path, view: str = "heatmap", scale: str = "shared") -> None:
     """Draw ``picture`` into an image file (any format matplotlib writes: .png, .svg, .pdf)."""
-    figure = draw(picture, view, scale)
-    figure.savefig(path, dpi=120)
+    path = check_image_path(path)
+    save_figure(draw(picture, view, scale), path)
+
+
+def save_figure(figure: Figure, path: str | Path, dpi: int = 120) -> None:
+    """Write ``figure`` to ``path`` in the format its extension names, atomically."""
+    path = check_image_path(path)
+    write_atomic(path, lambda f: figure.savefig(f, format=path.suffix.lower()[1:], dpi=dpi))
 
 
 def check_animation_path(path: str | Path) -> Path:
@@ -182,7 +198,7 @@ def animate(pictures: list[AttentionPicture], path: str | Path, view: str = "hea
         _write_gif(frames, path, seconds_per_frame)
     else:
         title = pictures[0].title.split(", epoch")[0] or "attention"
-        path.write_text(player_page(frames, [p.title for p in pictures], title, seconds_per_frame), encoding="utf-8")
+        write_text_atomic(path, player_page(frames, [p.title for p in pictures], title, seconds_per_frame))
     return len(frames)
 
 
@@ -190,7 +206,8 @@ def _write_gif(frames: list[bytes], path: Path, seconds_per_frame: float) -> Non
     from PIL import Image
 
     images = [Image.open(io.BytesIO(frame)).convert("RGB") for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 * seconds_per_frame), loop=0)
+    write_atomic(path, lambda f: images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
+                                                duration=int(1000 * seconds_per_frame), loop=0))
 
 
 def player_page(frames: list[bytes], captions: list[str], title: str, seconds_per_frame: float = 0.8) -> str:
@@ -254,7 +271,7 @@ def ponder_map(steps, labels, path: str | Path, title: str = "ponder steps per t
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("steps")
     ax.set_title(title, fontsize=9)
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
 
 
 def ponder_distribution(metrics: list[dict], path: str | Path) -> None:
@@ -271,7 +288,7 @@ def ponder_distribution(metrics: list[dict], path: str | Path) -> None:
         ax.set_ylabel("ACT step")
         ax.set_title(f"{side}: share of tokens entering each step", fontsize=9)
         figure.colorbar(image, ax=ax, fraction=0.046)
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
 
 
 def pattern_matrices(specs: list[str], n: int = 16, path: str | Path | None = None) -> Figure:
@@ -291,5 +308,5 @@ def pattern_matrices(specs: list[str], n: int = 16, path: str | Path | None = No
         ax.set_xticks([])
         ax.set_yticks([])
     if path is not None:
-        figure.savefig(path, dpi=110)
+        save_figure(figure, path, dpi=110)
     return figure
