@@ -22,7 +22,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
-from graphformer.model.config import ModelConfig
+from graphformer.model.config import UNIVERSALS, ModelConfig
 from graphformer.training.config import RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, resume_config
 
 
@@ -249,7 +249,11 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
                 raise ConfigError(name, f"is {getattr(saved, name)!r} in this run, not {value!r}: a resumed run "
                                   "keeps its model; start a new run to change it")
         return saved, resume_config(TrainConfig.from_dict(train_saved), train_given)
-    return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
+    model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, **model_given)
+    if model_cfg.model in UNIVERSALS and "layers" in model_given:
+        print(f"graphformer: warning: --layers does not apply to model {model_cfg.model!r}, which repeats one "
+              f"shared layer up to --max-depth ({model_cfg.max_depth}) times", file=sys.stderr)
+    return model_cfg, TrainConfig(**train_given)
 
 
 def init_model_options(where: str) -> dict:
