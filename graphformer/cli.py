@@ -249,11 +249,15 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
                 raise ConfigError(name, f"is {getattr(saved, name)!r} in this run, not {value!r}: a resumed run "
                                   "keeps its model; start a new run to change it")
         return saved, resume_config(TrainConfig.from_dict(train_saved), train_given)
-    model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, **model_given)
-    if model_cfg.model in UNIVERSALS and "layers" in model_given:
-        print(f"graphformer: warning: --layers does not apply to model {model_cfg.model!r}, which repeats one "
-              f"shared layer up to --max-depth ({model_cfg.max_depth}) times", file=sys.stderr)
-    return model_cfg, TrainConfig(**train_given)
+    return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
+
+
+def ignored_flags_warning(args, model_cfg: ModelConfig) -> str | None:
+    """A warning for a flag given on this command line that the model has no use for."""
+    if model_cfg.model in UNIVERSALS and "layers" in given(args, ModelConfig):
+        return (f"graphformer: warning: --layers does not apply to model {model_cfg.model!r}, which repeats one "
+                f"shared layer up to --max-depth ({model_cfg.max_depth}) times")
+    return None
 
 
 def init_model_options(where: str) -> dict:
@@ -272,6 +276,9 @@ def cmd_train(args) -> int:
 
     model_cfg, train_cfg = train_configs(args)
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
+    warning = None if args.resume else ignored_flags_warning(args, model_cfg)
+    if warning and trainer.ctx.is_main:  # after the run's checks: an error stays the only line
+        print(warning, file=sys.stderr)
     try:
         metrics = trainer.run()
     finally:
@@ -404,9 +411,6 @@ def cmd_average(args) -> int:
     from graphformer.training.config import SELECT_BY
     from graphformer.training.run_dir import RunDir
 
-    count = args.last if args.last is not None else args.best
-    if count < 1:
-        raise UserError(f"--{'last' if args.last is not None else 'best'} must be at least 1, got {count}")
     run = RunDir(args.run_dir)
     if not run.path.is_dir():
         raise UserError(f"run directory {run.path} does not exist; give the --out directory of a training run")

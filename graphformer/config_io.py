@@ -13,6 +13,7 @@ This module imports neither torch nor DGL, so ``graphformer --help`` stays fast.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Optional
 
@@ -62,20 +63,24 @@ def option(default: Any = MISSING, help: str = "", *, choices: tuple | None = No
     return field(default=default, metadata=meta)
 
 
-# What a field's annotation accepts, by its name (the annotations are strings here): whole
-# numbers are numbers, but no bool is a number and no fraction a whole number.
-_KINDS = {"int": ("a whole number", lambda x: isinstance(x, int) and not isinstance(x, bool)),
-          "float": ("a number", lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)),
-          "bool": ("true or false", lambda x: isinstance(x, bool)),
-          "str": ("a string", lambda x: isinstance(x, str))}
-
-
-def _check_type(name: str, annotation: str, value) -> None:
-    """A ConfigError if ``value`` is not of the kind ``annotation`` names (a config file can say
-    ``layers: two``); annotations not in ``_KINDS`` are not checked."""
-    kind = _KINDS.get(annotation.removeprefix("Optional[").removesuffix("]"))
-    if kind is not None and not kind[1](value):
-        raise ConfigError(name, f"must be {kind[0]}, got {value!r}")
+def _as_kind(name: str, annotation: str, value):
+    """``value`` as the kind its field's annotation names (the annotations are strings here), or a
+    ConfigError: a config file can say ``layers: two``. What is that kind in substance is taken
+    as it: 2.0 or a NumPy integer as a whole number, 0 and 1 as false and true. No bool is a
+    number. Annotations other than int, float, bool and str are not checked."""
+    kind = annotation.removeprefix("Optional[").removesuffix("]")
+    if kind == "bool":
+        if isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1)):
+            return bool(value)
+        raise ConfigError(name, f"must be true or false, got {value!r}")
+    if kind in ("int", "float"):
+        whole = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or (kind == "int" and not whole):
+            raise ConfigError(name, f"must be {'a whole number' if kind == 'int' else 'a number'}, got {value!r}")
+        return int(value) if kind == "int" else value
+    if kind == "str" and not isinstance(value, str):
+        raise ConfigError(name, f"must be a string, got {value!r}")
+    return value
 
 
 class DictConfig:
@@ -85,12 +90,14 @@ class DictConfig:
         self.check()
 
     def check(self) -> None:
-        """Every field against its type, declared choices and range; numbers must be finite."""
+        """Every field read as its declared kind (see `_as_kind`), then against its declared
+        choices and range; numbers must be finite."""
         for f in fields(self):
             value, meta = getattr(self, f.name), f.metadata
             if value is None:
                 continue
-            _check_type(f.name, f.type, value)
+            value = _as_kind(f.name, f.type, value)
+            setattr(self, f.name, value)
             if meta.get("choices") and value not in meta["choices"]:
                 raise ConfigError(f.name, f"must be one of {', '.join(map(str, meta['choices']))}, got {value!r}")
             if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -50,19 +50,20 @@ def test_average_is_the_mean_of_the_kept_weights(run, tmp_path, capsys):
     (["--last", "3"], "keeps 2 epoch checkpoints, fewer than the 3 asked for"),
     (["--best", "0"], "--best must be at least 1"),
     (["--last", "0"], "--last must be at least 1"),
-    (["--last", "2", "-o", "{run}/checkpoint_best.pt"], "is one of the run's own checkpoints"),
-    (["--last", "2", "-o", "{run}/checkpoints/epoch_0003.pt"], "is one of the run's own checkpoints"),
+    (["--last", "2", "-o", "{run}/checkpoint_best.pt"], "is one of the run's own files"),
+    (["--last", "2", "-o", "{run}/checkpoints/epoch_0003.pt"], "is one of the run's own files"),
+    (["--last", "2", "-o", "{run}/config.json"], "is one of the run's own files"),
     (["--last", "2", "-o", "{run}/checkpoints"], "is a folder; give the name of the file to write"),
 ])
 def test_average_refuses_what_it_cannot_do(run, tmp_path, capsys, argv, needle):
     work = tmp_path / "run"
     shutil.copytree(run, work)
-    before = {p: p.read_bytes() for p in work.rglob("*.pt")}
+    before = {p: p.read_bytes() for p in work.rglob("*") if p.is_file()}
     assert main(["average", str(work), *[a.format(run=work) for a in argv]]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err, err
     assert not (work / "checkpoint_averaged.pt").exists()
-    assert {p: p.read_bytes() for p in work.rglob("*.pt")} == before
+    assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == before
 
 
 def test_average_refuses_checkpoints_of_another_model(run, tmp_path, capsys):

@@ -38,12 +38,23 @@ def test_d_model_not_divisible_by_heads():
     ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1"),
     ({"act_threshold": float("nan")}, "act_threshold must be a finite number"),
     ({"layers": 0}, "layers must be at least 1"),
-    ({"max_len": 10**12}, r"max_len must be in \[1, 131072\], got 1e\+12"),
+    ({"max_len": 10**12}, "max_len must be at most 131072 with a table of sinusoidal positions"),
     ({"layers": 2.5}, "layers must be a whole number, got 2.5"),
 ])
 def test_bad_hyper_parameters(kw, msg):
     with pytest.raises(ValueError, match=msg):
         tiny(**kw)
+
+
+def test_config_values_are_read_as_the_kind_their_option_declares():
+    """What a config file or an older run may hold: 2.0 for a whole number, 1 for true."""
+    import numpy as np
+    from graphformer.model.config import ModelConfig
+    cfg = ModelConfig(src_vocab=10, tgt_vocab=10, layers=2.0, d_model=np.int64(8), heads=2, norm_first=1)
+    assert (cfg.layers, cfg.d_model, cfg.norm_first) == (2, 8, True)
+    assert type(cfg.layers) is int and type(cfg.d_model) is int and cfg.norm_first is True
+    with pytest.raises(ValueError, match="norm_first must be true or false, got 2"):
+        ModelConfig(src_vocab=10, tgt_vocab=10, norm_first=2)
 
 
 def test_tie_all_needs_one_vocabulary():

@@ -375,6 +375,18 @@ def test_a_label_line_of_two_tokens_is_a_one_line_error(tmp_path, capsys):
     assert not (tmp_path / "run" / checkpoint.LAST).exists()
 
 
+def test_the_layers_warning_is_for_the_flag_given_not_for_a_config_file(tmp_path, capsys):
+    data = small_recall_data(tmp_path / "data")
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  model: universal-encoder\n  layers: 1\n  d_model: 32\n  heads: 4\n  d_ff: 64\n"
+                      "  max_depth: 2\n")
+    args = ["train", "--task", "recall", "--data-dir", str(data), "--max-steps", "1", "--quiet"]
+    assert main([*args, "--config", str(config), "--out", str(tmp_path / "a")]) == 0
+    assert "warning: --layers" not in capsys.readouterr().err
+    assert main([*args, "--config", str(config), "--out", str(tmp_path / "b"), "--layers", "3"]) == 0
+    assert capsys.readouterr().err.count("warning: --layers does not apply to model 'universal-encoder'") == 1
+
+
 def test_a_universal_encoder_run_trains_resumes_exactly_and_reports_its_pondering(tmp_path, capsys):
     data = small_recall_data(tmp_path / "data")
     common = ["--task", "recall", "--data-dir", str(data), "--model", "universal-encoder", "--max-depth", "3",

@@ -18,6 +18,9 @@ UNIVERSALS = ("universal", "universal-encoder")  # a shared layer repeated with 
 POSITIONS = ("sinusoidal", "learned", "none")
 TYING = ("none", "decoder", "all")
 POOLINGS = ("cls", "mean", "last")
+# The most positions a positional table may hold: it is allocated whole (max_len x d_model), and
+# 2**17 is 16 times the longest context the long-range tasks generate.
+MAX_TABLE_POSITIONS = 2**17
 UNIVERSAL_ONLY = ("max_depth", "act_threshold", "ponder_weight")
 ENCODER_ONLY = ("pooling",)
 DECODER_ONLY = ("dec_attention", "cross_attention", "tie")
@@ -42,9 +45,7 @@ class ModelConfig(DictConfig):
     norm_first: bool = option(True, "layer norm before each sub-layer (pre-norm); --no-norm-first: after (post-norm)")
     positions: str = option("sinusoidal", "positional encoding; none: order comes only from the attention "
                             "pattern (a causal one, e.g. causal-window:1)", choices=POSITIONS)
-    # At most 2**17 positions: a table of max_len x d_model is allocated whole, and this is 16 times
-    # the longest context the long-range tasks generate.
-    max_len: int = option(256, "longest sequence the positional table holds", range=Range(low=1, high=2**17))
+    max_len: int = option(256, "longest sequence the positional table holds", range=AT_LEAST_1)
     tie: str = option("none", "share the target embedding with the generator (decoder), and the source "
                       "embedding too (all: needs one vocabulary for both sides)", choices=TYING)
     enc_attention: str = option("full", "encoder self-attention pattern, e.g. window:8+global:1", metavar="SPEC")
@@ -67,6 +68,9 @@ class ModelConfig(DictConfig):
             raise ConfigError("d_model", f"({self.d_model}) must be divisible by the number of heads ({self.heads})")
         if self.d_model % 2:
             raise ConfigError("d_model", f"must be even for positional encodings, got {self.d_model}")
+        if self.positions != "none" and self.max_len > MAX_TABLE_POSITIONS:
+            raise ConfigError("max_len", f"must be at most {MAX_TABLE_POSITIONS} with a table of {self.positions} "
+                              f"positions (allocated whole), got {self.max_len}; --positions none has no table")
         if self.model not in UNIVERSALS:
             self._refuse_changed(UNIVERSAL_ONLY, "and the other adaptive computation time options apply only to "
                                  f"the universal models (model {' or '.join(UNIVERSALS)})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import AVERAGED
 from graphformer.training.run_dir import METRICS, RunDir
@@ -43,6 +43,8 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
     validation metric recorded in metrics.jsonl; oldest first."""
     kept = run.epoch_checkpoints()
     wanted = last if last is not None else best
+    if wanted is None or wanted < 1:
+        raise ConfigError("last" if last is not None else "best", f"must be at least 1, got {wanted}")
     if not kept:
         raise UserError(f"{run.path} keeps no epoch checkpoints; train with --keep-last N to keep them")
     if wanted > len(kept):
@@ -63,9 +65,9 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
 
 def write_average(run: RunDir, paths: list[Path], output: Path | None = None) -> Path:
     output = Path(output) if output else run / AVERAGED
-    own = [run / checkpoint.LAST, run / checkpoint.BEST, *run.epoch_checkpoints()]
-    if any(output.resolve() == p.resolve() for p in own):
-        raise UserError(f"-o {output} is one of the run's own checkpoints; write the average to another file "
+    inside = output.resolve().is_relative_to(run.path.resolve())
+    if inside and output.exists() and output.resolve() != (run / AVERAGED).resolve():
+        raise UserError(f"-o {output} is one of the run's own files; write the average to another file "
                         f"(by default {run / AVERAGED})")
     checkpoint.save_atomic(average_states(paths), output)
     return output

@@ -31,8 +31,9 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
         raise UserError(f"no checkpoint at {path}; train a model first (graphformer train --out DIR)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:  # torch's own text advises an unsafe retry: not ours to pass on
-        raise UserError(f"{path} is not a checkpoint, or a damaged one (it does not unpickle); {advice}") from None
+    except pickle.UnpicklingError as err:  # torch's own text advises an unsafe retry: not ours to pass on
+        cause = str(err).partition("WeightsUnpickler error:")[2].strip().split(".")[0] or "it does not unpickle"
+        raise UserError(f"{path} is not a checkpoint, or a damaged one ({cause}); {advice}") from None
     except (RuntimeError, EOFError, ValueError, OSError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{path} is damaged or truncated ({reason}); {advice}") from None

@@ -51,6 +51,18 @@ class RunDir:
             raise UserError(f"{self.path} is a file, not a directory; choose another --out")
         self.path.mkdir(parents=True, exist_ok=True)
 
+    def trainer(self) -> str | None:
+        """Who holds the run now (e.g. ``process 1234``), or None if no process does."""
+        if not (self.path / LOCK).is_file():
+            return None
+        with open(self.path / LOCK) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return f.read().strip() or "another process"
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return None
+
     def lock(self) -> None:
         """Hold the run for this process (released when it exits): two trainings writing one
         directory would interleave their logs and checkpoints."""

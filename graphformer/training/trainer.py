@@ -117,9 +117,13 @@ class Trainer:
 
     def _resume(self, model_cfg: ModelConfig):
         path = self.run_dir / checkpoint.LAST
-        self._open_run_dir()  # first: a run still training has no checkpoint yet, and says so here
         if not path.is_file():
+            owner = self.files.trainer()  # a run still in its first epoch has no checkpoint yet
+            if owner:
+                raise UserError(f"{self.run_dir} is being trained by {owner} and has no checkpoint yet; wait for "
+                                "one (an epoch's end), or for that run to finish")
             raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
+        self._open_run_dir()
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
         self._load_data()

@@ -28,6 +28,8 @@ from graphformer.graphs import patterns
 VIEWS = ("heatmap", "graph", "both")   # what one panel of a picture shows
 SCALES = ("shared", "per-head")         # one colour scale for all panels, or one each
 ANIMATION_FORMATS = (".gif", ".html")
+# Still pictures matplotlib writes with no outside program (.pgf, say, needs LaTeX).
+IMAGE_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 INCH_PER_LABEL = 0.32
 
 
@@ -159,11 +161,11 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
 
 
 def check_image_path(path: str | Path) -> Path:
-    """The output path of a picture, if matplotlib writes its format."""
+    """The output path of a picture, if its format is one matplotlib writes by itself."""
     path = Path(path)
-    if path.suffix.lower()[1:] not in FigureCanvasAgg(new_figure(1, 1)).get_supported_filetypes():
-        raise UserError(f"cannot draw to {path.name}: {path.suffix or 'no extension'} is not an image format "
-                        "matplotlib writes; use .png, .svg or .pdf")
+    if path.suffix.lower() not in IMAGE_FORMATS:
+        raise UserError(f"cannot draw to {path.name}: {path.suffix or 'no extension'} is not a format drawn here; "
+                        f"use {', '.join(IMAGE_FORMATS)}")
     return path
 
 
