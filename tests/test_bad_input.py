@@ -1,4 +1,6 @@
 """Bad input to the core raises ValueError naming the problem."""
+import re
+
 import pytest
 
 from graphformer import GraphPool, make_model
@@ -60,3 +62,43 @@ def test_config_values_are_read_as_the_kind_their_option_declares():
 def test_tie_all_needs_one_vocabulary():
     with pytest.raises(ValueError, match="one vocabulary"):
         make_model(10, 12, tie="all")
+
+
+def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
+    """Misuses found by an audit of the Python API: each a ValueError naming the problem, not an
+    error from deep inside torch or DGL, and not a silently wrong result."""
+    import dgl
+    import torch
+
+    from graphformer.attention import graph_attention
+    from graphformer.data import recall
+    from graphformer.decoding import translate_ids
+    from graphformer.model.dense import to_torch_transformer
+    from graphformer.viz import attention_maps
+    model = tiny()
+    pool = model.make_pool()
+    cases = [
+        (lambda: to_torch_transformer(tiny(enc_attention="window:1")), "torch.nn.Transformer does not know"),
+        (lambda: make_batch(pool, [[4.7, 5.2]]), "source token ids must be integers"),
+        (lambda: make_batch(pool, ["a b"]), "sample 0 is a str, not a sequence of token ids"),
+        (lambda: make_batch(pool, [[4]], [[5.5]]), "target token ids must be integers"),
+        (lambda: translate_ids(model, [[4, 5]], beam=-1), "beam must be a whole number of at least 1"),
+        (lambda: translate_ids(model, [[4, 5]], beam=2.5), "beam must be a whole number of at least 1"),
+        (lambda: translate_ids(model, [[4, 5]], batch_size=0), "batch_size must be a whole number of at least 1"),
+        (lambda: translate_ids(model, [[4, 5]], extra_len=-5), "extra_len must be a whole number of at least 0"),
+        (lambda: attention_maps(model, make_batch(pool, [[4, 5]]), "cross"), "the batch has no targets"),
+        (lambda: attention_maps(model, make_batch(pool, [[4, 5]], [[6]]), "enc", sample=0.5), "is not a sample"),
+        (lambda: GraphPool(enc=123), "an attention pattern is a spec string"),
+        (lambda: recall.write_recall(tmp_path / "r", sizes=[1, 2]), "sizes must map split names to sizes"),
+    ]
+    graph = dgl.graph(([0, 1, 2, 0], [0, 1, 2, 2]), num_nodes=3)
+    q = k = v = torch.randn(3, 2, 4)
+    for backend in ("dgl", "torch", "padded", "blocked"):
+        cases += [
+            (lambda b=backend: graph_attention(graph, q, torch.randn(3, 3, 4), v, b), "the same heads and head size"),
+            (lambda b=backend: graph_attention(graph, q[:2], k[:2], v[:2], b), "the relation has 3 key and 3 query"),
+            (lambda b=backend: graph_attention(graph, q[:, 0], k[:, 0], v[:, 0], b), "(nodes, heads, d) tensors"),
+        ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            call()

@@ -67,6 +67,19 @@ def record_attention():
         _recorders.remove(records)
 
 
+def _check_shapes(relation: Relation, q, k, v) -> None:
+    """A ValueError naming the mismatch, before any backend meets it deep inside torch or DGL."""
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError(f"q, k and v must be (nodes, heads, d) tensors, got shapes {tuple(q.shape)}, "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if not q.shape[1] == k.shape[1] == v.shape[1] or q.shape[2] != k.shape[2] or k.shape[2] != v.shape[2]:
+        raise ValueError(f"q, k and v must have the same heads and head size, got {tuple(q.shape[1:])}, "
+                         f"{tuple(k.shape[1:])} and {tuple(v.shape[1:])}")
+    if len(q) != relation.num_queries or len(k) != relation.num_keys or len(v) != relation.num_keys:
+        raise ValueError(f"the relation has {relation.num_keys} key and {relation.num_queries} query nodes, but "
+                         f"k, v and q hold {len(k)}, {len(v)} and {len(q)}")
+
+
 def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False,
                     name: str | None = None):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
@@ -78,6 +91,7 @@ def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_we
     """
     if not isinstance(relation, Relation):
         relation = Relation.of_graph(relation)
+    _check_shapes(relation, q, k, v)
     attend = BACKENDS[check_backend(backend)]
     if not (_recorders and name):
         return attend(relation, q, k, v, return_weights=return_weights)

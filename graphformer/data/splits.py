@@ -24,6 +24,8 @@ Draw = Callable[[int], list[tuple[str, str]]]
 
 def check_sizes(sizes: dict[str, int]) -> None:
     """Refuse split sizes that are not whole numbers of at least 1."""
+    if not isinstance(sizes, dict):
+        raise ConfigError("sizes", f"must map split names to sizes, e.g. {{'train': 2000, 'valid': 200}}, not {sizes!r}")
     for split, n in sizes.items():
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError("sizes", f"[{split!r}] must be a whole number of at least 1, not {n!r}")

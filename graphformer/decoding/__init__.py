@@ -27,6 +27,9 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6
     ``progress(n)``, if given, is called with the number of sentences each batch finished (a
     progress bar's ``update``).
     """
+    for name, value, low in (("beam", beam, 1), ("batch_size", batch_size, 1), ("extra_len", extra_len, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
     if model.cfg.classifies:
         labels = classify_ids(model, src, pool)
         if progress is not None:

@@ -120,6 +120,9 @@ def make_batch(
     if len(src) == 0:
         raise ValueError("empty batch: give at least one sample")
     for i, s in enumerate(src):
+        if isinstance(s, (str, bytes)) or not hasattr(s, "__len__"):
+            raise ValueError(f"sample {i} is a {type(s).__name__}, not a sequence of token ids; encode it first "
+                             "(Vocab.encode)")
         if len(s) == 0:
             raise ValueError(f"sample {i} has an empty source sequence; drop it or add a token")
     if tgt is not None and len(tgt) != len(src):
@@ -129,16 +132,15 @@ def make_batch(
     spans = [pool.span_nodes(n) for n in src_lengths.tolist()]
     cls = (SOS,) * pool.cls_node
     # Span nodes (tree patterns) carry <pad>: their inputs are pooled from their tokens instead.
-    src_tokens = torch.tensor([t for s, k in zip(src, spans) for t in (*cls, *s, EOS, *[PAD] * k)],
-                              dtype=torch.int64)
+    src_tokens = _ids([t for s, k in zip(src, spans) for t in (*cls, *s, EOS, *[PAD] * k)], "source")
     if tgt is None or not pool.targets:
         tgt_lengths = torch.zeros(len(src), dtype=torch.int64)
         tgt_tokens = torch.zeros(0, dtype=torch.int64)
         gold = None if tgt is None else labels(tgt)
     else:
         tgt_lengths = torch.tensor([len(t) + 1 for t in tgt])
-        tgt_tokens = torch.tensor([t for y in tgt for t in (SOS, *y)], dtype=torch.int64)
-        gold = torch.tensor([t for y in tgt for t in (*y, EOS)], dtype=torch.int64)
+        tgt_tokens = _ids([t for y in tgt for t in (SOS, *y)], "target")
+        gold = _ids([t for y in tgt for t in (*y, EOS)], "target")
 
     graph = pool.batch(list(zip(src_lengths.tolist(), tgt_lengths.tolist())))
     return GraphBatch(
@@ -154,12 +156,20 @@ def make_batch(
     )
 
 
+def _ids(values: list, side: str) -> torch.Tensor:
+    """(N,) int64 token ids; anything but whole numbers (floats, bools) is refused, not truncated."""
+    ids = torch.tensor(values) if values else torch.zeros(0, dtype=torch.int64)
+    if ids.dtype != torch.int64:
+        raise ValueError(f"{side} token ids must be integers, got {ids.dtype} values; encode tokens with Vocab.encode")
+    return ids
+
+
 def labels(tgt: Sequence[Sequence[int]]) -> torch.Tensor:
     """(B,) the label of each sample of a classifier: its target's one token."""
     for i, t in enumerate(tgt):
         if len(t) != 1:
             raise ValueError(f"sample {i} has a target of {len(t)} tokens; a classifier's target is one label token")
-    return torch.tensor([t[0] for t in tgt], dtype=torch.int64)
+    return _ids([t[0] for t in tgt], "label")
 
 
 __all__ = ["GraphBatch", "make_batch", "ENC", "DEC", "CROSS", "SPAN", "SRC", "TGT"]

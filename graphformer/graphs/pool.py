@@ -41,7 +41,12 @@ SPAN = (SRC, "span", SRC)
 
 
 def _as_pattern(p: Pattern | str) -> Pattern:
-    return patterns.parse(p) if isinstance(p, str) else p
+    if isinstance(p, str):
+        return patterns.parse(p)
+    if not callable(p):
+        raise ValueError(f"an attention pattern is a spec string such as 'window:8' or a function (n_keys, "
+                         f"n_queries) -> (u, v), not {p!r}")
+    return p
 
 
 class GraphPool:

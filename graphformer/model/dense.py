@@ -3,18 +3,30 @@ from __future__ import annotations
 
 from torch import nn
 
+from graphformer.model.config import ModelConfig
 
-def to_torch_transformer(model) -> nn.Transformer:
+
+def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
     """A ``torch.nn.Transformer`` with the weights of a `graphformer.model.GraphTransformer`.
 
     Embeddings and generator are not part of ``nn.Transformer``: keep using the graph model's
     ``src_embed``, ``tgt_embed`` and ``generator`` around it. Dropout is 0 (for inference and
     comparison). The tests use it as the independent dense reference: with the same weights,
     PyTorch's own attention must give the graph model's numbers.
+
+    ``nn.Transformer`` knows no attention patterns: a model with other patterns than full,
+    causal and full is refused unless ``masks_given`` says the caller passes their masks.
     """
     if getattr(model.cfg, "model", "transformer") != "transformer":
         raise ValueError("only the Transformer (model='transformer') has a torch.nn.Transformer twin")
     cfg = model.cfg
+    own = {"enc_attention": cfg.enc_attention, "dec_attention": cfg.dec_attention,
+           "cross_attention": cfg.cross_attention}
+    sparse = {name: spec for name, spec in own.items() if spec != ModelConfig.defaults()[name]}
+    if sparse and not masks_given:
+        listed = ", ".join(f"{name}={spec!r}" for name, spec in sparse.items())
+        raise ValueError(f"the model attends with {listed}, which torch.nn.Transformer does not know: give "
+                         "masks_given=True and pass the patterns' masks to it yourself")
     dense = nn.Transformer(
         d_model=cfg.d_model, nhead=cfg.heads, num_encoder_layers=cfg.layers, num_decoder_layers=cfg.layers,
         dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True, norm_first=cfg.norm_first,

@@ -35,8 +35,11 @@ def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: in
     """
     if relation not in RELATIONS:
         raise ValueError(f"unknown relation {relation!r}; choose one of {RELATIONS}")
-    if not 0 <= sample < batch.size:
-        raise ValueError(f"sample {sample} is outside the batch of {batch.size}")
+    if relation != "enc" and (model.cfg.classifies or batch.num_tgt_tokens == 0):
+        why = "an encoder classifier attends with enc only" if model.cfg.classifies else "the batch has no targets"
+        raise ValueError(f"no {relation} attention to map: {why}; give make_batch(pool, src, tgt) or relation 'enc'")
+    if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample < batch.size:
+        raise ValueError(f"sample {sample!r} is not a sample of the batch of {batch.size}")
     was_training = model.training
     model.eval()
     try:
