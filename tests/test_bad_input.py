@@ -77,6 +77,7 @@ def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
     from graphformer.viz import attention_maps
     model = tiny()
     pool = model.make_pool()
+    classifier = make_model(10, 4, model="encoder", layers=1, d_model=8, heads=2, d_ff=16, max_len=16)
     cases = [
         (lambda: to_torch_transformer(tiny(enc_attention="window:1")), "torch.nn.Transformer does not know"),
         (lambda: make_batch(pool, [[4.7, 5.2]]), "source token ids must be integers"),
@@ -89,6 +90,9 @@ def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
         (lambda: attention_maps(model, make_batch(pool, [[4, 5]]), "cross"), "the batch has no targets"),
         (lambda: attention_maps(model, make_batch(pool, [[4, 5]], [[6]]), "enc", sample=0.5), "is not a sample"),
         (lambda: GraphPool(enc=123), "an attention pattern is a spec string"),
+        (lambda: model(make_batch(classifier.make_pool(), [[4, 5]], [[6]])), "made with a classifier's pool"),
+        (lambda: classifier(make_batch(pool, [[4, 5]], [[6]])), "made with a sequence model's pool"),
+        (lambda: classifier(make_batch(GraphPool(targets=False), [[4, 5]], [[6]])), "not with this encoder model's"),
         (lambda: recall.write_recall(tmp_path / "r", sizes=[1, 2]), "sizes must map split names to sizes"),
     ]
     graph = dgl.graph(([0, 1, 2, 0], [0, 1, 2, 2]), num_nodes=3)

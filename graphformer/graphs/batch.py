@@ -51,6 +51,8 @@ class GraphBatch:
         src_lengths, tgt_lengths: (B,) token nodes per sample (with `</s>`, `<cls>`, `<s>`).
         src_nodes: (B,) source nodes per sample: its tokens, then the span nodes a tree encoder
             pattern adds (equal to ``src_lengths`` for every other pattern).
+        targets, cls_node: those of the pool that made the batch (a classifier's pool has no target
+            nodes, and may put a `<cls>` node first): a model checks them against its own.
     """
 
     graph: dgl.DGLGraph
@@ -62,6 +64,8 @@ class GraphBatch:
     src_lengths: torch.Tensor
     tgt_lengths: torch.Tensor
     src_nodes: torch.Tensor
+    targets: bool = True
+    cls_node: bool = False
     _relations: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -153,6 +157,8 @@ def make_batch(
         src_lengths=src_lengths,
         tgt_lengths=tgt_lengths,
         src_nodes=src_lengths + torch.tensor(spans, dtype=torch.int64),
+        targets=pool.targets,
+        cls_node=pool.cls_node,
     )
 
 

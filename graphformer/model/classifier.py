@@ -64,6 +64,7 @@ class EncoderClassifier(nn.Module):
         return self.cfg.graph_pool()
 
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats | None]:
+        self.cfg.check_batch(batch)
         relation, h = batch.relation(ENC), embed_source(self.src_embed, batch)
         if isinstance(self.encoder, UniversalEncoder):
             return self.encoder(relation, h, batch.src_pos, self.src_embed, self.attention_backend)

@@ -90,6 +90,16 @@ class ModelConfig(DictConfig):
         if changed:
             raise ConfigError(changed[0], why)
 
+    def check_batch(self, batch) -> None:
+        """Refuse a batch made by another kind of graph pool than this model's (a classifier's for a
+        sequence model, or one without the `<cls>` node this classifier reads): it would run, wrongly."""
+        cls_node = self.classifies and self.pooling == "cls"
+        if batch.targets == self.classifies or batch.cls_node != cls_node:
+            made = ("a classifier's pool" + (" with a <cls> node" if batch.cls_node else "")) if not batch.targets \
+                else "a sequence model's pool"
+            raise ValueError(f"the batch was made with {made}, not with this {self.model} model's; make it with "
+                             "make_batch(model.make_pool(), ...)")
+
     @property
     def classifies(self) -> bool:
         """Whether the model gives one label per sample (an encoder classifier) rather than a sequence."""

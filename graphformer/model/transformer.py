@@ -91,6 +91,7 @@ class GraphTransformer(nn.Module):
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output (the memory)."""
+        self.cfg.check_batch(batch)
         return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), self.attention_backend)
 
     def memory_kv(self, memory: torch.Tensor) -> list:

@@ -117,6 +117,7 @@ class UniversalTransformer(nn.Module):
         return self.cfg.graph_pool()
 
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats]:
+        self.cfg.check_batch(batch)
         return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), batch.src_pos, self.src_embed,
                             self.attention_backend, self.record_states)
 
