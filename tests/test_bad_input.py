@@ -93,6 +93,7 @@ def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
         (lambda: model(make_batch(classifier.make_pool(), [[4, 5]], [[6]])), "made with a classifier's pool"),
         (lambda: classifier(make_batch(pool, [[4, 5]], [[6]])), "made with a sequence model's pool"),
         (lambda: classifier(make_batch(GraphPool(targets=False), [[4, 5]], [[6]])), "not with this encoder model's"),
+        (lambda: classifier(make_batch(classifier.make_pool(), [[4, 5]], [[9]])), "label id 9 is outside the label"),
         (lambda: recall.write_recall(tmp_path / "r", sizes=[1, 2]), "sizes must map split names to sizes"),
     ]
     graph = dgl.graph(([0, 1, 2, 0], [0, 1, 2, 2]), num_nodes=3)

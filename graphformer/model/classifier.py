@@ -91,7 +91,12 @@ class EncoderClassifier(nn.Module):
         """(B, tgt_vocab) log-probabilities of each sample's label; with ``full_output`` a
         `ModelOutput`, which for the universal encoder holds the weighted ponder cost and its ACT
         statistics (``stats['src']``)."""
-        h, stats = self._encode(batch)
+        h, stats = self._encode(batch)  # checks first that the batch is a classifier's
+        gold = batch.gold
+        if gold is not None and gold.numel() and (int(gold.min()) < 0 or int(gold.max()) >= self.cfg.tgt_vocab):
+            bad = int(gold.max()) if int(gold.max()) >= self.cfg.tgt_vocab else int(gold.min())
+            raise ValueError(f"label id {bad} is outside the label vocabulary (size {self.cfg.tgt_vocab}); encode "
+                             "labels with the model's own label vocabulary")
         log_probs = self.head(self.summarize(batch, h))
         if not full_output:
             return log_probs
