@@ -30,7 +30,7 @@ from graphformer.attention import DEFAULT_BACKEND, check_backend
 from graphformer.graphs import ENC, GraphBatch, GraphPool
 from graphformer.model.act import ACTStats
 from graphformer.model.config import ModelConfig
-from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, embed_source
+from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, check_ids, embed_source
 from graphformer.model.layers import Generator, init_weights
 from graphformer.model.output import ModelOutput
 from graphformer.model.transformer import Encoder
@@ -92,11 +92,8 @@ class EncoderClassifier(nn.Module):
         `ModelOutput`, which for the universal encoder holds the weighted ponder cost and its ACT
         statistics (``stats['src']``)."""
         h, stats = self._encode(batch)  # checks first that the batch is a classifier's
-        gold = batch.gold
-        if gold is not None and gold.numel() and (int(gold.min()) < 0 or int(gold.max()) >= self.cfg.tgt_vocab):
-            bad = int(gold.max()) if int(gold.max()) >= self.cfg.tgt_vocab else int(gold.min())
-            raise ValueError(f"label id {bad} is outside the label vocabulary (size {self.cfg.tgt_vocab}); encode "
-                             "labels with the model's own label vocabulary")
+        if batch.gold is not None:
+            check_ids(batch.gold, self.cfg.tgt_vocab, "label", "label vocabulary", "labels")
         log_probs = self.head(self.summarize(batch, h))
         if not full_output:
             return log_probs

@@ -95,8 +95,8 @@ class ModelConfig(DictConfig):
         sequence model, or one without the `<cls>` node this classifier reads): it would run, wrongly."""
         cls_node = self.classifies and self.pooling == "cls"
         if batch.targets == self.classifies or batch.cls_node != cls_node:
-            made = ("a classifier's pool" + (" with a <cls> node" if batch.cls_node else "")) if not batch.targets \
-                else "a sequence model's pool"
+            made = "a sequence model's pool" if batch.targets else \
+                "a classifier's pool" + (" with a <cls> node" if batch.cls_node else "")
             raise ValueError(f"the batch was made with {made}, not with this {self.model} model's; make it with "
                              "make_batch(model.make_pool(), ...)")
 

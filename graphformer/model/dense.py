@@ -20,9 +20,9 @@ def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
     if getattr(model.cfg, "model", "transformer") != "transformer":
         raise ValueError("only the Transformer (model='transformer') has a torch.nn.Transformer twin")
     cfg = model.cfg
-    own = {"enc_attention": cfg.enc_attention, "dec_attention": cfg.dec_attention,
-           "cross_attention": cfg.cross_attention}
-    sparse = {name: spec for name, spec in own.items() if spec != ModelConfig.defaults()[name]}
+    defaults = ModelConfig.defaults()
+    sparse = {name: getattr(cfg, name) for name in ("enc_attention", "dec_attention", "cross_attention")
+              if getattr(cfg, name) != defaults[name]}
     if sparse and not masks_given:
         listed = ", ".join(f"{name}={spec!r}" for name, spec in sparse.items())
         raise ValueError(f"the model attends with {listed}, which torch.nn.Transformer does not know: give "

@@ -17,6 +17,18 @@ from torch import nn
 from graphformer.graphs import SPAN
 
 
+def check_ids(ids: torch.Tensor, size: int, kind: str = "token", vocabulary: str = "vocabulary",
+              things: str = "inputs") -> None:
+    """ValueError naming an id of ``ids`` outside [0, size), the largest (or else the smallest);
+    reads the ids' extremes on the host."""
+    if not ids.numel():
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= size:
+        raise ValueError(f"{kind} id {high if high >= size else low} is outside the {vocabulary} (size {size}); "
+                         f"encode {things} with the model's own {vocabulary}")
+
+
 class TokenEmbedding(nn.Module):
     """(N,) token ids -> (N, d_model) vectors scaled by sqrt(d_model)."""
 
@@ -26,13 +38,8 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(d_model)
 
     def check(self, tokens: torch.Tensor) -> None:
-        """ValueError naming the first id outside the vocabulary (reads the ids on the host)."""
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.table.num_embeddings):
-            bad = int(tokens.max()) if int(tokens.max()) >= self.table.num_embeddings else int(tokens.min())
-            raise ValueError(
-                f"token id {bad} is outside the vocabulary (size {self.table.num_embeddings}); "
-                "encode inputs with the model's own vocabulary"
-            )
+        """ValueError naming an id outside the vocabulary (reads the ids on the host)."""
+        check_ids(tokens, self.table.num_embeddings)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.table(tokens) * self.scale

@@ -86,8 +86,9 @@ class Trainer:
         init = read_init(self.cfg.init_from) if self.cfg.init_from else None  # before anything is written
         self._open_run_dir()
         self._load_data()
-        check_lengths(self.splits, model_cfg.graph_pool(), model_cfg.max_len)
-        check_map_size(self.splits["valid"], model_cfg.graph_pool(), self.cfg.viz_every)
+        pool = model_cfg.graph_pool()
+        check_lengths(self.splits, pool, model_cfg.max_len)
+        check_map_size(self.splits["valid"], pool, self.cfg.viz_every)
         self._choose_vocabs(init)
         self._encode()
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))

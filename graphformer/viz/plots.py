@@ -170,8 +170,7 @@ def check_image_path(path: str | Path) -> Path:
 
 
 def save(picture: AttentionPicture, path: str | Path, view: str = "heatmap", scale: str = "shared") -> None:
-    """Draw ``picture`` into an image file (any format matplotlib writes: .png, .svg, .pdf)."""
-    path = check_image_path(path)
+    """Draw ``picture`` into an image file (one of `IMAGE_FORMATS`)."""
     save_figure(draw(picture, view, scale), path)
 
 
