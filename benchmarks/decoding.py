@@ -43,10 +43,13 @@ rows mostly gains from larger batches.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import platform
+import pstats
 import random
+import statistics
 import time
 from pathlib import Path
 
@@ -168,16 +171,28 @@ def dense_decode(model, dense, src, beam, limit):
 
 
 def time_methods(methods: dict, rounds: int, check) -> dict:
-    """Best seconds of each method over the rounds (methods interleaved); ``check(name, hyps)``."""
-    best = {}
+    """Seconds of each method in each round (methods interleaved, so a round's times were taken
+    side by side); ``check(name, hyps)`` sees each method's warm-up run."""
+    seconds = {name: [] for name in methods}
     for name, run in methods.items():
         check(name, run())  # warm-up (graph pool, allocator) and the equality check
     for _ in range(rounds):
         for name, run in methods.items():
             tic = time.perf_counter()
             run()
-            best[name] = min(best.get(name, float("inf")), time.perf_counter() - tic)
-    return best
+            seconds[name].append(time.perf_counter() - tic)
+    return seconds
+
+
+def best_of(seconds: dict) -> dict:
+    return {name: min(times) for name, times in seconds.items()}
+
+
+def paired_ratios(seconds: dict, name: str, peer: str = "dense KV cache") -> dict:
+    """The peer's time over the method's, round by round: the median and the range say how far
+    one ratio moves on this machine (a best-of ratio hides that)."""
+    ratios = sorted(p / s for p, s in zip(seconds[peer], seconds[name]))
+    return {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1], "rounds": len(ratios)}
 
 
 def same_outputs():
@@ -194,18 +209,64 @@ def same_outputs():
 
 
 def rows_of(setting, beam, seconds: dict, sentences: int, tokens: int):
-    rows = []
-    for name, s in seconds.items():
+    """One row per method from its seconds per round (its best counts; methods timed in the same
+    rounds as the dense peer also get the paired ratios' spread)."""
+    rows, dense = [], seconds["dense KV cache"]
+    for name, times in seconds.items():
+        s = min(times)
         row = {"setting": setting, "beam": beam, "method": name, "seconds": s,
                "sentences_per_s": sentences / s, "tokens_per_s": tokens / s,
-               "vs_dense_kv_cache": seconds["dense KV cache"] / s}
+               "vs_dense_kv_cache": min(dense) / s}
+        if name != "dense KV cache" and len(times) == len(dense) > 1:
+            row["vs_dense_kv_cache_paired"] = paired_ratios(seconds, name)
         backend = name[name.find("("):]
         if name.startswith("graph incremental") and f"graph recompute {backend}" in seconds:
-            row["vs_recompute"] = seconds[f"graph recompute {backend}"] / s
+            row["vs_recompute"] = min(seconds[f"graph recompute {backend}"]) / s
         rows.append(row)
+        spread = row.get("vs_dense_kv_cache_paired")
         print(f"{setting:8s} beam {beam} {name:26s} {row['sentences_per_s']:8.1f} sentences/s "
-              f"{row['tokens_per_s']:9.0f} tokens/s  {row['vs_dense_kv_cache']:.2f}x dense")
+              f"{row['tokens_per_s']:9.0f} tokens/s  {row['vs_dense_kv_cache']:.2f}x dense"
+              + (f" (paired rounds: median {spread['median']:.2f}x, {spread['min']:.2f}-{spread['max']:.2f}x)"
+                 if spread else ""))
     return rows
+
+
+def clocked_methods(model, src, limits, beam, makers: dict):
+    """({name: run}, {name: [clock per run]}): each run decodes ``src`` with a fresh stepper
+    maker and records its setup and search seconds (see `decode_batches`)."""
+    clocks = {name: [] for name in makers}
+
+    def method(name):
+        def run():
+            clocks[name].append({"setup": 0.0, "search": 0.0})
+            return decode_batches(model, src, limits, beam, makers[name](), clock=clocks[name][-1])
+        return run
+    return {name: method(name) for name in makers}, clocks
+
+
+def fastest_split(clocks: dict) -> dict:
+    """Each method's setup and search seconds in its fastest run."""
+    return {name: min(runs, key=lambda c: c["setup"] + c["search"]) for name, runs in clocks.items()}
+
+
+@torch.inference_mode()
+def python_calls(make, src, limits, beam) -> dict:
+    """Python function calls (as cProfile counts them: a machine-independent measure of
+    interpreter overhead) to make the stepper of one batch, and per step of its search."""
+    lim = torch.tensor(limits)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    stepper, drop = make(src, beam, int(lim.max()))
+    profiler.disable()
+    setup = pstats.Stats(profiler).total_calls
+    steps = []
+    original = stepper.step
+    stepper.step = lambda tokens: steps.append(1) or original(tokens)  # counts the steps search takes
+    profiler = cProfile.Profile()
+    profiler.enable()
+    search(stepper, lim, beam, drop)
+    profiler.disable()
+    return {"setup": setup, "per_step": (pstats.Stats(profiler).total_calls - 2 * len(steps)) / len(steps)}
 
 
 def fixed_setting(rounds: int) -> list[dict]:
@@ -226,17 +287,28 @@ def fixed_setting(rounds: int) -> list[dict]:
 
     rows = []
     for beam in BEAMS:
-        methods = {f"graph incremental ({b})": (lambda b=b: decode_batches(model, src, limits, beam,
-                                                                           graph_stepper(model, b)))
-                   for b in ("dgl", "auto")}
-        methods["dense KV cache"] = lambda: decode_batches(model, src, limits, beam, dense_stepper(model, dense))
+        makers = {f"graph incremental ({b})": (lambda b=b: graph_stepper(model, b)) for b in ("dgl", "auto")}
+        makers["dense KV cache"] = lambda: dense_stepper(model, dense)
+        methods, clocks = clocked_methods(model, src, limits, beam, makers)
         check = same_outputs()
         seconds = time_methods(methods, rounds, check)
         for b in ("dgl", "auto"):  # the slow reference: one timed run
             tic = time.perf_counter()
             check(f"graph recompute ({b})", recompute(b)(beam))
-            seconds[f"graph recompute ({b})"] = time.perf_counter() - tic
-        rows += rows_of("fixed", beam, seconds, len(src), len(src) * 50)
+            seconds[f"graph recompute ({b})"] = [time.perf_counter() - tic]
+        split = fastest_split(clocks)
+        calls = {name: python_calls(makers[name](), src, limits, beam) for name in makers}
+        for row in rows_of("fixed", beam, seconds, len(src), len(src) * 50):
+            if row["method"] in makers:
+                row.update(setup_seconds=split[row["method"]]["setup"], search_seconds=split[row["method"]]["search"],
+                           python_calls_setup=calls[row["method"]]["setup"],
+                           python_calls_per_step=calls[row["method"]]["per_step"])
+            rows.append(row)
+        graph, peer = split["graph incremental (auto)"], split["dense KV cache"]
+        print(f"fixed beam {beam}: setup {graph['setup'] * 1e3:.1f} ms graph, {peer['setup'] * 1e3:.1f} ms dense; "
+              f"search {graph['search'] * 1e3:.1f} ms, {peer['search'] * 1e3:.1f} ms; Python calls per step "
+              f"{calls['graph incremental (auto)']['per_step']:.0f} graph, {calls['dense KV cache']['per_step']:.0f} "
+              "dense")
     return rows
 
 
@@ -286,19 +358,13 @@ def multi30k_setting(rounds: int, inputs) -> list[dict]:
     for beam in BEAMS:  # the default backend only: the dgl one is timed in the fixed setting
         makers = {"graph incremental (auto)": lambda: graph_stepper(model, "auto"),
                   "dense KV cache": lambda: dense_stepper(model, dense)}
-        clocks = {name: [] for name in makers}  # each run's setup and search seconds
-
-        def method(name):
-            def run():
-                clocks[name].append({"setup": 0.0, "search": 0.0})
-                return decode_batches(model, src, limits, beam, makers[name](), clock=clocks[name][-1])
-            return run
+        methods, clocks = clocked_methods(model, src, limits, beam, makers)
         check = same_outputs()
-        seconds = time_methods({name: method(name) for name in makers}, rounds, check)
+        seconds = time_methods(methods, rounds, check)
         lengths = [len(tokens) + 1 for tokens in check.tokens()]  # each output and its </s>
         padded = sum(len(idx) * max(lengths[i] for i in idx) for idx in batches)
         padding = padded / sum(lengths)  # the most dropping finished rows can gain at equal cost per row
-        split = {name: min(runs, key=lambda c: c["setup"] + c["search"]) for name, runs in clocks.items()}
+        split = fastest_split(clocks)
         graph_split, dense_split = split["graph incremental (auto)"], split["dense KV cache"]
         # The total if the graph decoder's search cost the dense peer's per row, for the rows it steps:
         bound = (dense_split["setup"] + dense_split["search"]) / (graph_split["setup"] + dense_split["search"] / padding)
@@ -324,7 +390,7 @@ def batch_budget_setting(rounds: int, inputs, budgets: list[int]) -> list[dict]:
                 "dense KV cache": lambda: dense_stepper(model, dense)}
     runs = {(method, tokens): (lambda make=make, t=tokens: decode_batches(model, src, limits, 1, make(), t))
             for tokens in budgets for method, make in steppers.items()}
-    seconds = time_methods(runs, rounds, same_outputs())
+    seconds = best_of(time_methods(runs, rounds, same_outputs()))
     rows = [{"setting": "multi30k batch budgets", "beam": 1, "method": method, "batch_tokens": tokens,
              "seconds": s, "sentences_per_s": len(src) / s} for (method, tokens), s in seconds.items()]
     best = {m: min((r for r in rows if r["method"] == m), key=lambda r: r["seconds"]) for m in steppers}

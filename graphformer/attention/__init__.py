@@ -68,16 +68,20 @@ def record_attention():
 
 
 def _check_shapes(relation: Relation, q, k, v) -> None:
-    """A ValueError naming the mismatch, before any backend meets it deep inside torch or DGL."""
-    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError(f"q, k and v must be (nodes, heads, d) tensors, got shapes {tuple(q.shape)}, "
-                         f"{tuple(k.shape)} and {tuple(v.shape)}")
-    if not q.shape[1] == k.shape[1] == v.shape[1] or q.shape[2] != k.shape[2] or k.shape[2] != v.shape[2]:
-        raise ValueError(f"q, k and v must have the same heads and head size, got {tuple(q.shape[1:])}, "
-                         f"{tuple(k.shape[1:])} and {tuple(v.shape[1:])}")
-    if len(q) != relation.num_queries or len(k) != relation.num_keys or len(v) != relation.num_keys:
-        raise ValueError(f"the relation has {relation.num_keys} key and {relation.num_queries} query nodes, but "
-                         f"k, v and q hold {len(k)}, {len(v)} and {len(q)}")
+    """A ValueError naming the mismatch, before any backend meets it deep inside torch or DGL.
+    Called four times per layer and decoding step: the usual case is one comparison of shapes."""
+    qs, ks, vs = q.shape, k.shape, v.shape
+    if len(qs) == len(ks) == len(vs) == 3 and qs[1:] == ks[1:] == vs[1:] and \
+            (qs[0], ks[0], vs[0]) == (relation.num_queries, relation.num_keys, relation.num_keys):
+        return
+    if len(qs) != 3 or len(ks) != 3 or len(vs) != 3:
+        raise ValueError(f"q, k and v must be (nodes, heads, d) tensors, got shapes {tuple(qs)}, "
+                         f"{tuple(ks)} and {tuple(vs)}")
+    if not qs[1:] == ks[1:] == vs[1:]:
+        raise ValueError(f"q, k and v must have the same heads and head size, got {tuple(qs[1:])}, "
+                         f"{tuple(ks[1:])} and {tuple(vs[1:])}")
+    raise ValueError(f"the relation has {relation.num_keys} key and {relation.num_queries} query nodes, but "
+                     f"k, v and q hold {ks[0]}, {vs[0]} and {qs[0]}")
 
 
 def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False,

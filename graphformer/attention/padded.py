@@ -140,22 +140,19 @@ def uniform_tiles(relation: Relation) -> Tiles | None:
 
 def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
     """(B, span, H, D) view of the node tensor x (N, H, D): tile b's keys are the nodes
-    b * width + j, j < span. One strided view (a decoding step makes four per layer)."""
-    node = x.stride(0)
-    return x.as_strided((len(x) // tiles.width, tiles.span, *x.shape[1:]), (tiles.width * node, *x.stride()),
-                        x.storage_offset())
+    b * width + j, j < span (a decoding step makes four per layer)."""
+    return x.view(-1, tiles.width, *x.shape[1:])[:, :tiles.span]
 
 
 def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):
     """Attention over tiles: m queries per tile against the tile's block of keys, read in place
     (strided views of the key and value tensors, nothing gathered)."""
     K, V = _blocks(k, tiles), _blocks(v, tiles)  # (B, span, H, D)
-    scale = 1.0 / math.sqrt(q.shape[-1])
     if tiles.padding is not None and tiles.queries == 1 and not return_weights:
         # One query per tile of uneven length (greedy cross-attention): broadcast products read the
         # blocks in order, twice as fast on a CPU as a masked batched matmul or fused attention.
-        scores = (K * q[:, None]).sum(-1).mul_(scale).masked_fill_(tiles.padding.view(len(q), -1, 1),
-                                                                   float("-inf"))
+        scores = (K * q[:, None]).sum(-1).mul_(1.0 / math.sqrt(q.shape[-1]))
+        scores.masked_fill_(tiles.padding.view(q.shape[0], -1, 1), float("-inf"))
         return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
     Q = q.view(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
@@ -163,7 +160,7 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
         return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
     # Several queries per tile of uneven length: masked batched matmuls (fused attention is slow
     # with a mask on a CPU).
-    scores = (Q @ K.transpose(-1, -2)).mul_(scale)
+    scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
     if tiles.padding is not None:
         scores.masked_fill_(tiles.padding, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
