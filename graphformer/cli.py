@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import MISSING, fields
 from pathlib import Path
 
@@ -428,18 +430,45 @@ def _pick(record: dict, args):
 
 
 def cmd_animate(args) -> int:
+    from tqdm.auto import tqdm
+
     from graphformer.viz.plots import animate, check_animation_path
     from graphformer.viz.recording import load_records
 
     check_animation_path(args.output)
     records = load_records(args.run_dir)
-    n = animate([_pick(r, args) for r in records], args.output, args.view, args.scale)
+    pictures = [_pick(r, args) for r in records]
+    with interrupts_between_steps() as check, tqdm(total=len(pictures), unit="frame", desc="drawing",
+                                                   file=sys.stderr, disable=not sys.stderr.isatty()) as bar:
+        n = animate(pictures, args.output, args.view, args.scale, after_frame=lambda: (check(), bar.update()))
     print(f"wrote {args.output}: {n} frames (epochs {records[0]['epoch']}..{records[-1]['epoch']})")
     return 0
 
 
+@contextmanager
+def interrupts_between_steps():
+    """Within the block Ctrl-C is held until the next ``check()``, which raises it.
+
+    Drawing makes and drops many matplotlib objects, whose weak-reference callbacks run at any
+    moment; a KeyboardInterrupt raised inside one is printed as "Exception ignored" and lost, so
+    the command would go on. Raised at a step boundary instead, it ends the command cleanly.
+    """
+    pending = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+
+    def check():
+        if pending:
+            raise KeyboardInterrupt
+
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    check()  # a Ctrl-C during the block's last step
+
+
 def cmd_heatmap(args) -> int:
-    from graphformer.viz.plots import check_image_path, save
+    from graphformer.viz.plots import check_image_path, draw, save_figure
     from graphformer.viz.recording import load_records
 
     check_image_path(args.output)
@@ -451,7 +480,10 @@ def cmd_heatmap(args) -> int:
         if not chosen:
             raise UserError(f"epoch {args.epoch} was not recorded; recorded: {', '.join(str(r['epoch']) for r in records)}")
         record = chosen[0]
-    save(_pick(record, args), args.output, args.view, args.scale)
+    with interrupts_between_steps() as check:
+        figure = draw(_pick(record, args), args.view, args.scale)
+        check()  # a Ctrl-C while drawing ends the command here, before anything is written
+        save_figure(figure, args.output)
     print(f"wrote {args.output}")
     return 0
 

@@ -90,7 +90,7 @@ def test_unsupported_animation_format_is_a_one_line_error(recorded_run, tmp_path
     movie = tmp_path / "a.mp4"
     assert main(["animate", str(recorded_run), "-o", str(movie)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and ".mp4 is not supported" in err and ".gif" in err
+    assert len(err.splitlines()) == 1 and ".mp4 is not a format written here; use .gif, .html" in err
     assert not movie.exists()
 
 
@@ -153,7 +153,7 @@ def test_heatmap_refuses_a_format_it_cannot_draw_before_reading_anything(recorde
     out = tmp_path / "map.txt"
     assert main(["heatmap", str(recorded_run), "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and ".txt is not a format drawn here; use .png" in err and not out.exists()
+    assert err.count("\n") == 1 and ".txt is not a format written here; use .png" in err and not out.exists()
 
 
 def test_a_drawing_interrupted_midway_leaves_the_existing_file_whole(recorded_run, tmp_path, monkeypatch):
@@ -168,6 +168,42 @@ def test_a_drawing_interrupted_midway_leaves_the_existing_file_whole(recorded_ru
     monkeypatch.setattr(Figure, "savefig", interrupted)
     assert main(["heatmap", str(recorded_run), "--head", "all", "-o", str(out)]) == 130
     assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["map.png"]
+
+
+@pytest.mark.parametrize("command, output, at_frame", [("animate", "maps.gif", 2), ("heatmap", "map.png", 1)])
+def test_ctrl_c_inside_a_finaliser_while_drawing_still_stops_the_command(recorded_run, tmp_path, monkeypatch, capsys,
+                                                                         command, output, at_frame):
+    """Python prints and drops a KeyboardInterrupt raised inside a weak-reference callback, and
+    drawing runs many of them: a Ctrl-C that lands there must still end the command."""
+    import os
+    import signal
+    import weakref
+
+    import graphformer.viz.plots as plots
+    drawn = []
+
+    class Dropped:
+        pass
+
+    def draw_with_a_ctrl_c_in_a_finaliser(*args, **kw):
+        drawn.append(1)
+        if len(drawn) == at_frame:
+            def finaliser(_):
+                os.kill(os.getpid(), signal.SIGINT)
+                sum(range(1000))  # the signal is handled between bytecodes: still inside the callback
+            obj = Dropped()
+            keep = weakref.ref(obj, finaliser)
+            del obj
+            assert keep() is None
+        return real_draw(*args, **kw)
+    real_draw = plots.draw
+    monkeypatch.setattr(plots, "draw", draw_with_a_ctrl_c_in_a_finaliser)
+    out = tmp_path / output
+    assert main([command, str(recorded_run), "-o", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "graphformer: interrupted" and not out.exists()
+    assert len(drawn) == at_frame, "drawing stops at the frame the Ctrl-C came in"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_tree_span_labels_name_their_level():

@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -160,13 +161,18 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     return figure
 
 
+def _output_path(path: str | Path, formats: tuple[str, ...], what: str) -> Path:
+    """``path`` as a Path, if its extension is one of ``formats``; else a one-line UserError."""
+    path = Path(path)
+    if path.suffix.lower() not in formats:
+        raise UserError(f"cannot write {what} to {path.name}: {path.suffix or 'no extension'} is not a format "
+                        f"written here; use {', '.join(formats)}")
+    return path
+
+
 def check_image_path(path: str | Path) -> Path:
     """The output path of a picture, if its format is one matplotlib writes by itself."""
-    path = Path(path)
-    if path.suffix.lower() not in IMAGE_FORMATS:
-        raise UserError(f"cannot draw to {path.name}: {path.suffix or 'no extension'} is not a format drawn here; "
-                        f"use {', '.join(IMAGE_FORMATS)}")
-    return path
+    return _output_path(path, IMAGE_FORMATS, "a picture")
 
 
 def save(picture: AttentionPicture, path: str | Path, view: str = "heatmap", scale: str = "shared") -> None:
@@ -182,19 +188,21 @@ def save_figure(figure: Figure, path: str | Path, dpi: int = 120) -> None:
 
 def check_animation_path(path: str | Path) -> Path:
     """The output path of an animation, if its extension is one we write."""
-    path = Path(path)
-    if path.suffix.lower() not in ANIMATION_FORMATS:
-        raise UserError(f"cannot write an animation to {path.name}: {path.suffix or 'no extension'} is not supported; "
-                        f"use {' or '.join(ANIMATION_FORMATS)}")
-    return path
+    return _output_path(path, ANIMATION_FORMATS, "an animation")
 
 
 def animate(pictures: list[AttentionPicture], path: str | Path, view: str = "heatmap", scale: str = "shared",
-            seconds_per_frame: float = 0.8) -> int:
+            seconds_per_frame: float = 0.8, after_frame: Callable[[], object] | None = None) -> int:
     """One frame per picture: an animated GIF for ``.gif``, a self-contained HTML player (frames
-    inlined as PNG, no network needed) for ``.html``. Returns the number of frames."""
+    inlined as PNG, no network needed) for ``.html``. Returns the number of frames.
+    ``after_frame()``, if given, is called as each frame is drawn (a progress bar's step, or a
+    check for a pending interrupt); nothing is written until every frame is drawn."""
     path = check_animation_path(path)
-    frames = [png_bytes(draw(picture, view, scale)) for picture in pictures]
+    frames = []
+    for picture in pictures:
+        frames.append(png_bytes(draw(picture, view, scale)))
+        if after_frame is not None:
+            after_frame()
     if path.suffix.lower() == ".gif":
         _write_gif(frames, path, seconds_per_frame)
     else:
