@@ -28,9 +28,14 @@ Methods, all running the same greedy / beam search code and required to produce 
   values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
   batch keeps its shape until its last sentence ends.
 
-Multi30k rows also split each decoder's time into setup (batching, the encoder, the memory's keys
-and values) and search, and give the total ratio that a graph search costing the dense one's per
-row stepped would reach (``equal_cost_per_row_bound``): both pay the setup, which caps the gain.
+Methods timed in the same rounds as the dense peer also get the spread of the round-by-round
+ratios (``vs_dense_kv_cache_paired``: median, lowest, highest). Rows split each decoder's time into setup (batching, the encoder, the
+memory's keys and values) and search (``setup_seconds``, ``search_seconds``). Fixed-setting rows
+count the Python function calls, as cProfile does, to make the stepper and per search step
+(``python_calls_setup``, ``python_calls_per_step``): interpreter overhead in a figure that does not
+depend on the machine's speed. Multi30k rows give the total ratio that a graph search costing the
+dense one's per row stepped would reach (``equal_cost_per_row_bound``): both pay the setup, which
+caps the gain.
 
 With ``--batch-budgets 1000,2000,4000,8000`` the Multi30k greedy setting is also timed at those
 source-token budgets per batch, and each decoder is compared at its own best: a padded decoder

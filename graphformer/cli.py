@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import MISSING, fields
@@ -432,7 +433,7 @@ def _pick(record: dict, args):
 def cmd_animate(args) -> int:
     from tqdm.auto import tqdm
 
-    from graphformer.viz.plots import animate, check_animation_path
+    from graphformer.viz.plots import check_animation_path, draw_frames, write_animation
     from graphformer.viz.recording import load_records
 
     check_animation_path(args.output)
@@ -440,8 +441,9 @@ def cmd_animate(args) -> int:
     pictures = [_pick(r, args) for r in records]
     with interrupts_between_steps() as check, tqdm(total=len(pictures), unit="frame", desc="drawing",
                                                    file=sys.stderr, disable=not sys.stderr.isatty()) as bar:
-        n = animate(pictures, args.output, args.view, args.scale, after_frame=lambda: (check(), bar.update()))
-    print(f"wrote {args.output}: {n} frames (epochs {records[0]['epoch']}..{records[-1]['epoch']})")
+        frames = draw_frames(pictures, args.view, args.scale, after_frame=lambda: (check(), bar.update()))
+    write_animation(frames, [p.title for p in pictures], args.output)  # atomic: an interrupt leaves no half file
+    print(f"wrote {args.output}: {len(frames)} frames (epochs {records[0]['epoch']}..{records[-1]['epoch']})")
     return 0
 
 
@@ -452,7 +454,13 @@ def interrupts_between_steps():
     Drawing makes and drops many matplotlib objects, whose weak-reference callbacks run at any
     moment; a KeyboardInterrupt raised inside one is printed as "Exception ignored" and lost, so
     the command would go on. Raised at a step boundary instead, it ends the command cleanly.
+    Where Ctrl-C does not raise KeyboardInterrupt (SIGINT ignored or handled by someone else, or
+    a thread other than the main one, which cannot set handlers) nothing changes.
     """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield lambda: None
+        return
     pending = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
 
@@ -480,10 +488,9 @@ def cmd_heatmap(args) -> int:
         if not chosen:
             raise UserError(f"epoch {args.epoch} was not recorded; recorded: {', '.join(str(r['epoch']) for r in records)}")
         record = chosen[0]
-    with interrupts_between_steps() as check:
+    with interrupts_between_steps():  # a Ctrl-C while drawing ends the command before anything is written
         figure = draw(_pick(record, args), args.view, args.scale)
-        check()  # a Ctrl-C while drawing ends the command here, before anything is written
-        save_figure(figure, args.output)
+    save_figure(figure, args.output)
     print(f"wrote {args.output}")
     return 0
 

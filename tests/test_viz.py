@@ -170,40 +170,60 @@ def test_a_drawing_interrupted_midway_leaves_the_existing_file_whole(recorded_ru
     assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["map.png"]
 
 
-@pytest.mark.parametrize("command, output, at_frame", [("animate", "maps.gif", 2), ("heatmap", "map.png", 1)])
-def test_ctrl_c_inside_a_finaliser_while_drawing_still_stops_the_command(recorded_run, tmp_path, monkeypatch, capsys,
-                                                                         command, output, at_frame):
-    """Python prints and drops a KeyboardInterrupt raised inside a weak-reference callback, and
-    drawing runs many of them: a Ctrl-C that lands there must still end the command."""
+def _ctrl_c_inside_a_finaliser_at(at_frame, monkeypatch):
+    """Make drawing frame ``at_frame`` deliver SIGINT inside a weak-reference callback (where
+    Python prints and drops a KeyboardInterrupt); returns the list of frames drawn."""
     import os
     import signal
     import weakref
 
     import graphformer.viz.plots as plots
-    drawn = []
+    drawn, real_draw = [], plots.draw
 
     class Dropped:
         pass
 
-    def draw_with_a_ctrl_c_in_a_finaliser(*args, **kw):
+    def draw(*args, **kw):
         drawn.append(1)
         if len(drawn) == at_frame:
-            def finaliser(_):
-                os.kill(os.getpid(), signal.SIGINT)
-                sum(range(1000))  # the signal is handled between bytecodes: still inside the callback
             obj = Dropped()
-            keep = weakref.ref(obj, finaliser)
+            keep = weakref.ref(obj, lambda _: os.kill(os.getpid(), signal.SIGINT))  # handled inside the callback
             del obj
             assert keep() is None
         return real_draw(*args, **kw)
-    real_draw = plots.draw
-    monkeypatch.setattr(plots, "draw", draw_with_a_ctrl_c_in_a_finaliser)
-    out = tmp_path / output
-    assert main([command, str(recorded_run), "-o", str(out)]) == 130
+    monkeypatch.setattr(plots, "draw", draw)
+    return drawn
+
+
+@pytest.mark.parametrize("command, output, at_frame", [("animate", "maps.gif", 2), ("heatmap", "map.png", 1)])
+def test_ctrl_c_inside_a_finaliser_while_drawing_still_stops_the_command(recorded_run, tmp_path, monkeypatch, capsys,
+                                                                         command, output, at_frame):
+    import signal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt
+    try:
+        drawn = _ctrl_c_inside_a_finaliser_at(at_frame, monkeypatch)
+        out = tmp_path / output
+        assert main([command, str(recorded_run), "-o", str(out)]) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler is restored"
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert err.strip() == "graphformer: interrupted" and not out.exists()
     assert len(drawn) == at_frame, "drawing stops at the frame the Ctrl-C came in"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_drawing_leaves_an_ignored_ctrl_c_ignored(recorded_run, tmp_path, monkeypatch):
+    """A process started with SIGINT ignored (a background job) keeps ignoring it."""
+    import signal
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        drawn = _ctrl_c_inside_a_finaliser_at(2, monkeypatch)
+        out = tmp_path / "maps.gif"
+        assert main(["animate", str(recorded_run), "-o", str(out)]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert out.exists() and len(drawn) == 3
 
 
 def test_tree_span_labels_name_their_level():

@@ -69,7 +69,7 @@ def record_attention():
 
 def _check_shapes(relation: Relation, q, k, v) -> None:
     """A ValueError naming the mismatch, before any backend meets it deep inside torch or DGL.
-    Called four times per layer and decoding step: the usual case is one comparison of shapes."""
+    Called by every attention call of every decoding step: the usual case is one comparison of shapes."""
     qs, ks, vs = q.shape, k.shape, v.shape
     if len(qs) == len(ks) == len(vs) == 3 and qs[1:] == ks[1:] == vs[1:] and \
             (qs[0], ks[0], vs[0]) == (relation.num_queries, relation.num_keys, relation.num_keys):

@@ -157,7 +157,7 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
     Q = q.view(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
     if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
-        return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)
+        return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)  # scales by 1/sqrt(d) itself
     # Several queries per tile of uneven length: masked batched matmuls (fused attention is slow
     # with a mask on a CPU).
     scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))

@@ -192,23 +192,35 @@ def check_animation_path(path: str | Path) -> Path:
 
 
 def animate(pictures: list[AttentionPicture], path: str | Path, view: str = "heatmap", scale: str = "shared",
-            seconds_per_frame: float = 0.8, after_frame: Callable[[], object] | None = None) -> int:
+            seconds_per_frame: float = 0.8) -> int:
     """One frame per picture: an animated GIF for ``.gif``, a self-contained HTML player (frames
-    inlined as PNG, no network needed) for ``.html``. Returns the number of frames.
-    ``after_frame()``, if given, is called as each frame is drawn (a progress bar's step, or a
-    check for a pending interrupt); nothing is written until every frame is drawn."""
+    inlined as PNG, no network needed) for ``.html``. Returns the number of frames."""
     path = check_animation_path(path)
+    frames = draw_frames(pictures, view, scale)
+    write_animation(frames, [p.title for p in pictures], path, seconds_per_frame)
+    return len(frames)
+
+
+def draw_frames(pictures: list[AttentionPicture], view: str = "heatmap", scale: str = "shared",
+                after_frame: Callable[[], object] | None = None) -> list[bytes]:
+    """Each picture drawn as PNG bytes. ``after_frame()``, if given, is called as each frame is
+    done (a progress bar's step, or a check for a pending interrupt)."""
     frames = []
     for picture in pictures:
         frames.append(png_bytes(draw(picture, view, scale)))
         if after_frame is not None:
             after_frame()
+    return frames
+
+
+def write_animation(frames: list[bytes], captions: list[str], path: str | Path, seconds_per_frame: float = 0.8) -> None:
+    """Write PNG ``frames`` as a GIF or an HTML player (by the extension of ``path``), atomically."""
+    path = check_animation_path(path)
     if path.suffix.lower() == ".gif":
         _write_gif(frames, path, seconds_per_frame)
     else:
-        title = pictures[0].title.split(", epoch")[0] or "attention"
-        write_text_atomic(path, player_page(frames, [p.title for p in pictures], title, seconds_per_frame))
-    return len(frames)
+        title = captions[0].split(", epoch")[0] or "attention"
+        write_text_atomic(path, player_page(frames, captions, title, seconds_per_frame))
 
 
 def _write_gif(frames: list[bytes], path: Path, seconds_per_frame: float) -> None:
