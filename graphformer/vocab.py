@@ -20,6 +20,7 @@ from graphformer.files import write_text_atomic
 
 PAD, SOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
+NEVER_EMITTED = (PAD, SOS)  # what a decoder never outputs (search masks them; token accuracy skips them)
 
 
 class Vocab:

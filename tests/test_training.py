@@ -6,9 +6,9 @@ import torch
 
 from graphformer.cli import main
 from graphformer.training import checkpoint
-from graphformer.training.loss import label_smoothed_nll
+from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.training.schedule import make_optimizer, noam_rate
-from graphformer.vocab import PAD
+from graphformer.vocab import NEVER_EMITTED, PAD, SOS
 from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data, train_straight_and_interrupted
 
 
@@ -29,6 +29,17 @@ def test_padding_gold_is_ignored():
     with_pad = label_smoothed_nll(logp, torch.tensor([4, PAD, 5]), 0.1)
     without = label_smoothed_nll(logp[[0, 2]], torch.tensor([4, 5]), 0.1)
     assert float(with_pad) == pytest.approx(float(without))
+
+
+def test_token_accuracy_skips_what_decoding_never_outputs():
+    # Node 0 puts most mass on <s> (search never emits it): its prediction is the best other token.
+    logp = torch.log_softmax(torch.tensor([[0.0, 5.0, 0.0, 0.0, 3.0, 1.0],
+                                           [0.0, 0.0, 0.0, 0.0, 1.0, 4.0],
+                                           [9.0, 0.0, 0.0, 0.0, 1.0, 0.0]]), dim=1)
+    gold = torch.tensor([4, 5, PAD])
+    assert token_accuracy_counts(logp, gold) == (1, 2)  # the raw argmax of node 0 is <s>
+    assert token_accuracy_counts(logp, gold, NEVER_EMITTED) == (2, 2)
+    assert SOS in NEVER_EMITTED
 
 
 def test_noam_schedule():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from graphformer.vocab import EOS, PAD, SOS
+from graphformer.vocab import EOS, NEVER_EMITTED, SOS
 
 
 @dataclass
@@ -31,8 +31,8 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
 
 def _never_specials_(log_probs: torch.Tensor) -> torch.Tensor:
     """In place: never emit <pad> or <s> (search owns the stepper's fresh (L, V) output)."""
-    log_probs[:, PAD] = float("-inf")
-    log_probs[:, SOS] = float("-inf")
+    for token in NEVER_EMITTED:  # column by column: no index tensor per step
+        log_probs[:, token] = float("-inf")
     return log_probs
 
 

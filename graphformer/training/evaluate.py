@@ -12,8 +12,10 @@ from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import Split
 from graphformer.decoding import translate_ids
 from graphformer.graphs import GraphPool, make_batch
+from graphformer.model.classifier import NEVER_LABELS
 from graphformer.training.bleu import bleu_scores
 from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
+from graphformer.vocab import NEVER_EMITTED
 
 
 @torch.no_grad()
@@ -24,6 +26,7 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
     device = next(model.parameters()).device
     total_loss, correct, total = 0.0, 0, 0
     ponder = PonderTally()
+    never = NEVER_LABELS if model.cfg.classifies else NEVER_EMITTED  # as decoding: never predicted
     plan = plan_batches([len(s) for s in split.src], [len(t) for t in split.tgt],
                         batch_tokens=batch_tokens, shuffle=False)
     for idx in plan:
@@ -31,7 +34,7 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
         output = model(batch, full_output=True)
         log_probs = output.log_probs
         total_loss += float(label_smoothed_nll(log_probs, batch.gold, 0.0))
-        c, n = token_accuracy_counts(log_probs, batch.gold)
+        c, n = token_accuracy_counts(log_probs, batch.gold, never)
         correct, total = correct + c, total + n
         ponder.add(output.stats or {}, model.cfg.max_depth)
     model.train(was_training)

@@ -12,6 +12,8 @@ dense layouts) are skipped all the same.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from graphformer.vocab import PAD
@@ -31,7 +33,12 @@ def label_smoothed_nll(log_probs: torch.Tensor, gold: torch.Tensor, smoothing: f
     return ((1.0 - smoothing) * nll + smoothing / (vocab - 2) * others).sum()
 
 
-def token_accuracy_counts(log_probs: torch.Tensor, gold: torch.Tensor) -> tuple[int, int]:
-    """(correct, total) argmax predictions over non-pad gold tokens."""
+def token_accuracy_counts(log_probs: torch.Tensor, gold: torch.Tensor, never: Sequence[int] = ()) -> tuple[int, int]:
+    """(correct, total) argmax predictions over non-pad gold tokens. The ids in ``never`` are
+    left out of the argmax: what the model's decoding can never output (search never emits
+    `<pad>` or `<s>`, a classifier never predicts a special) is not its prediction either."""
     keep = gold != PAD
-    return int((log_probs.argmax(1)[keep] == gold[keep]).sum()), int(keep.sum())
+    log_probs = log_probs[keep]
+    if never:
+        log_probs = log_probs.index_fill(1, torch.tensor(never, device=log_probs.device), float("-inf"))
+    return int((log_probs.argmax(1) == gold[keep]).sum()), int(keep.sum())
