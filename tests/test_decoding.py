@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from graphformer import GraphPool, make_model
+from graphformer.attention.padded import SHORT_SPAN
 from graphformer.decoding import translate_ids
 from graphformer.decoding.search import length_penalty
 from helpers import random_pairs
@@ -98,7 +99,7 @@ def test_length_penalty_formula():
 
 
 @pytest.mark.parametrize("backend", ["padded", "dgl", "torch", "blocked"])
-@pytest.mark.parametrize("lengths", [[3, 1, 4], 2])
+@pytest.mark.parametrize("lengths", [[3, 1, 4], 2, SHORT_SPAN + 2])  # uneven; even, short and long
 @pytest.mark.parametrize("queries", [1, 2])
 def test_tiled_relation_is_its_edges(backend, lengths, queries):
     """A tiled relation (keys read in place from fixed-width blocks) attends exactly like the same
@@ -106,7 +107,7 @@ def test_tiled_relation_is_its_edges(backend, lengths, queries):
     from graphformer.attention import graph_attention
     from graphformer.graphs.relation import Relation
     torch.manual_seed(0)
-    tiles, width = 3, 5
+    tiles, width = 3, SHORT_SPAN + 3
     tiled = Relation.of_tiles(tiles, queries, width, lengths)
     counts = lengths if isinstance(lengths, list) else [lengths] * tiles
     rows = torch.full((tiles * queries, max(counts)), -1)

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 
 from graphformer.graphs.relation import Relation, Tiles
 
+SHORT_SPAN = 12  # keys per tile up to which one query's attention beats fused attention as plain products
+
 
 class Segments:
     """Samples as rows of a padded layout.
@@ -148,11 +150,13 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
     """Attention over tiles: m queries per tile against the tile's block of keys, read in place
     (strided views of the key and value tensors, nothing gathered)."""
     K, V = _blocks(k, tiles), _blocks(v, tiles)  # (B, span, H, D)
-    if tiles.padding is not None and tiles.queries == 1 and not return_weights:
-        # One query per tile of uneven length (greedy cross-attention): broadcast products read the
-        # blocks in order, twice as fast on a CPU as a masked batched matmul or fused attention.
+    if tiles.queries == 1 and not return_weights and (tiles.padding is not None or tiles.span <= SHORT_SPAN):
+        # One query per tile (greedy decoding), of uneven length (cross-attention) or short (the
+        # first steps' self-attention): broadcast products read the blocks in order, twice as fast
+        # on a CPU as a masked batched matmul, and faster than fused attention's fixed cost.
         scores = (K * q[:, None]).sum(-1).mul_(1.0 / math.sqrt(q.shape[-1]))
-        scores.masked_fill_(tiles.padding.view(q.shape[0], -1, 1), float("-inf"))
+        if tiles.padding is not None:
+            scores.masked_fill_(tiles.padding.view(q.shape[0], -1, 1), float("-inf"))
         return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
     Q = q.view(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)

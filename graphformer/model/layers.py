@@ -30,7 +30,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.linear1(x))
+        h = torch.relu_(self.linear1(x))  # in place: the (N, d_ff) tensor is the biggest a layer makes
         return self.linear2(self.dropout(h) if self.training else h)  # eval: dropout is the identity
 
 
