@@ -29,7 +29,10 @@ import torch.nn.functional as F
 
 from graphformer.graphs.relation import Relation, Tiles
 
-SHORT_SPAN = 12  # keys per tile up to which one query's attention beats fused attention as plain products
+# Keys per tile up to which one query's attention is cheaper as plain products than fused
+# attention, whose fixed cost dominates on a CPU (timed in docs/results.md, Decoding). A GPU
+# pays per kernel launch instead, and keeps the one fused call.
+SHORT_SPAN = 12
 
 
 class Segments:
@@ -150,7 +153,8 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
     """Attention over tiles: m queries per tile against the tile's block of keys, read in place
     (strided views of the key and value tensors, nothing gathered)."""
     K, V = _blocks(k, tiles), _blocks(v, tiles)  # (B, span, H, D)
-    if tiles.queries == 1 and not return_weights and (tiles.padding is not None or tiles.span <= SHORT_SPAN):
+    short = tiles.span <= SHORT_SPAN and q.device.type == "cpu"
+    if tiles.queries == 1 and not return_weights and (tiles.padding is not None or short):
         # One query per tile (greedy decoding), of uneven length (cross-attention) or short (the
         # first steps' self-attention): broadcast products read the blocks in order, twice as fast
         # on a CPU as a masked batched matmul, and faster than fused attention's fixed cost.
