@@ -238,6 +238,25 @@ def test_the_classifier_learns_which_token_comes_first():
     assert accuracy > 0.8, accuracy  # about 0.96 here; chance is 0.1
 
 
+def test_token_accuracy_of_a_classifier_scores_the_labels_it_predicts():
+    """Even when a special (never a label) holds most of the mass, token accuracy scores what
+    predict answers: the best label."""
+    from graphformer.data.corpus import Split
+    from graphformer.training.evaluate import teacher_forced
+    model = classifier()
+    with torch.no_grad():
+        model.head.proj.bias[EOS] = 50.0  # the raw argmax of every sample
+    rng = random.Random(0)
+    src = [[rng.randrange(4, 20) for _ in range(rng.randint(2, 6))] for _ in range(40)]
+    pool = model.make_pool()
+    labels, _ = model.predict(make_batch(pool, src))
+    tgt = [[label if i % 3 else 4 + (label - 3) % 5] for i, label in enumerate(labels.tolist())]  # 2 in 3 right
+    right = sum(t[0] == label for t, label in zip(tgt, labels.tolist())) / len(src)
+    assert 0.5 < right < 0.8
+    split = Split([], [], src, tgt)  # the ids are all it reads
+    assert teacher_forced(model, split, pool)["token_accuracy"] == pytest.approx(right)
+
+
 # ---- through the command line ----------------------------------------------------------------
 
 def train(args):
