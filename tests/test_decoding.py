@@ -167,3 +167,58 @@ def test_finished_hypotheses_leave_the_computation(beam):
     assert work[1] == [len(src) * beam] * len(work[1])
     assert work[0] == sorted(work[0], reverse=True) and work[0][-1] < len(src) * beam
     assert sum(work[0]) < sum(work[1])
+
+
+def decode_with(model, src, beam, limits, **options):
+    """The hypotheses of one batch, and the rows each step computed."""
+    from graphformer.decoding import IncrementalStepper, beam_search, greedy_search
+    from graphformer.graphs import make_batch
+    batch = make_batch(GraphPool(), src)
+    copy_moved_only = options.pop("copy_moved_only", None)
+    stepper = RowCounter(IncrementalStepper(model, batch, beam, int(limits.max()), copy_moved_only=copy_moved_only))
+    with torch.no_grad():
+        if beam == 1:
+            return greedy_search(stepper, limits, **options), stepper.rows
+        return beam_search(stepper, limits, beam, alpha=0.6, **options), stepper.rows
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_reading_ended_hypotheses_every_few_steps_changes_the_work_not_the_result(beam):
+    """Search learns which hypotheses ended every check_every steps (as on a GPU, where each read
+    waits for the device); in between, ended rows are stepped and add nothing. Beam search's
+    reorders gather every row (no read) or copy the moved ones (a read): the same result."""
+    model = random_model(seed=4)
+    src, _ = random_pairs(8, VOCAB, max_len=9, seed=8)
+    limits = torch.tensor([len(s) for s in src]) + 4
+    reference, every_step = decode_with(model, src, beam, limits, check_every=1, copy_moved_only=True)
+    assert len({len(h.tokens) for h in reference}) > 1, "sentences should end at different steps"
+    for check_every, copy_moved_only in ((3, True), (3, False), (1, False)):
+        found, rows = decode_with(model, src, beam, limits, check_every=check_every, copy_moved_only=copy_moved_only)
+        assert [h.tokens for h in found] == [h.tokens for h in reference]
+        assert [h.score for h in found] == pytest.approx([h.score for h in reference], abs=1e-9)
+        if check_every > 1:  # rows leave only at checks: later, so more row-steps in all
+            assert all(rows[t] == rows[t - 1] for t in range(1, len(rows)) if t % check_every)
+            assert sum(rows) > sum(every_step)
+    with pytest.raises(ValueError, match="check_every"):
+        decode_with(model, src, beam, limits, check_every=0)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_between_checks_search_and_stepper_read_nothing_back_from_the_device(beam, monkeypatch):
+    """Every read of a tensor's values on the host (a sync on a GPU) is counted: with checks every
+    3 steps, steps in between read none, in search and in the stepper alike."""
+    reads = []
+    for name in ("__bool__", "__int__", "__float__", "item", "tolist", "nonzero"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda *a, _f=original, **kw: reads.append(1) or _f(*a, **kw))
+    model = random_model(seed=4)
+    src, _ = random_pairs(8, VOCAB, max_len=9, seed=8)
+    limits = torch.tensor([len(s) for s in src]) + 4
+    from graphformer.decoding import IncrementalStepper
+    original_step = IncrementalStepper.step
+    seen = []  # reads so far at each step
+    monkeypatch.setattr(IncrementalStepper, "step", lambda self, tokens: seen.append(len(reads)) or original_step(self, tokens))
+    decode_with(model, src, beam, limits, check_every=3, copy_moved_only=False)
+    between = [seen[t + 1] - seen[t] for t in range(len(seen) - 1)]  # step t and the search work after it
+    assert all(n == 0 for t, n in enumerate(between) if (t + 1) % 3), between
+    assert sum(between) > 0  # the checks do read (the counting works)

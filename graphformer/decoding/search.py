@@ -8,6 +8,12 @@ where |Y| counts the generated tokens including `</s>`. A hypothesis that has em
 frozen: it keeps its tokens, log-probability and length, and competes with the live ones on its
 final score. A sentence is done when all of its k hypotheses are frozen; at its length limit
 every live hypothesis is made to end.
+
+Search reads back from the device only to learn which hypotheses ended (to stop, and to drop
+them from the stepper). It does so every ``check_every`` steps: on a CPU every step (reading is
+free, and an ended row leaves at once), on an accelerator every few (each read waits for the
+device; in between, the host queues the next steps). Hypotheses that end between two checks keep
+being stepped until the next one and add nothing, so the result is the same for any interval.
 """
 from __future__ import annotations
 
@@ -45,15 +51,31 @@ def _mask_step_(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor
     return log_probs
 
 
-def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True) -> list[Hypothesis]:
+def steps_between_checks(device: torch.device) -> int:
+    """How often search reads back which hypotheses ended: every step on a CPU, every 8th elsewhere."""
+    return 1 if device.type == "cpu" else 8
+
+
+def _interval(check_every: int | None, device: torch.device) -> int:
+    if check_every is None:
+        return steps_between_checks(device)
+    if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+        raise ValueError(f"check_every must be a whole number of steps, at least 1; got {check_every!r}")
+    return check_every
+
+
+def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True,
+                  check_every: int | None = None) -> list[Hypothesis]:
     """The most likely token at every step, for each of the (H,) hypotheses of the stepper.
 
     max_lengths: (H,) most tokens (including `</s>`) each hypothesis may generate.
     drop_finished: a hypothesis that has emitted `</s>` leaves the stepper (its work stops);
         without it every hypothesis is stepped until the last one ends (as a padded batch is).
+    check_every: steps between reads of which hypotheses ended (default: `steps_between_checks`).
     """
     num = len(max_lengths)
     device = max_lengths.device
+    check_every = _interval(check_every, device)
     live = torch.arange(num, device=device)  # the hypothesis of each stepper row
     limits = max_lengths
     tokens = torch.full((num,), SOS, dtype=torch.int64, device=device)
@@ -72,31 +94,34 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
         total[live] += best.double()
         done |= nxt == EOS
         finished[live] = done
-        ended = int(done.sum())
-        if ended == len(live):
-            break
-        if drop_finished and ended:  # those rows leave the stepper
-            rows = survivors(~done)
-            live, nxt, limits = live[rows], nxt[rows], limits[rows]
-            stepper.reorder(rows)
+        if (t + 1) % check_every == 0:  # the only read back from the device
+            ended = int(done.sum())
+            if ended == len(live):
+                break
+            if drop_finished and ended:  # those rows leave the stepper
+                rows = survivors(~done)
+                live, nxt, limits = live[rows], nxt[rows], limits[rows]
+                stepper.reorder(rows)
         tokens = nxt
     out = history.tolist()
     return [Hypothesis(_until_eos(seq), float(lp), float(lp)) for seq, lp in zip(out, total.tolist())]
 
 
 def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.6,
-                drop_finished: bool = True) -> list[Hypothesis]:
+                drop_finished: bool = True, check_every: int | None = None) -> list[Hypothesis]:
     """The best of ``beam`` hypotheses for each of the B sentences.
 
     The stepper must hold B * beam hypotheses (hypothesis h belongs to sentence h // beam).
     max_lengths: (B,) most tokens (including `</s>`) per sentence.
     drop_finished: a sentence whose hypotheses have all ended leaves the stepper; without it
         every sentence is stepped until the last one ends.
+    check_every: steps between reads of which sentences are done (default: `steps_between_checks`).
     """
     if beam < 1:
         raise ValueError(f"beam size must be at least 1, got {beam}")
     B, k = len(max_lengths), beam
     device = max_lengths.device
+    check_every = _interval(check_every, device)
     live = torch.arange(B, device=device)  # the sentence of each block of k stepper rows
     log_p = torch.zeros(B, k, dtype=torch.float64, device=device)
     log_p[:, 1:] = float("-inf")  # all beams start identical: expand only the first
@@ -135,15 +160,16 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
         length = cand_len.view(S, k * V).gather(1, top)
         finished = finished.gather(1, parent) | (token == EOS)
         history = torch.cat([history[rows, parent], token[:, :, None]], dim=2)
-        done = finished.all(1)
-        if bool(done.all()):
-            finish(rows[:, 0])
-            return results
-        if drop_finished and bool(done.any()):
-            finish(done.nonzero().squeeze(1))
-            keep = survivors(~done)
-            live, log_p, length, finished = live[keep], log_p[keep], length[keep], finished[keep]
-            history, token, parent, rows = history[keep], token[keep], parent[keep], keep[:, None]
+        if (t + 1) % check_every == 0:  # the only reads back from the device
+            done = finished.all(1)
+            if bool(done.all()):
+                finish(rows[:, 0])
+                return results
+            if drop_finished and bool(done.any()):
+                finish(done.nonzero().squeeze(1))
+                keep = survivors(~done)
+                live, log_p, length, finished = live[keep], log_p[keep], length[keep], finished[keep]
+                history, token, parent, rows = history[keep], token[keep], parent[keep], keep[:, None]
         stepper.reorder((rows * k + parent).flatten())
         tokens = token.flatten()
     finish(torch.arange(len(live), device=device))

@@ -40,6 +40,10 @@ class IncrementalStepper:
         max_steps: most target nodes any hypothesis will have.
         pool: the graph pool of the model's attention patterns; the edges into each new node
             are read from it.
+        copy_moved_only: on a reorder, find the rows whose parent is another row and copy only
+            those (the default on a CPU); else gather every row, which needs no read back from the
+            device (the default elsewhere: finding the moved rows would wait for the device at
+            every beam search step).
 
     Node layout (what makes a step cheap). Target node j of live hypothesis h is cached at id
     ``h * max_steps + j`` (one (L * max_steps, heads, d_head) table of keys and of values per
@@ -56,13 +60,14 @@ class IncrementalStepper:
     """
 
     def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
-                 pool: GraphPool | None = None):
+                 pool: GraphPool | None = None, copy_moved_only: bool | None = None):
         if max_steps > model.tgt_embed.positions.max_len:  # checked once: the steps embed unchecked
             raise ValueError(f"max_steps {max_steps} exceeds the positional table (max_len="
                              f"{model.tgt_embed.positions.max_len}); decode fewer tokens")
         self.model = model
         self.pool = pool or model.make_pool()
         self.device = batch.src_tokens.device
+        self.copy_moved_only = self.device.type == "cpu" if copy_moved_only is None else copy_moved_only
         self.k = hyps_per_sentence
         self.src_lengths = batch.src_lengths.tolist()  # of the live sentences
         self.width = max(self.src_lengths)
@@ -132,11 +137,13 @@ class IncrementalStepper:
         return out.log_probs
 
     def reorder(self, parents: torch.Tensor) -> None:
-        """Row h now continues row parents[h]. Only rows whose parent is another row are copied
-        (search keeps survivors in place where it can), and rows past len(parents) are dropped."""
+        """Row h now continues row parents[h], and rows past len(parents) are dropped. With
+        ``copy_moved_only``, only rows whose parent is another row are copied (search keeps
+        survivors in place where it can)."""
         rows = len(parents)
-        moved = _moved(parents)
-        if len(moved):
+        if not self.copy_moved_only:
+            self.cache[:, :, :rows, :self.t] = self.cache[:, :, parents, :self.t]
+        elif len(moved := _moved(parents)):
             self.cache[:, :, moved, :self.t] = self.cache[:, :, parents[moved], :self.t]
         if rows < self.num_hyps:  # whole sentences dropped: their memory too
             kept = parents[::self.k] // self.k
