@@ -308,6 +308,9 @@ def _how_to_go_on(cfg: TrainConfig, progress: dict, out: str) -> str:
         return f"it has finished its --epochs {cfg.epochs}; to train longer: {resume} --epochs {progress['epoch'] + 1}"
     if cfg.max_steps is not None and progress["step"] >= cfg.max_steps:
         return f"it has taken its --max-steps {cfg.max_steps}; to go on: {resume} --max-steps {2 * cfg.max_steps}"
+    if cfg.patience and progress.get("epochs_since_best", 0) >= cfg.patience:
+        return (f"it stopped early (no better valid {cfg.select_by} for {progress['epochs_since_best']} epochs); "
+                f"to go on: {resume} --patience {progress['epochs_since_best'] + cfg.patience}")
     return f"continue with: {resume}"
 
 

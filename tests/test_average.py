@@ -89,6 +89,15 @@ def test_patience_stops_training_early(tmp_path, capsys):
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["valid_exact_match"] for m in metrics] == [0.0, 0.0]
     assert len(metrics) == 2
+    # Resumed as it was, it stays stopped (it trains no epoch more) and says how to go on.
+    capsys.readouterr()
+    last = (run / "checkpoint_last.pt").read_bytes()
+    assert main(["train", "--out", str(run), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "it stopped early" in out and "--patience 2" in out, out
+    assert len(read_jsonl(run / "metrics.jsonl")) == 2 and (run / "checkpoint_last.pt").read_bytes() == last
+    assert main(["train", "--out", str(run), "--resume", "--patience", "2", "--epochs", "3"]) == 0
+    assert len(read_jsonl(run / "metrics.jsonl")) == 3
 
 
 def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys, monkeypatch):

@@ -240,7 +240,8 @@ class Trainer:
         if self.ctx.is_main:
             handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         metrics = None
-        done = self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
+        # A resumed run that had stopped early stays stopped unless it is given more patience.
+        done = (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps) or self._out_of_patience()
         if self.cfg.max_minutes is not None:
             self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
         try:
@@ -331,7 +332,7 @@ class Trainer:
 
     def _out_of_patience(self) -> bool:
         """Early stopping: ``patience`` epochs in a row without a better validation metric."""
-        tired = bool(self.cfg.patience) and self.progress["epochs_since_best"] >= self.cfg.patience
+        tired = bool(self.cfg.patience) and self.progress.get("epochs_since_best", 0) >= self.cfg.patience
         if self.ctx.distributed:  # only the main process validates; all must stop together
             tired = distributed.all_reduce_sum(float(tired and self.ctx.is_main), self.ctx) > 0
         if tired and self.show_progress:
