@@ -185,6 +185,8 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
     err = one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "notes.pt")],
                          "notes.pt is not a checkpoint, or a damaged one")
     assert "weights_only" not in err  # torch's advice to load it unsafely is not passed on
+    (tmp_path / "junk.pt").write_text("junk\n")  # read as a legacy pickle: a KeyError inside torch
+    one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "junk.pt")], "junk.pt is")
     one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "empty")],
                    "is a folder; give best, last, averaged or a checkpoint file")
 

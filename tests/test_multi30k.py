@@ -152,6 +152,10 @@ def test_subword_vocabulary_learned_on_training_text(tmp_path, capsys, monkeypat
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 1014 and 0.0 <= scores["bleu_tokenized"] <= 100.0 and 0.0 <= scores["bleu"] <= 100.0
 
+    (run / "subwords.model").write_text("garbage\n")
+    assert main(["translate", str(run), "--input", str(tmp_path / "in.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "subwords.model is damaged" in err
     (run / "subwords.model").unlink()  # a run cannot read text without its subword model
     assert main(["evaluate", str(run), "--split", "valid", "--beam", "1"]) == 2
     err = capsys.readouterr().err.strip()

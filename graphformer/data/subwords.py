@@ -50,7 +50,11 @@ class SubwordPipeline:
         if not Path(model_path).is_file():
             raise UserError(f"{model_path} is missing: this run was trained with a subword vocabulary (bpe) and "
                             "cannot read text without it; restore the file or retrain")
-        self.model = sentencepiece.SentencePieceProcessor(model_file=str(model_path))
+        try:
+            self.model = sentencepiece.SentencePieceProcessor(model_file=str(model_path))
+        except (RuntimeError, OSError) as err:
+            raise UserError(f"{model_path} is damaged, not a SentencePiece model ({str(err).splitlines()[0]}); "
+                            "restore the file or retrain") from None
 
     def tokenize(self, line: str) -> list[str]:
         return self.model.encode(line, out_type=str)

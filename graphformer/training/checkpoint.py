@@ -34,8 +34,9 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
     except pickle.UnpicklingError as err:  # torch's own text advises an unsafe retry: not ours to pass on
         cause = str(err).partition("WeightsUnpickler error:")[2].strip().split(".")[0] or "it does not unpickle"
         raise UserError(f"{path} is not a checkpoint, or a damaged one ({cause}); {advice}") from None
-    except (RuntimeError, EOFError, ValueError, OSError) as err:
+    except Exception as err:  # anything else unreadable: a few bytes of text alone can raise KeyError
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        reason = reason if isinstance(err, (RuntimeError, EOFError, ValueError, OSError)) else type(err).__name__
         raise UserError(f"{path} is damaged or truncated ({reason}); {advice}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError(f"{path} is not a graphformer checkpoint")
