@@ -76,6 +76,9 @@ def test_unreachable_server_is_a_clear_error(tmp_path):
 def test_local_mirror(tmp_path):
     cache = multi30k.fetch(mirror=MIRROR, cache=tmp_path / "cache")
     assert (cache / "test_2016_flickr.de.gz").is_file()
+    # A mistyped mirror is refused even though the cache, complete now, needs nothing from it.
+    with pytest.raises(UserError, match="mirror .*nowhere is not a directory"):
+        multi30k.fetch(mirror=tmp_path / "nowhere", cache=cache)
 
 
 def test_tokenize_detokenize_round_trip_on_real_lines():
@@ -130,12 +133,17 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
 
 @pytest.mark.slow
 def test_subword_vocabulary_learned_on_training_text(tmp_path, capsys, monkeypatch):
+    from graphformer.data import subwords
     from graphformer.data.subwords import SubwordPipeline
 
     monkeypatch.setenv("GRAPHFORMER_CACHE", str(tmp_path / "cache"))
+    learned_from = []
+    learn = subwords.learn
+    monkeypatch.setattr(subwords, "learn", lambda lines, *a: learned_from.append(len(lines)) or learn(lines, *a))
     run = tmp_path / "run"
     assert main(["train", "--task", "multi30k", "--data-dir", str(MIRROR), "--bpe", "1000", "--train-limit", "300",
                  "--out", str(run), "--epochs", "1", "--batch-size", "32", *TINY_MODEL]) == 0
+    assert learned_from == [600]  # the 300 training pairs the run trains on, English and German
     pieces = SubwordPipeline(run / "subwords.model")
     assert pieces.model.get_piece_size() == 1000
     assert pieces.detokenize(pieces.tokenize("Ein Mann fährt ein Fahrrad.")) == "Ein Mann fährt ein Fahrrad."

@@ -69,6 +69,9 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
 
     Files come from ``mirror`` (a local directory) when given, otherwise from ``base_url``.
     """
+    if mirror is not None and not Path(mirror).is_dir():  # refused even when the cache needs nothing from it
+        raise UserError(f"the Multi30k mirror {mirror} is not a directory; give the folder that holds the six "
+                        "raw files, or no --data-dir to download them")
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     for name, expected in SHA256.items():

@@ -100,8 +100,9 @@ class Multi30kTask(Task):
         sentences = {split: (multi30k.read_gz(raw / f"{stem}.{multi30k.SRC_LANG}.gz"),
                              multi30k.read_gz(raw / f"{stem}.{multi30k.TGT_LANG}.gz"))
                      for split, stem in multi30k.SPLIT_FILES.items()}
-        if not (run_dir / subwords.MODEL).is_file():
-            subwords.learn(sentences["train"][0] + sentences["train"][1], cfg.bpe, run_dir / subwords.MODEL)
+        if not (run_dir / subwords.MODEL).is_file():  # learned on the training pairs the run trains on
+            en, de = (side[:cfg.train_limit] for side in sentences["train"])
+            subwords.learn(en + de, cfg.bpe, run_dir / subwords.MODEL)
         pieces = subwords.SubwordPipeline(run_dir / subwords.MODEL)
         folder.mkdir(exist_ok=True)
         for split, (en, de) in sentences.items():
