@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     _average_parser(sub)
     _animate_parser(sub)
     _heatmap_parser(sub)
+    for command in sub.choices.values():  # unrecognized arguments are found by the top parser: name the command's help
+        command.set_defaults(command_prog=command.prog)
     return parser
 
 
@@ -413,13 +415,12 @@ def cmd_translate(args) -> int:
 
 
 def cmd_average(args) -> int:
+    from graphformer.training import checkpoint
     from graphformer.training.average import choose, write_average
     from graphformer.training.config import SELECT_BY
     from graphformer.training.run_dir import RunDir
 
-    run = RunDir(args.run_dir)
-    if not run.path.is_dir():
-        raise UserError(f"run directory {run.path} does not exist; give the --out directory of a training run")
+    run = RunDir(checkpoint.check_run_dir(args.run_dir))
     select_by = run.read_config()[1].get("select_by") or "loss"
     paths = choose(run, last=args.last, best=args.best, select_by=select_by, larger_is_better=SELECT_BY[select_by])
     output = write_average(run, paths, args.output)
@@ -508,7 +509,11 @@ def _check_output_folder(output: str | None) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.exit(2, f"{args.command_prog}: error: unrecognized arguments: {' '.join(unknown)}; "
+                       f"see {args.command_prog} --help\n")
     try:
         _check_output_folder(getattr(args, "output", None))
         return args.func(args)

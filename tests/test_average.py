@@ -66,6 +66,21 @@ def test_average_refuses_what_it_cannot_do(run, tmp_path, capsys, argv, needle):
     assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == before
 
 
+def test_average_replaces_an_earlier_average_but_no_other_file(run, tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert main(["average", str(run), "--last", "2", "-o", str(notes)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "notes.txt exists and is not a checkpoint" in err, err
+    assert notes.read_text() == "my notes\n"
+    for last in ("2", "1"):  # the second average replaces the first
+        assert main(["average", str(run), "--last", last, "-o", str(tmp_path / "avg.pt")]) == 0
+    assert len(checkpoint.load(tmp_path / "avg.pt")["averaged_from"]) == 1
+    for command in (["average", str(run / "config.json"), "--last", "1"], ["evaluate", str(run / "config.json")]):
+        assert main(command) == 2
+        assert "config.json is a file, not a run directory" in capsys.readouterr().err
+
+
 def test_average_refuses_checkpoints_of_another_model(run, tmp_path, capsys):
     other_data = small_copy_data(tmp_path / "data", n_train=32)
     other = tmp_path / "other"

@@ -43,12 +43,28 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
     return state
 
 
+def check_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a Path, if it is a folder; else a UserError that says what it is."""
+    run_dir = Path(run_dir)
+    if run_dir.is_dir():
+        return run_dir
+    what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
+    raise UserError(f"run directory {run_dir} {what}; give the --out directory of a training run")
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` holds a readable graphformer checkpoint."""
+    try:
+        load(path)
+    except UserError:
+        return False
+    return True
+
+
 def find(run_dir: str | Path, which: str = "best") -> Path:
     """The run's ``best`` (or ``last``) checkpoint, falling back to the other one; ``averaged``
     (written by ``graphformer average``); or the path of a checkpoint file."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"run directory {run_dir} does not exist; give the --out directory of a training run")
+    run_dir = check_run_dir(run_dir)
     if which not in ("best", "last"):
         path = run_dir / AVERAGED if which == "averaged" else Path(which)
         if path.is_dir():
