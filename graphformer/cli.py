@@ -366,7 +366,7 @@ def read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     from tqdm.auto import tqdm
 
-    from graphformer.data.batching import decoding_batches
+    from graphformer.data.batching import decoding_batches, decoding_chunks
     from graphformer.decoding import translate_ids
     from graphformer.vocab import UNK
 
@@ -392,21 +392,29 @@ def cmd_translate(args) -> int:
               f"vocabulary and read as <unk>: {listed}{', ...' if len(unknown) > 10 else ''}", file=sys.stderr)
     out = [""] * len(src)
     nonempty = [i for i, s in enumerate(src) if s]
-    # Batches of similar lengths (no padding is ever computed, but a batch waits for its longest
-    # sentence); the output keeps the input's order.
-    plan = decoding_batches([len(src[i]) for i in nonempty], decoding.batch_tokens)
-    tic, tokens = time.perf_counter(), 0
-    with tqdm(total=len(nonempty), unit="sentence", disable=args.quiet or sys.stdout.isatty() or not nonempty,
-              file=sys.stderr) as bar:
-        for batch in plan:
-            chosen = [nonempty[j] for j in batch]
-            hyps = translate_ids(run.model, [src[i] for i in chosen], beam=decoding.beam, alpha=decoding.alpha,
-                                 batch_size=len(chosen))
-            for i, hyp in zip(chosen, hyps):
-                out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
-                tokens += len(hyp.tokens)
-            bar.update(len(chosen))
-    sys.stdout.write("".join(line + "\n" for line in out))
+    tic, tokens, written = time.perf_counter(), 0, 0
+    try:
+        with tqdm(total=len(nonempty), unit="sentence", disable=args.quiet or sys.stdout.isatty() or not nonempty,
+                  file=sys.stderr) as bar:
+            for chunk in decoding_chunks([len(s) for s in src], decoding.batch_tokens):
+                todo = [i for i in chunk if src[i]]
+                # Batches of similar lengths (no padding is ever computed, but a batch waits for
+                # its longest sentence); the output keeps the input's order.
+                for batch in decoding_batches([len(src[i]) for i in todo], decoding.batch_tokens):
+                    chosen = [todo[j] for j in batch]
+                    hyps = translate_ids(run.model, [src[i] for i in chosen], beam=decoding.beam,
+                                         alpha=decoding.alpha, batch_size=len(chosen))
+                    for i, hyp in zip(chosen, hyps):
+                        out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
+                        tokens += len(hyp.tokens)
+                    bar.update(len(chosen))
+                sys.stdout.write("".join(out[i] + "\n" for i in chunk))
+                sys.stdout.flush()
+                written = chunk.stop
+    except KeyboardInterrupt:
+        print(f"graphformer: interrupted; the translations of the first {written} of {len(src)} lines are written "
+              f"(translate the lines after them to finish)", file=sys.stderr)
+        return 130
     seconds = max(time.perf_counter() - tic, 1e-9)
     if not args.quiet:
         print(f"translated {len(nonempty)} sentences ({tokens} tokens) in {seconds:.1f} s: "

@@ -115,6 +115,38 @@ def test_patience_stops_training_early(tmp_path, capsys):
     assert len(read_jsonl(run / "metrics.jsonl")) == 3
 
 
+def test_translate_writes_its_output_chunk_by_chunk_and_an_interrupt_keeps_a_prefix(run, tmp_path, capsys,
+                                                                                     monkeypatch):
+    import graphformer.decoding
+    from graphformer.data.batching import CHUNK_BATCHES
+    from graphformer.decoding import Hypothesis
+
+    calls, interrupt_at = [], [None]
+
+    def copy_back_until_interrupted(model, src, beam, alpha, batch_size):
+        calls.append(len(src))
+        if len(calls) == interrupt_at[0]:
+            raise KeyboardInterrupt
+        return [Hypothesis(tokens=list(s), log_prob=0.0, score=0.0) for s in src]
+
+    monkeypatch.setattr(graphformer.decoding, "translate_ids", copy_back_until_interrupted)
+    lines = [" ".join("abcdefghij"[(i + j) % 10] for j in range(1 + i % 4)) for i in range(200)]
+    lines[7] = ""
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    # Batches of at most 10 source tokens (with each line's </s>), chunks of CHUNK_BATCHES times that.
+    translate = ["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1", "--batch-tokens", "10"]
+    assert main(translate) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == lines  # chunk after chunk, in order
+    assert len(calls) > 2 * CHUNK_BATCHES
+    calls.clear()
+    interrupt_at[0] = 2 * CHUNK_BATCHES + 1  # past the first chunk or two
+    assert main(translate) == 130
+    captured = capsys.readouterr()
+    written = captured.out.split("\n")[:-1]
+    assert 0 < len(written) < len(lines) and written == lines[:len(written)]  # a prefix, every line complete
+    assert f"the first {len(written)} of 200 lines are written" in captured.err.strip().splitlines()[-1]
+
+
 def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys, monkeypatch):
     import graphformer.decoding
     from graphformer.decoding import Hypothesis

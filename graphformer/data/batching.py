@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 # Source tokens per decoding batch: how `translate` (and the decoding benchmark) batch sentences.
 DECODE_BATCH_TOKENS = 4000
+CHUNK_BATCHES = 16  # translate sorts by length within runs of this many batches' worth of lines
 
 
 def plan_batches(
@@ -56,6 +57,22 @@ def decoding_batches(src_lengths: Sequence[int], batch_tokens: int = DECODE_BATC
     batch at most ``batch_tokens`` source tokens (+1 per sentence for its `</s>`). No padding is
     computed by graph decoding, but a batch steps until its longest output ends."""
     return plan_batches(src_lengths, [0] * len(src_lengths), batch_tokens=batch_tokens, shuffle=False)
+
+
+def decoding_chunks(src_lengths: Sequence[int], batch_tokens: int = DECODE_BATCH_TOKENS) -> list[range]:
+    """How `translate` walks its input: runs of consecutive lines of about ``CHUNK_BATCHES``
+    batches' worth of source tokens. Each chunk is batched by length (`decoding_batches`) and its
+    translations written, in input order, before the next starts: a long input streams out, and
+    an interrupted run has written a prefix of its output."""
+    budget, chunks, start, total = CHUNK_BATCHES * batch_tokens, [], 0, 0
+    for i, n in enumerate(src_lengths):
+        if total and total + n + 1 > budget:
+            chunks.append(range(start, i))
+            start, total = i, 0
+        total += n + 1
+    if start < len(src_lengths):
+        chunks.append(range(start, len(src_lengths)))
+    return chunks
 
 
 def shard(plan: list[list[int]], rank: int, world: int) -> list[list[int]]:
