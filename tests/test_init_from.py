@@ -76,6 +76,8 @@ def test_a_curriculum_run_trains_and_records_where_it_started(short_run, tmp_pat
      "--init-from {run}/checkpoint_best.pt: its weights do not fit this model; give the options it was "
      "trained with: d_model (32 there, 64 here)"),
     (["--init-from", "{run}"], 5, "training label 'v4' is not among its labels"),
+    (["--init-from", "{run}", "--model", "universal-encoder"], 4,
+     "it was trained with --model encoder, this run has --model universal-encoder"),
 ])
 def test_a_checkpoint_that_cannot_start_the_run_is_a_one_line_error(short_run, tmp_path, capsys, change,
                                                                     num_values, message):
@@ -97,3 +99,17 @@ def test_tokens_the_checkpoint_never_saw_are_a_warning(short_run, tmp_path, caps
                   for tok in line.split())
     assert unknown > 0
     assert f"warning: {unknown} of " in capsys.readouterr().err
+
+
+def test_weights_held_apart_do_not_start_a_run_that_ties_them(tmp_path, capsys):
+    """With --tie, one matrix serves the embeddings and the generator: loading three trained
+    matrices into it would keep one and silently drop the others."""
+    from helpers import small_copy_data
+    data = small_copy_data(tmp_path / "data")
+    copy = ["--task", "parallel", "--data-dir", str(data), "--batch-size", "16", "--quiet", *TINY_MODEL]
+    assert main(["train", *copy, "--epochs", "1", "--tie", "none", "--out", str(tmp_path / "untied")]) == 0
+    assert main(["train", *copy, "--init-from", str(tmp_path / "untied"), "--tie", "all",
+                 "--out", str(tmp_path / "tied")]) == 2
+    err = capsys.readouterr().err
+    assert "it was trained with --tie none, this run has --tie all" in err and err.count("\n") == 1
+    assert not (tmp_path / "tied").exists()

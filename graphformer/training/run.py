@@ -158,6 +158,18 @@ def read_init(where: str) -> tuple[dict, Path]:
     return checkpoint.load(path), path
 
 
+def check_init_fits(state: dict, path: Path, cfg: ModelConfig) -> None:
+    """What ``--init-from`` cannot change: the kind of model, and which weights are one (with
+    ``tie``, loading weights held apart would keep only one of them)."""
+    saved = state["model_config"]
+    for name in ("model", "tie"):
+        if saved.get(name, getattr(cfg, name)) != getattr(cfg, name):
+            option = "--" + name
+            raise UserError(f"--init-from {path}: it was trained with {option} {saved[name]}, this run has {option} "
+                            f"{getattr(cfg, name)}; start from a run of the same {option}, or give {option} "
+                            f"{saved[name]}")
+
+
 def init_weights(model, state: dict, path: Path) -> None:
     """Copy the weights of ``state`` (a checkpoint) into ``model``, which must have the same
     shapes; a mismatch names the model options that differ."""

@@ -31,7 +31,7 @@ from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run import (check_init_vocab, check_labels, check_lengths, check_matches_run,
+from graphformer.training.run import (check_init_fits, check_init_vocab, check_labels, check_lengths, check_matches_run,
                                       check_model_fits_task, checkpoint_vocabs, init_weights, load_model, read_init,
                                       read_splits, vocabs_for)
 from graphformer.training.run_dir import METRICS, STEPS, RunDir
@@ -84,6 +84,8 @@ class Trainer:
         check_recordable(model_cfg.model, self.cfg.viz_every)
         check_model_fits_task(model_cfg, self.cfg.task)
         init = read_init(self.cfg.init_from) if self.cfg.init_from else None  # before anything is written
+        if init:
+            check_init_fits(*init, model_cfg)
         self._open_run_dir()
         self._load_data()
         pool = model_cfg.graph_pool()
