@@ -512,8 +512,10 @@ def _check_output_folder(output: str | None) -> None:
         return
     if Path(output).is_dir():
         raise UserError(f"-o {output} is a folder; give the name of the file to write")
-    if not Path(output).resolve().parent.is_dir():
-        raise UserError(f"-o {output}: the folder {Path(output).parent} does not exist; create it first")
+    parent = Path(output).resolve().parent
+    if not parent.is_dir():
+        what = "is a file, not a folder" if parent.exists() else "does not exist; create it first"
+        raise UserError(f"-o {output}: {Path(output).parent} {what}")
 
 
 def main(argv=None) -> int:
@@ -534,3 +536,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("graphformer: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout left (| head): stop quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:  # a file or folder the system refused: read-only, no permission, not a folder
+        if os.environ.get("GRAPHFORMER_DEBUG"):
+            raise
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"graphformer: error: {where}{err.strerror or err}; check the path and its permissions",
+              file=sys.stderr)
+        return 2

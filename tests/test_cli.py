@@ -193,6 +193,12 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
                    "is a folder; give best, last, averaged or a checkpoint file")
 
 
+def test_a_run_directory_the_system_refuses_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("a file\n")
+    one_line_error(capsys, ["train", "--task", "copy", "--out", str(tmp_path / "notes.txt" / "run")],
+                   "notes.txt/run: Not a directory; check the path and its permissions")
+
+
 def test_resume_without_checkpoint(tmp_path, capsys):
     one_line_error(capsys, ["train", "--out", str(tmp_path), "--resume"], "--resume: no run to continue")
 

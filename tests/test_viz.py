@@ -156,6 +156,23 @@ def test_heatmap_refuses_a_format_it_cannot_draw_before_reading_anything(recorde
     assert err.count("\n") == 1 and ".txt is not a format written here; use .png" in err and not out.exists()
 
 
+def test_an_output_the_system_refuses_is_a_one_line_error(recorded_run, tmp_path, capsys, monkeypatch):
+    (tmp_path / "plot.png").write_text("a file where a folder is meant\n")
+    assert main(["heatmap", str(recorded_run), "-o", str(tmp_path / "plot.png" / "map.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "plot.png is a file, not a folder" in err
+    # A folder that exists but refuses the file (read-only, no permission): the system's reason, one line.
+    from matplotlib.figure import Figure
+
+    def refused(self, file, **kw):
+        raise PermissionError(13, "Permission denied", str(file))
+    monkeypatch.setattr(Figure, "savefig", refused)
+    assert main(["heatmap", str(recorded_run), "-o", str(tmp_path / "map.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Permission denied; check the path and its permissions" in err
+    assert not list(tmp_path.glob("*map*"))
+
+
 def test_a_drawing_interrupted_midway_leaves_the_existing_file_whole(recorded_run, tmp_path, monkeypatch):
     from matplotlib.figure import Figure
     out = tmp_path / "map.png"
