@@ -295,12 +295,19 @@ def cmd_train(args) -> int:
               f"continue with: graphformer train --out {args.out} --resume", file=sys.stderr)
         return 130
     where = f"step {trainer.progress['step']}, epoch {trainer.progress['epoch']}"
-    if metrics:
-        print(f"done ({where}): valid loss {metrics['valid_loss']:.4f}, token accuracy "
-              f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}")
-    else:
-        print(f"stopped at {where}; checkpoint in {args.out}; {_how_to_go_on(trainer.cfg, trainer.progress, args.out)}")
+    scores = metrics and (f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
+                          f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}")
+    if scores and _finished(trainer.cfg, trainer.progress):
+        print(f"done ({where}): {scores}")
+    else:  # --max-steps or --max-minutes ended it first
+        print(f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "
+              f"{_how_to_go_on(trainer.cfg, trainer.progress, args.out)}")
     return 0
+
+
+def _finished(cfg: TrainConfig, progress: dict) -> bool:
+    """Whether the run trained its --epochs, or stopped early (--patience)."""
+    return progress["epoch"] >= cfg.epochs or bool(cfg.patience and progress.get("epochs_since_best", 0) >= cfg.patience)
 
 
 def _how_to_go_on(cfg: TrainConfig, progress: dict, out: str) -> str:
@@ -310,7 +317,7 @@ def _how_to_go_on(cfg: TrainConfig, progress: dict, out: str) -> str:
         return f"it has finished its --epochs {cfg.epochs}; to train longer: {resume} --epochs {progress['epoch'] + 1}"
     if cfg.max_steps is not None and progress["step"] >= cfg.max_steps:
         return f"it has taken its --max-steps {cfg.max_steps}; to go on: {resume} --max-steps {2 * cfg.max_steps}"
-    if cfg.patience and progress.get("epochs_since_best", 0) >= cfg.patience:
+    if _finished(cfg, progress):
         return (f"it stopped early (no better valid {cfg.select_by} for {progress['epochs_since_best']} epochs); "
                 f"to go on: {resume} --patience {progress['epochs_since_best'] + cfg.patience}")
     return f"continue with: {resume}"

@@ -193,6 +193,18 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
                    "is a folder; give best, last, averaged or a checkpoint file")
 
 
+def test_a_run_that_max_steps_ends_says_it_stopped_and_how_to_go_on(tmp_path, capsys):
+    from helpers import small_copy_data
+    data = small_copy_data(tmp_path / "data", n_train=48)  # 3 steps per epoch
+    run = tmp_path / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "3",
+                 "--batch-size", "16", "--max-steps", "4", *TINY_MODEL]) == 0
+    out = capsys.readouterr().out.strip().splitlines()[-1]
+    assert out.startswith("stopped at step 4, epoch 1 (valid loss ") and "--max-steps 8" in out, out
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "100"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("done (step 9, epoch 3): valid loss ")
+
+
 def test_a_run_directory_the_system_refuses_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("a file\n")
     one_line_error(capsys, ["train", "--task", "copy", "--out", str(tmp_path / "notes.txt" / "run")],
