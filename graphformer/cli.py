@@ -159,7 +159,8 @@ def _head(text: str):
         raise argparse.ArgumentTypeError(f"expected a head number or 'all', got {text!r}") from None
 
 
-def _viz_options(p):
+def _viz_options(p) -> argparse._MutuallyExclusiveGroup:
+    """The options animate and heatmap share; returns the group of --view (heatmap adds --graph)."""
     # the choices of graphformer.viz.plots.SCALES and VIEWS (not imported: --help stays fast)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
     p.add_argument("--relation", choices=("enc", "dec", "cross"),
@@ -169,9 +170,11 @@ def _viz_options(p):
     p.add_argument("--head", type=_head, default=0, metavar="N|all", help="head index, or all: one panel per head")
     p.add_argument("--scale", choices=("shared", "per-head"), default="shared",
                    help="colour scale: shared (0 to 1 in every panel) or per-head (0 to each panel's largest weight)")
-    p.add_argument("--view", choices=("heatmap", "graph", "both"), default="heatmap",
-                   help="heatmap, graph (bipartite drawing, edge width = weight), or both side by side")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--view", choices=("heatmap", "graph", "both"), default="heatmap",
+                      help="heatmap, graph (bipartite drawing, edge width = weight), or both side by side")
     p.add_argument("-o", "--output", required=True, help="file to write")
+    return view
 
 
 def _animate_parser(sub):
@@ -186,9 +189,9 @@ def _heatmap_parser(sub):
     p = sub.add_parser("heatmap", help="draw one recorded attention map",
                        description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded "
                                    "epoch, as .png, .svg or .pdf.")
-    _viz_options(p)
+    view = _viz_options(p)
     p.add_argument("--epoch", default="last", help="recorded epoch number (0: untrained), or 'last'")
-    p.add_argument("--graph", dest="view", action="store_const", const="graph", help="same as --view graph")
+    view.add_argument("--graph", dest="view", action="store_const", const="graph", help="same as --view graph")
     p.set_defaults(func=cmd_heatmap)
 
 

@@ -156,6 +156,14 @@ def test_heatmap_refuses_a_format_it_cannot_draw_before_reading_anything(recorde
     assert err.count("\n") == 1 and ".txt is not a format written here; use .png" in err and not out.exists()
 
 
+def test_heatmap_refuses_two_views_at_once(recorded_run, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["heatmap", str(recorded_run), "--graph", "--view", "heatmap", "-o", str(tmp_path / "map.png")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "not allowed with argument --graph" in err
+    assert not (tmp_path / "map.png").exists()
+
+
 def test_an_output_the_system_refuses_is_a_one_line_error(recorded_run, tmp_path, capsys, monkeypatch):
     (tmp_path / "plot.png").write_text("a file where a folder is meant\n")
     assert main(["heatmap", str(recorded_run), "-o", str(tmp_path / "plot.png" / "map.png")]) == 2
