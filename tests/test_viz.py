@@ -158,7 +158,7 @@ def test_heatmap_refuses_a_format_it_cannot_draw_before_reading_anything(recorde
 
 def test_heatmap_refuses_two_views_at_once(recorded_run, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["heatmap", str(recorded_run), "--graph", "--view", "heatmap", "-o", str(tmp_path / "map.png")])
+        main(["heatmap", str(recorded_run), "--graph", "--view", "both", "-o", str(tmp_path / "map.png")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "not allowed with argument --graph" in err
     assert not (tmp_path / "map.png").exists()
