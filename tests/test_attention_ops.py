@@ -1,8 +1,10 @@
 """The message-passing attention operators against a dense softmax."""
 import dgl
+import pytest
 import torch
 
 from graphformer import graph_attention
+from graphformer.attention import BACKENDS
 from graphformer.graphs.relation import Relation
 
 
@@ -30,6 +32,14 @@ def test_matches_dense_softmax_on_a_random_graph():
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     u, vv = g.edges()
     torch.testing.assert_close(w[:, :, 0], ref_w[:, vv, u].T, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_query_without_keys_is_an_error_on_every_backend(backend):
+    g = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 2])), num_nodes=3)  # node 0: no in-edge
+    q = k = v = torch.randn(3, 2, 4)
+    with pytest.raises(ValueError, match="query node 0 has no in-edges"):
+        graph_attention(g, q, k, v, backend)
 
 
 def test_extreme_scores_are_finite_and_exact():
@@ -76,9 +86,6 @@ def _backend_run(name, graph, q, k, v, **kw):
     weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
     (out * weights).sum().backward()
     return [out.detach()] + [t.grad.clone() for t in (q, k, v)]
-
-
-import pytest  # noqa: E402
 
 
 @pytest.mark.parametrize("n_keys,n_queries,p,block", [(37, 29, 0.2, 8), (100, 100, 0.05, 16), (130, 70, 1.0, 64)])

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import torch
+
 from graphformer.attention import blocked, dgl_ops, padded, torch_ops
 from graphformer.graphs.relation import Relation
 
@@ -84,6 +86,15 @@ def _check_shapes(relation: Relation, q, k, v) -> None:
                      f"k, v and q hold {ks[0]}, {vs[0]} and {qs[0]}")
 
 
+def _check_every_query_has_keys(relation: Relation) -> None:
+    """A ValueError naming the first query node without in-edges: a softmax over no keys has no
+    value (one backend would give NaN, another 0)."""
+    keyless = torch.bincount(relation.v, minlength=relation.num_queries) == 0
+    if bool(keyless.any()):
+        raise ValueError(f"query node {int(keyless.nonzero()[0])} has no in-edges: attention over no keys is "
+                         "undefined; give every query at least one key (a self-loop, or a global node)")
+
+
 def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False,
                     name: str | None = None):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
@@ -95,6 +106,7 @@ def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_we
     """
     if not isinstance(relation, Relation):
         relation = Relation.of_graph(relation)
+        _check_every_query_has_keys(relation)  # a pool's patterns are checked when the pool builds them
     _check_shapes(relation, q, k, v)
     attend = BACKENDS[check_backend(backend)]
     if not (_recorders and name):
