@@ -78,7 +78,6 @@ def test_gradients_match_dense_softmax():
 
 
 def _backend_run(name, graph, q, k, v, **kw):
-    from graphformer.attention import BACKENDS
     for t in (q, k, v):
         t.grad = None
     relation = graph if isinstance(graph, Relation) else Relation.of_graph(graph)
@@ -105,7 +104,6 @@ def test_blocked_backend_with_extreme_scores():
     k = 1e4 * torch.nn.functional.normalize(torch.randn(9, 2, 4, dtype=torch.float64), dim=-1) * 2
     q = torch.nn.functional.normalize(q, dim=-1)
     v = torch.randn(9, 2, 4, dtype=torch.float64)
-    from graphformer.attention import BACKENDS
     out = BACKENDS["blocked"](Relation.of_graph(g), q, k, v, block=4)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, dense_reference(q, k, v, mask)[0], atol=1e-10, rtol=0)
@@ -114,7 +112,6 @@ def test_blocked_backend_with_extreme_scores():
 @pytest.mark.parametrize("enc,cross", [("full", "full"), ("window:2+global:1", "window:3"), ("tree:1", "full")])
 def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     from graphformer import GraphPool, make_model
-    from graphformer.attention import BACKENDS
     from graphformer.graphs import make_batch
     from helpers import random_pairs
     model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention=enc,
@@ -135,7 +132,6 @@ def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
 
 
 def test_padded_backend_weights_and_edges_across_samples():
-    from graphformer.attention import BACKENDS
     from graphformer.attention.padded import Segments
     # Two samples: 3 keys -> 2 queries and 4 keys -> 3 queries, random edges inside each.
     g1, m1 = random_graph(3, 2, 0.5, seed=5)
