@@ -168,7 +168,6 @@ def test_full_attention_on_equal_lengths_is_read_as_tiles():
     """A batch whose samples share one length reads full attention in place (uniform tiles), with
     the numbers of the edge-wise kernel; one shorter sample, or a causal pattern, keeps the
     gathered layout."""
-    from graphformer.attention import BACKENDS
     from graphformer.attention.padded import uniform_tiles
     from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
     gen = torch.Generator().manual_seed(7)
