@@ -188,3 +188,15 @@ def test_incremental_decoding_with_sparse_patterns(beam):
     fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
     assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)
+
+
+@pytest.mark.parametrize("huge, same", [
+    ("window:{big}", "window:{n}"), ("block:{big}", "block:{n}"), ("dilated:{big},{big}", "dilated:1,{n}"),
+    ("dilated:{big},1", "full"), ("global:{big}", "full"), ("causal-window:{big}", "causal"),
+])
+def test_sizes_beyond_the_sequence_give_its_edges_without_allocating_for_them(huge, same):
+    """A window of 10^20 reaches no further than one of n (it used to allocate for every offset)."""
+    n, big = 17, 10 ** 20
+    got = patterns.parse(huge.format(big=big, n=n))(n, n)
+    want = patterns.parse(same.format(n=n))(n, n)
+    assert sorted(zip(*[t.tolist() for t in got])) == sorted(zip(*[t.tolist() for t in want]))

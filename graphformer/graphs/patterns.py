@@ -78,13 +78,21 @@ def _offsets(nk: int, nq: int, offsets: torch.Tensor) -> EdgeList:
 
 def window(w: int) -> Pattern:
     _positive("window", w)
-    return _named(lambda nk, nq: _offsets(nk, nq, torch.arange(-w, w + 1)), f"window:{w}")
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        reach = min(w, nk)  # a wider window reaches no further key: the same edges, for any w
+        return _offsets(nk, nq, torch.arange(-reach, reach + 1))
+    return _named(pattern, f"window:{w}")
 
 
 def dilated(w: int, d: int) -> Pattern:
     _positive("dilated", w)
     _positive("dilated", d)
-    return _named(lambda nk, nq: _offsets(nk, nq, torch.arange(-w, w + 1) * d), f"dilated:{w},{d}")
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        steps, stride = min(w, nk), min(d, nk)  # past the sequence either way: the same edges
+        return _offsets(nk, nq, torch.arange(-steps, steps + 1) * stride)
+    return _named(pattern, f"dilated:{w},{d}")
 
 
 def global_tokens(g: int) -> Pattern:
@@ -105,9 +113,10 @@ def block(b: int) -> Pattern:
     _positive("block", b)
 
     def pattern(nk: int, nq: int) -> EdgeList:
-        start = _centres(nk, nq) // b * b
-        u = (start[:, None] + torch.arange(b)[None, :]).reshape(-1)
-        v = torch.arange(nq).repeat_interleave(b)
+        size = min(b, nk)  # one block holds the whole sequence either way: the same edges
+        start = _centres(nk, nq) // size * size
+        u = (start[:, None] + torch.arange(size)[None, :]).reshape(-1)
+        v = torch.arange(nq).repeat_interleave(size)
         keep = u < nk
         return u[keep], v[keep]
     return _named(pattern, f"block:{b}")
