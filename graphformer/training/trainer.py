@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import shutil
 import signal
 import sys
 import time
@@ -61,6 +62,7 @@ class Trainer:
         self._stop_requested = False
         self._deadline = None  # perf_counter() time at which max_minutes runs out (set by run)
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
+        created = not self.run_dir.exists()
         try:
             if resume:
                 self._resume(model_cfg)
@@ -68,6 +70,8 @@ class Trainer:
                 self._start(model_cfg)
         except BaseException:
             self.files.unlock()
+            if created and self.ctx.is_main and not resume:  # a refused start leaves no half-made run behind
+                shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
 
     # ---- setting up -------------------------------------------------------------------------
