@@ -20,6 +20,17 @@ def test_tasks_are_reproducible_from_the_seed(tmp_path):
     assert (a / "train.src").read_text() != (c / "train.src").read_text()
 
 
+def test_a_folder_of_one_generated_task_is_never_read_as_another(tmp_path, capsys):
+    from graphformer.cli import main
+    data = synthetic.write_task("copy", tmp_path / "data", seed=1, sizes={"train": 20, "valid": 5, "test": 5})
+    synthetic.write_task("copy", data, seed=2)  # the same task: its files are reused
+    with pytest.raises(UserError, match="holds data generated for task 'copy', not 'sort'"):
+        synthetic.write_task("sort", data)
+    assert main(["train", "--task", "sort", "--data-dir", str(data), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not 'sort'" in err and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("task", ["copy", "sort"])
 def test_task_targets(task, tmp_path):
     split = read_split(synthetic.write_task(task, tmp_path, sizes=SMALL), "train")

@@ -9,15 +9,18 @@ the same seed gives the same files. The layout is the one every parallel data se
     data_dir/valid.src ...
 
 Files already there are left untouched (evaluation and resumed runs call the writer every time),
-and each file is written atomically: complete or absent, never half-written.
+and each file is written atomically: complete or absent, never half-written. ``data_dir/generated.json``
+records which task made them, so a folder of one task's data is never read as another's.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 from graphformer.data.text import write_lines_atomic
-from graphformer.errors import ConfigError
+from graphformer.errors import ConfigError, UserError
+from graphformer.files import write_text_atomic
 
 Draw = Callable[[int], list[tuple[str, str]]]
 
@@ -31,22 +34,30 @@ def check_sizes(sizes: dict[str, int]) -> None:
             raise ConfigError("sizes", f"[{split!r}] must be a whole number of at least 1, not {n!r}")
 
 
-def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw) -> Path:
+RECORD = "generated.json"
+
+
+def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw, task: str, seed: int) -> Path:
     """Draw ``sizes[split]`` pairs for each split and write ``{split}.src`` / ``{split}.tgt``.
 
     Args:
         data_dir: the folder to write into (created if missing).
         sizes: split name -> number of pairs, e.g. ``{"train": 2000, "valid": 200, "test": 200}``.
         draw: ``draw(n)`` returns ``n`` (source, target) pairs of whitespace-separated tokens.
+        task, seed: what draws them, recorded in ``data_dir/generated.json``; a folder that
+            another task generated is refused.
 
     Returns:
         ``data_dir`` as a `Path`.
     """
     check_sizes(sizes)
     data_dir = Path(data_dir)
+    _check_same_task(data_dir, task)
     if all((data_dir / f"{split}.{side}").exists() for split in sizes for side in ("src", "tgt")):
         return data_dir  # nothing to draw
     data_dir.mkdir(parents=True, exist_ok=True)
+    if not (data_dir / RECORD).exists():
+        write_text_atomic(data_dir / RECORD, json.dumps({"task": task, "seed": seed}) + "\n")
     for split, n in sizes.items():
         pairs = draw(n)  # drawn even when the split's files exist, so later splits stay reproducible
         for side, lines in (("src", [p[0] for p in pairs]), ("tgt", [p[1] for p in pairs])):
@@ -54,3 +65,13 @@ def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw) -> Pat
             if not path.exists():
                 write_lines_atomic(path, lines)
     return data_dir
+
+
+def _check_same_task(data_dir: Path, task: str) -> None:
+    try:
+        made_by = json.loads((data_dir / RECORD).read_text(encoding="utf-8")).get("task")
+    except (OSError, ValueError, AttributeError):
+        return  # no record (a folder made before records were kept, or by hand): nothing to compare
+    if made_by != task:
+        raise UserError(f"{data_dir} holds data generated for task {made_by!r}, not {task!r}; give another "
+                        "--data-dir (or none: RUN_DIR/data)")

@@ -34,4 +34,4 @@ def generate_pairs(task: str, n: int, rng: random.Random) -> list[tuple[str, str
 def write_task(task: str, data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS) -> Path:
     """Generate the task's splits into ``data_dir`` (files already there are left untouched)."""
     rng = random.Random(f"{task}-{seed}")
-    return write_splits(data_dir, sizes, lambda n: generate_pairs(task, n, rng))
+    return write_splits(data_dir, sizes, lambda n: generate_pairs(task, n, rng), task, seed)
