@@ -26,7 +26,8 @@ from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import UNIVERSALS, ModelConfig
-from graphformer.training.config import RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, resume_config
+from graphformer.training.config import (RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, differs,
+                                         resume_config)
 
 
 class _ShowDefaults(argparse.HelpFormatter):
@@ -254,8 +255,8 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
         saved = ModelConfig.from_dict(model_saved)
         for name, value in model_given.items():
             if getattr(saved, name) != value:
-                raise ConfigError(name, f"is {getattr(saved, name)!r} in this run, not {value!r}: a resumed run "
-                                  "keeps its model; start a new run to change it")
+                raise ConfigError(name, f"{differs(getattr(saved, name), value)}: a resumed run keeps its model; "
+                                  "start a new run to change it")
         return saved, resume_config(TrainConfig.from_dict(train_saved), train_given)
     return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
 

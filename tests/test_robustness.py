@@ -96,8 +96,11 @@ def test_resume_refuses_options_that_would_make_another_run(trained, tmp_path, c
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     before = snapshot(run)
-    one_line_error(capsys, ["train", "--out", str(run), "--resume", flag, value], name, "start a new run")
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", flag, value], name, "start a new run",
+                   "in this run; you gave")
     assert snapshot(run) == before
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--init-from", str(trained)],
+                   "--init-from is not set in this run; you gave")
 
 
 def test_resume_accepts_the_saved_value_given_again(trained, tmp_path):

@@ -123,8 +123,13 @@ def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
         if name in RESUME_OVERRIDES or name in RUNTIME:
             values[name] = value
         elif value != values[name]:
-            raise ConfigError(name, f"is {values[name]!r} in this run, not {value!r}: a resumed run keeps its "
-                              f"configuration (only {', '.join(RESUME_OVERRIDES)} and {', '.join(RUNTIME)} "
-                              "may change); start a new run to change it")
+            raise ConfigError(name, f"{differs(values[name], value)}: a resumed run keeps its configuration (only "
+                              f"{', '.join(RESUME_OVERRIDES)} and {', '.join(RUNTIME)} may change); start a new "
+                              "run to change it")
     return TrainConfig(**values)
+
+
+def differs(saved, given) -> str:
+    """How a resumed run's saved value and the one given again differ, in words."""
+    return f"is {'not set' if saved is None else repr(saved)} in this run; you gave {given!r}"
 
