@@ -42,6 +42,13 @@ def test_token_accuracy_skips_what_decoding_never_outputs():
     assert SOS in NEVER_EMITTED
 
 
+def test_the_console_line_rounds_every_number_lists_included():
+    from graphformer.training.progress import format_metrics
+    line = format_metrics({"epoch": 3, "step": 60, "valid_loss": 0.123456789,
+                           "valid_src_step_fraction": [1.0, 0.6666666666666666, 0.1234567]})
+    assert line == "epoch 3 (step 60): valid loss 0.1235, src step fraction [1, 0.6667, 0.1235]"
+
+
 def test_noam_schedule():
     d, warm = 512, 4000
     assert noam_rate(warm, d, warm, 1.0) == pytest.approx(d ** -0.5 * warm ** -0.5)

@@ -20,8 +20,17 @@ from graphformer.errors import UserError
 def format_metrics(metrics: dict) -> str:
     """One console line, numbers rounded (metrics.jsonl keeps them in full)."""
     shown = {k.removeprefix("valid_").replace("_", " "): v for k, v in metrics.items() if k not in ("epoch", "step")}
-    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()]
+    parts = [f"{k} {_rounded(v)}" for k, v in shown.items()]
     return f"epoch {metrics['epoch']} (step {metrics['step']}): valid " + ", ".join(parts)
+
+
+def _rounded(value) -> str:
+    """A number to 4 significant digits; a list (the ACT step fractions), each of its numbers."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_rounded(v) for v in value) + "]"
+    return str(value)
 
 
 class Progress:
