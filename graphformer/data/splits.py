@@ -44,8 +44,9 @@ def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw, task: 
         data_dir: the folder to write into (created if missing).
         sizes: split name -> number of pairs, e.g. ``{"train": 2000, "valid": 200, "test": 200}``.
         draw: ``draw(n)`` returns ``n`` (source, target) pairs of whitespace-separated tokens.
-        task, seed: what draws them, recorded in ``data_dir/generated.json``; a folder that
-            another task generated is refused.
+        task: the generated task's name, recorded in ``data_dir/generated.json`` with the seed;
+            a folder that another task generated is refused.
+        seed: the seed ``draw`` was made with (recorded for the reader).
 
     Returns:
         ``data_dir`` as a `Path`.
