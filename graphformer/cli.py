@@ -281,6 +281,7 @@ def init_model_options(where: str) -> dict:
 
 
 def cmd_train(args) -> int:
+    from graphformer.training.run_dir import resume_command
     from graphformer.training.trainer import Trainer
 
     model_cfg, train_cfg = train_configs(args)
@@ -296,7 +297,7 @@ def cmd_train(args) -> int:
         return 0
     if trainer.interrupted:
         print(f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
-              f"continue with: graphformer train --out {args.out} --resume", file=sys.stderr)
+              f"continue with: {resume_command(args.out, trainer.ctx.world)}", file=sys.stderr)
         return 130
     where = f"step {trainer.progress['step']}, epoch {trainer.progress['epoch']}"
     scores = metrics and (f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
@@ -305,7 +306,7 @@ def cmd_train(args) -> int:
         print(f"done ({where}): {scores}")
     else:  # --max-steps or --max-minutes ended it first
         print(f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "
-              f"{_how_to_go_on(trainer.cfg, trainer.progress, args.out)}")
+              f"{_how_to_go_on(trainer.cfg, trainer.progress, resume_command(args.out, trainer.ctx.world))}")
     return 0
 
 
@@ -314,9 +315,9 @@ def _finished(cfg: TrainConfig, progress: dict) -> bool:
     return progress["epoch"] >= cfg.epochs or bool(cfg.patience and progress.get("epochs_since_best", 0) >= cfg.patience)
 
 
-def _how_to_go_on(cfg: TrainConfig, progress: dict, out: str) -> str:
-    """What resumes a run that stopped without finishing an epoch in this call."""
-    resume = f"graphformer train --out {out} --resume"
+def _how_to_go_on(cfg: TrainConfig, progress: dict, resume: str) -> str:
+    """What resumes a run that stopped without finishing an epoch in this call (``resume``: the
+    command that continues it as it is)."""
     if progress["epoch"] >= cfg.epochs:
         return f"it has finished its --epochs {cfg.epochs}; to train longer: {resume} --epochs {progress['epoch'] + 1}"
     if cfg.max_steps is not None and progress["step"] >= cfg.max_steps:

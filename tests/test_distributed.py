@@ -1,8 +1,10 @@
 """Two gloo processes on CPU train like one process on the same global batches."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -43,6 +45,50 @@ def test_two_processes_match_single_process(tmp_path, model):
     b = checkpoint.load(tmp_path / "single" / checkpoint.LAST)["model"]
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
+    """A SIGTERM that reaches rank 1 alone (preemption, a killed worker's sibling) stops both ranks
+    at the same step, and rank 0 writes that step's checkpoint: nothing trained is lost."""
+    data = small_copy_data(tmp_path / "data")
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
+               "--nproc_per_node=2", "-m", "graphformer", "train", "--task", "parallel", "--data-dir", str(data),
+               "--batch-size", "8", "--epochs", "1000", "--device", "cpu", *TINY_MODEL, "--out", str(run)]
+    with open(tmp_path / "ddp.log", "w+") as log:
+        agent = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 180
+            while len(read_jsonl(run / "steps.jsonl") if (run / "steps.jsonl").is_file() else []) < 3:
+                assert agent.poll() is None and time.monotonic() < deadline, "training did not start"
+                time.sleep(0.2)
+            os.kill(_worker(agent.pid, local_rank=1), signal.SIGTERM)
+            agent.wait(timeout=120)
+        finally:
+            agent.kill()
+        log.seek(0)
+        printed = log.read()
+    steps = read_jsonl(run / "steps.jsonl")
+    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"], printed[-3000:]
+    assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in printed, printed[-3000:]
+    assert "torchrun --nproc_per_node=2 -m graphformer train" in printed  # how to resume it as it ran
+    # Rank 0 exits with 130 as an interrupted run does; torchrun reports that exit in its own words.
+    assert agent.returncode != 0 and "Connection reset" not in printed and "(exitcode: 130) local_rank: 0" in printed
+
+
+def _worker(agent: int, local_rank: int) -> int:
+    """The pid of torchrun's worker process of this local rank."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if parent == agent and f"LOCAL_RANK={local_rank}".encode() in environ:
+            return int(pid)
+    raise AssertionError(f"no worker of local rank {local_rank} under process {agent}")
 
 
 def _run(command: list[str], env: dict, log) -> subprocess.CompletedProcess:

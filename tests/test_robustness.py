@@ -103,6 +103,28 @@ def test_resume_refuses_options_that_would_make_another_run(trained, tmp_path, c
                    "--init-from is not set in this run; you gave")
 
 
+def test_a_run_resumes_only_with_as_many_processes_as_it_ran(trained, tmp_path, capsys):
+    """Step s of an epoch takes the batches of its processes: another count would train some
+    batches twice and skip others. (The checkpoint says 2 here, as a torchrun run's would.)"""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    state = checkpoint.load(run / checkpoint.LAST)
+    assert state["processes"] == 1
+    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 2}, run / checkpoint.LAST)
+    before = snapshot(run)
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"],
+                   "trained by 2 process(es), this is 1", "torchrun --nproc_per_node=2 -m graphformer train --out")
+    assert snapshot(run) == before
+
+
+def test_an_epoch_too_small_for_one_step_is_refused(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=6)
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "run"),
+                            "--batch-size", "8", "--accumulate", "2", *TINY_MODEL],
+                   "fewer batches than one optimizer step takes (--accumulate 2 x 1 process(es))")
+    assert not (tmp_path / "run").exists()
+
+
 def test_resume_accepts_the_saved_value_given_again(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained, run)

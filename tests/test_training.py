@@ -164,7 +164,10 @@ def test_default_threads_share_the_physical_cores_among_processes(monkeypatch):
     assert distributed.default_threads() == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nproc_per_node=2
     assert distributed.default_threads() == 2
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own choice wins
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what torchrun sets for several processes: not a choice
+    assert distributed.default_threads() == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # one process: the user's own choice wins
     assert distributed.default_threads() == 3
 
 

@@ -50,12 +50,14 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 def default_threads() -> int:
     """The physical cores this process may use, shared among the processes torchrun started on
     this machine (hyper-threads add little to BLAS kernels and contend for the same units).
-    OMP_NUM_THREADS, where set, is the user's own choice and wins."""
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
-        return int(os.environ["OMP_NUM_THREADS"])
+    OMP_NUM_THREADS, where set, is the user's own choice and wins, except under torchrun, which
+    sets it to 1 for every process itself whenever it starts several (``--threads`` chooses there)."""
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if processes == 1 and omp.isdigit() and int(omp) > 0:
+        return int(omp)
     logical = len(os.sched_getaffinity(0))
     per_core = max(1, os.cpu_count() // max(1, _physical_cores()))
-    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     return max(1, logical // per_core // processes)
 
 
@@ -94,6 +96,15 @@ def all_reduce_sum(value: float, ctx: Context) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(t)
     return float(t)
+
+
+def any_rank(flags: tuple[bool, ...], ctx: Context) -> tuple[bool, ...]:
+    """Each flag, true if it is true on any rank (one collective for all of them)."""
+    if not ctx.distributed:
+        return tuple(bool(f) for f in flags)
+    t = torch.tensor([float(f) for f in flags], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t)
+    return tuple(bool(x > 0) for x in t.tolist())
 
 
 def teardown(ctx: Context) -> None:

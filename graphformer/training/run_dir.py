@@ -158,3 +158,9 @@ class RunDir:
                     kept.append(line)
             if len(kept) != len(lines):
                 write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def resume_command(run_dir: str | Path, processes: int = 1) -> str:
+    """The command that continues a run, launched as it was (torchrun for several processes)."""
+    launch = f"torchrun --nproc_per_node={processes} -m graphformer" if processes > 1 else "graphformer"
+    return f"{launch} train --out {run_dir} --resume"

@@ -35,7 +35,7 @@ from graphformer.training.progress import Progress, TensorBoardLog, format_metri
 from graphformer.training.run import (check_init_fits, check_init_vocab, check_labels, check_lengths, check_matches_run,
                                       check_model_fits_task, checkpoint_vocabs, init_weights, load_model, read_init,
                                       read_splits, vocabs_for)
-from graphformer.training.run_dir import METRICS, STEPS, RunDir
+from graphformer.training.run_dir import METRICS, STEPS, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
 from graphformer.viz.recording import check_map_size, check_recordable, picture, record_epoch
@@ -104,6 +104,7 @@ class Trainer:
         if init:
             init_weights(self.model, *init)
         self.pool = self.model.make_pool()
+        self._check_epoch_has_steps()
         if self.ctx.is_main:
             self.files.write_config(model_cfg, self.cfg)
             self.files.write_vocab(self.src_vocab, self.tgt_vocab)
@@ -133,6 +134,10 @@ class Trainer:
         self._open_run_dir()
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
+        trained_by = state.get("processes", 1)
+        if trained_by != self.ctx.world:  # step s of an epoch would take other batches: some twice, some never
+            raise UserError(f"{self.run_dir} was trained by {trained_by} process(es), this is {self.ctx.world}: "
+                            f"resume it as it ran ({resume_command(self.run_dir, trained_by)})")
         self._load_data()
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
         self._encode()
@@ -146,6 +151,7 @@ class Trainer:
         random.setstate(_tuplify(state["rng"]["python"]))
         if torch.cuda.is_available() and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self._check_epoch_has_steps()
         if self.ctx.is_main:
             self.files.cut_logs(self.progress["step"], self.progress["epoch"])
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
@@ -188,6 +194,7 @@ class Trainer:
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
             "vocab": {"src": self.src_vocab.itos, "tgt": self.tgt_vocab.itos},
             "progress": dict(self.progress),
+            "processes": self.ctx.world,  # an epoch's batches are split among them (see epoch_plan)
         }
 
     def save(self, best: bool = False):
@@ -195,6 +202,15 @@ class Trainer:
             self.files.save_checkpoint(self.state(), best)
 
     # ---- the loop ---------------------------------------------------------------------------
+    def _check_epoch_has_steps(self) -> None:
+        """An epoch of fewer batches than one optimizer step takes would train nothing, silently."""
+        steps, _ = self.epoch_plan(self.progress["epoch"])
+        if not steps:
+            k, world = self.cfg.accumulate, self.ctx.world
+            raise UserError(f"an epoch holds fewer batches than one optimizer step takes (--accumulate {k} x {world} "
+                            "process(es)): nothing would be trained; give smaller batches (--batch-size or "
+                            "--batch-tokens), a smaller --accumulate, fewer processes, or more data")
+
     def epoch_plan(self, epoch: int):
         """The optimizer steps of an epoch: this rank's batches for each step (``accumulate`` of
         them), and all ranks' batches for each step (``accumulate * world`` of them)."""
@@ -242,9 +258,8 @@ class Trainer:
 
     def run(self) -> dict | None:
         """Train until cfg.epochs (or cfg.max_steps); returns the last validation metrics."""
-        handlers = {}
-        if self.ctx.is_main:
-            handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # Every rank: a signal that reaches any of them (torchrun forwards Ctrl-C to all) stops all at one step.
+        handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         metrics = None
         # A resumed run that had stopped early stays stopped unless it is given more patience.
         done = (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps) or self._out_of_patience()
@@ -303,13 +318,12 @@ class Trainer:
         return True
 
     def _should_stop(self) -> bool:
-        stop = (self._stop_requested or (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps)
-                or (self._deadline is not None and time.perf_counter() >= self._deadline))
-        if self.ctx.distributed:  # every rank must stop at the same step
-            stop = distributed.all_reduce_sum(float(stop), self.ctx) > 0
-        if stop and self._stop_requested:
-            self.interrupted = True
-        return stop
+        limit = ((self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps)
+                 or (self._deadline is not None and time.perf_counter() >= self._deadline))
+        # Every rank must stop at the same step, whichever of them the signal reached.
+        requested, limit = distributed.any_rank((self._stop_requested, limit), self.ctx)
+        self.interrupted = requested
+        return requested or limit
 
     def _end_epoch(self) -> dict:
         epoch = self.progress["epoch"]
@@ -384,7 +398,8 @@ class Trainer:
         if self._stop_requested:  # a second Ctrl-C: stop now, the last checkpoint stays as it was
             raise KeyboardInterrupt
         self._stop_requested = True
-        tqdm.write("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort)")
+        if self.ctx.is_main:
+            tqdm.write("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort)")
 
 
 class NonFiniteLoss(ArithmeticError):
