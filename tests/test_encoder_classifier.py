@@ -12,7 +12,7 @@ from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.model import make_model
 from graphformer.training import checkpoint
-from graphformer.vocab import EOS, SOS
+from graphformer.vocab import EOS, SOS, UNK
 from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_recall_data, train_straight_and_interrupted
 from reference import pad, pattern_mask
 
@@ -246,10 +246,12 @@ def test_token_accuracy_of_a_classifier_scores_the_labels_it_predicts():
     model = classifier()
     with torch.no_grad():
         model.head.proj.bias[EOS] = 50.0  # the raw argmax of every sample
+        model.head.proj.bias[UNK] = 40.0  # next: no label either
     rng = random.Random(0)
     src = [[rng.randrange(4, 20) for _ in range(rng.randint(2, 6))] for _ in range(40)]
     pool = model.make_pool()
     labels, _ = model.predict(make_batch(pool, src))
+    assert labels.min() > UNK  # a label, never a special
     tgt = [[label if i % 3 else 4 + (label - 3) % 5] for i, label in enumerate(labels.tolist())]  # 2 in 3 right
     right = sum(t[0] == label for t, label in zip(tgt, labels.tolist())) / len(src)
     assert 0.5 < right < 0.8

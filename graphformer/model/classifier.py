@@ -35,9 +35,11 @@ from graphformer.model.layers import Generator, init_weights
 from graphformer.model.output import ModelOutput
 from graphformer.model.transformer import Encoder
 from graphformer.model.universal import UniversalEncoder
-from graphformer.vocab import EOS, PAD, SOS
+from graphformer.vocab import EOS, PAD, SOS, UNK
 
-NEVER_LABELS = (PAD, SOS, EOS)  # specials a target line cannot hold (<unk> can: an unseen label)
+# The specials are never a prediction. <unk> is no label either: a test line's label unseen in
+# training reads as <unk>, and answering <unk> must not count as getting it right.
+NEVER_LABELS = (PAD, SOS, EOS, UNK)
 
 
 class EncoderClassifier(nn.Module):
@@ -103,7 +105,8 @@ class EncoderClassifier(nn.Module):
 
     @torch.no_grad()
     def predict(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B,) most likely labels (never `<pad>`, `<s>`, `</s>`) and (B,) their log-probabilities."""
+        """(B,) most likely labels (never a special: `<pad>`, `<s>`, `</s>`, `<unk>`) and (B,) their
+        log-probabilities."""
         log_probs = self(batch).clone()
         log_probs[:, list(NEVER_LABELS)] = float("-inf")
         best, labels = log_probs.max(dim=1)
