@@ -297,7 +297,7 @@ def cmd_train(args) -> int:
         return 0
     if trainer.interrupted:
         print(f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
-              f"continue with: {resume_command(args.out, trainer.ctx.world)}", file=sys.stderr)
+              f"continue with: {resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node)}", file=sys.stderr)
         return 130
     where = f"step {trainer.progress['step']}, epoch {trainer.progress['epoch']}"
     scores = metrics and (f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
@@ -306,7 +306,7 @@ def cmd_train(args) -> int:
         print(f"done ({where}): {scores}")
     else:  # --max-steps or --max-minutes ended it first
         print(f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "
-              f"{_how_to_go_on(trainer.cfg, trainer.progress, resume_command(args.out, trainer.ctx.world))}")
+              f"{_how_to_go_on(trainer.cfg, trainer.progress, resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node))}")
     return 0
 
 
@@ -420,9 +420,10 @@ def cmd_translate(args) -> int:
                         out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
                         tokens += len(hyp.tokens)
                     bar.update(len(chosen))
-                sys.stdout.write("".join(out[i] + "\n" for i in chunk))
-                sys.stdout.flush()
-                written = chunk.stop
+                with interrupts_between_steps():  # a Ctrl-C while writing waits for the chunk's last line
+                    sys.stdout.write("".join(out[i] + "\n" for i in chunk))
+                    sys.stdout.flush()
+                    written = chunk.stop
     except KeyboardInterrupt:
         print(f"graphformer: interrupted; the translations of the first {written} of {len(src)} lines are written "
               f"(translate the lines after them to finish)", file=sys.stderr)

@@ -71,8 +71,13 @@ def test_average_replaces_an_earlier_average_but_no_other_file(run, tmp_path, ca
     notes.write_text("my notes\n")
     assert main(["average", str(run), "--last", "2", "-o", str(notes)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "notes.txt exists and is not a checkpoint" in err, err
+    assert len(err.splitlines()) == 1 and "notes.txt exists and is not an average" in err, err
     assert notes.read_text() == "my notes\n"
+    resumable = tmp_path / "last.pt"  # another run's checkpoint, optimizer state and all: not replaced either
+    shutil.copy(run / checkpoint.LAST, resumable)
+    assert main(["average", str(run), "--last", "2", "-o", str(resumable)]) == 2
+    assert "last.pt exists and is not an average" in capsys.readouterr().err
+    assert resumable.read_bytes() == (run / checkpoint.LAST).read_bytes()
     for last in ("2", "1"):  # the second average replaces the first
         assert main(["average", str(run), "--last", last, "-o", str(tmp_path / "avg.pt")]) == 0
     assert len(checkpoint.load(tmp_path / "avg.pt")["averaged_from"]) == 1
@@ -145,6 +150,32 @@ def test_translate_writes_its_output_chunk_by_chunk_and_an_interrupt_keeps_a_pre
     written = captured.out.split("\n")[:-1]
     assert 0 < len(written) < len(lines) and written == lines[:len(written)]  # a prefix, every line complete
     assert f"the first {len(written)} of 200 lines are written" in captured.err.strip().splitlines()[-1]
+
+
+def test_a_ctrl_c_while_translate_writes_lets_the_chunk_finish(run, tmp_path, capsys, monkeypatch):
+    import signal
+    import sys
+
+    import graphformer.decoding
+    from graphformer.decoding import Hypothesis
+
+    monkeypatch.setattr(graphformer.decoding, "translate_ids", lambda model, src, beam, alpha, batch_size: [
+        Hypothesis(tokens=list(s), log_prob=0.0, score=0.0) for s in src])
+    lines = [" ".join("abcdefghij"[(i + j) % 10] for j in range(1 + i % 3)) for i in range(300)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    write = sys.stdout.write
+
+    def write_interrupted_midway(text):  # Ctrl-C arrives while the first chunk is being written
+        half = len(text) // 2
+        write(text[:half])
+        signal.raise_signal(signal.SIGINT)
+        return write(text[half:])
+    monkeypatch.setattr(sys.stdout, "write", write_interrupted_midway)
+    assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--batch-tokens", "10"]) == 130
+    captured = capsys.readouterr()
+    written = captured.out.split("\n")[:-1]
+    assert 0 < len(written) < len(lines) and written == lines[:len(written)] and captured.out.endswith("\n")
+    assert f"the first {len(written)} of 300 lines are written" in captured.err
 
 
 def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys, monkeypatch):

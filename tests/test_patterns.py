@@ -200,3 +200,8 @@ def test_sizes_beyond_the_sequence_give_its_edges_without_allocating_for_them(hu
     got = patterns.parse(huge.format(big=big, n=n))(n, n)
     want = patterns.parse(same.format(n=n))(n, n)
     assert sorted(zip(*[t.tolist() for t in got])) == sorted(zip(*[t.tolist() for t in want]))
+
+
+def test_a_block_over_no_keys_has_no_edges():
+    u, v = patterns.parse("block:4")(0, 3)
+    assert len(u) == len(v) == 0

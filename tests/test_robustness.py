@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from graphformer.cli import main
+from graphformer.errors import UserError
 from graphformer.training import checkpoint
 from graphformer.training.run_dir import RunDir
 from helpers import TINY_MODEL, read_jsonl, small_copy_data
@@ -115,6 +116,19 @@ def test_a_run_resumes_only_with_as_many_processes_as_it_ran(trained, tmp_path, 
     one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"],
                    "trained by 2 process(es), this is 1", "torchrun --nproc_per_node=2 -m graphformer train --out")
     assert snapshot(run) == before
+    # A checkpoint written before the count was recorded: unknown, so not refused.
+    checkpoint.save_atomic({k: v for k, v in state.items() if k not in ("format", "processes")}, run / checkpoint.LAST)
+    assert main(["train", "--out", str(run), "--resume", "--epochs", "2"]) == 0
+
+
+def test_a_start_refused_by_the_lock_removes_nothing(data, tmp_path, capsys, monkeypatch):
+    """Two trainings started on one new --out: the one refused must not remove what the other made."""
+    def held(self):  # the other trainer made the folder a moment ago, holds it, and writes into it
+        (self.path / "the other trainer's file").write_text("mine\n")
+        raise UserError(f"{self.path} is being trained by process 1; wait for it to finish or choose another --out")
+    monkeypatch.setattr(RunDir, "lock", held)
+    assert fresh(data, tmp_path / "run", "--epochs", "1") == 2
+    assert (tmp_path / "run" / "the other trainer's file").read_text() == "mine\n"
 
 
 def test_an_epoch_too_small_for_one_step_is_refused(tmp_path, capsys):

@@ -113,7 +113,7 @@ def block(b: int) -> Pattern:
     _positive("block", b)
 
     def pattern(nk: int, nq: int) -> EdgeList:
-        size = min(b, nk)  # one block holds the whole sequence either way: the same edges
+        size = max(1, min(b, nk))  # one block holds the whole sequence either way: the same edges
         start = _centres(nk, nq) // size * size
         u = (start[:, None] + torch.arange(size)[None, :]).reshape(-1)
         v = torch.arange(nq).repeat_interleave(size)

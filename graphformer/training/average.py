@@ -69,8 +69,9 @@ def write_average(run: RunDir, paths: list[Path], output: Path | None = None) ->
     if inside and output.exists() and output.resolve() != (run / AVERAGED).resolve():
         raise UserError(f"-o {output} is one of the run's own files; write the average to another file "
                         f"(by default {run / AVERAGED})")
-    if output.exists() and not checkpoint.is_checkpoint(output):  # an earlier average is replaced, nothing else
-        raise UserError(f"-o {output} exists and is not a checkpoint; write the average to another file")
+    if output.exists() and not checkpoint.is_average(output):  # an earlier average is replaced, nothing else
+        raise UserError(f"-o {output} exists and is not an average (graphformer average writes those); write the "
+                        "average to another file")
     checkpoint.save_atomic(average_states(paths), output)
     return output
 

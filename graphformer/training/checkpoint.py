@@ -52,13 +52,12 @@ def check_run_dir(run_dir: str | Path) -> Path:
     raise UserError(f"run directory {run_dir} {what}; give the --out directory of a training run")
 
 
-def is_checkpoint(path: Path) -> bool:
-    """Whether ``path`` holds a readable graphformer checkpoint."""
+def is_average(path: Path) -> bool:
+    """Whether ``path`` holds weights that ``graphformer average`` wrote."""
     try:
-        load(path)
+        return "averaged_from" in load(path)
     except UserError:
         return False
-    return True
 
 
 def find(run_dir: str | Path, which: str = "best") -> Path:

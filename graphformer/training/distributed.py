@@ -31,6 +31,11 @@ class Context:
     def distributed(self) -> bool:
         return self.world > 1
 
+    @property
+    def per_node(self) -> int:
+        """Processes on this machine (torchrun's LOCAL_WORLD_SIZE)."""
+        return int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
+
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """The device that ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` names on this machine."""

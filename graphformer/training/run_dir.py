@@ -160,7 +160,14 @@ class RunDir:
                 write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
-def resume_command(run_dir: str | Path, processes: int = 1) -> str:
-    """The command that continues a run, launched as it was (torchrun for several processes)."""
-    launch = f"torchrun --nproc_per_node={processes} -m graphformer" if processes > 1 else "graphformer"
+def resume_command(run_dir: str | Path, processes: int = 1, per_node: int | None = None) -> str:
+    """The command that continues a run of ``processes`` processes, ``per_node`` of them on each
+    machine (default: all on one), launched as it was: torchrun for several."""
+    per_node = per_node or processes
+    if processes == 1:
+        launch = "graphformer"
+    elif per_node == processes:
+        launch = f"torchrun --nproc_per_node={processes} -m graphformer"
+    else:
+        launch = f"torchrun --nnodes={processes // per_node} --nproc_per_node={per_node} ... -m graphformer"
     return f"{launch} train --out {run_dir} --resume"

@@ -62,7 +62,7 @@ class Trainer:
         self._stop_requested = False
         self._deadline = None  # perf_counter() time at which max_minutes runs out (set by run)
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
-        created = not self.run_dir.exists()
+        self._made_run_dir = False  # set once this process has created the run directory and holds it
         try:
             if resume:
                 self._resume(model_cfg)
@@ -70,15 +70,17 @@ class Trainer:
                 self._start(model_cfg)
         except BaseException:
             self.files.unlock()
-            if created and self.ctx.is_main and not resume:  # a refused start leaves no half-made run behind
+            if self._made_run_dir and not resume:  # a refused start leaves no half-made run behind
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
 
     # ---- setting up -------------------------------------------------------------------------
     def _open_run_dir(self) -> None:
         if self.ctx.is_main:
+            created = not self.run_dir.exists()
             self.files.create()
-            self.files.lock()
+            self.files.lock()  # raises if another process holds the run: then nothing here is ours
+            self._made_run_dir = created
             if self.cfg.tensorboard:
                 self.board = TensorBoardLog(self.run_dir / "tensorboard")
 
@@ -134,10 +136,11 @@ class Trainer:
         self._open_run_dir()
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
-        trained_by = state.get("processes", 1)
-        if trained_by != self.ctx.world:  # step s of an epoch would take other batches: some twice, some never
+        trained_by = state.get("processes")  # not recorded before 2026-12-01: then unknown, not checked
+        if trained_by is not None and trained_by != self.ctx.world:  # step s would take other batches
             raise UserError(f"{self.run_dir} was trained by {trained_by} process(es), this is {self.ctx.world}: "
-                            f"resume it as it ran ({resume_command(self.run_dir, trained_by)})")
+                            f"resume it with as many ({resume_command(self.run_dir, trained_by)}, or its "
+                            "machines and processes per machine as it ran)")
         self._load_data()
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
         self._encode()
