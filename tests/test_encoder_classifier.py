@@ -261,6 +261,20 @@ def test_token_accuracy_of_a_classifier_scores_the_labels_it_predicts():
 
 # ---- through the command line ----------------------------------------------------------------
 
+def test_min_count_thins_the_words_not_the_labels(tmp_path):
+    """A label seen once is still a class: read as <unk>, it would be one the classifier never answers."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "valid", "test"):
+        (data / f"{split}.src").write_text("a b c\na b\nrare word\n" * 4 + "once only\n")
+        (data / f"{split}.tgt").write_text("yes\nno\nyes\n" * 4 + "seldom\n")
+    assert main(["train", "--task", "classify", "--data-dir", str(data), "--model", "encoder", "--min-count", "2",
+                 "--epochs", "1", "--batch-size", "8", "--out", str(tmp_path / "run"), *TINY_MODEL]) == 0
+    vocab = json.loads((tmp_path / "run" / "vocab.json").read_text())
+    assert "seldom" in vocab["tgt"] and "once" not in vocab["src"]
+
+
+
 def train(args):
     assert main(["train", *args]) == 0
 

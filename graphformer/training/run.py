@@ -24,9 +24,12 @@ def read_splits(data_dir: Path, names=("train", "valid")) -> dict[str, Split]:
 
 def vocabs_for(train: Split, cfg: TrainConfig) -> tuple[Vocab, Vocab]:
     """The source and target vocabularies of a new run. A classification task's target vocabulary
-    is its labels alone (whatever ``shared_vocab`` says): the classifier's head scores only those."""
-    shared = cfg.shared_vocab and not get_task(cfg.task).classification
-    return build_vocabs(train, cfg.min_count, shared)
+    is its labels (whatever ``shared_vocab`` says): the classifier's head scores only those, and
+    every training label is one, however rare (``min_count`` thins the source words alone: a
+    label read as `<unk>` would be a class the classifier never answers)."""
+    if not get_task(cfg.task).classification:
+        return build_vocabs(train, cfg.min_count, cfg.shared_vocab)
+    return Vocab.build(train.src_words, cfg.min_count), Vocab.build(train.tgt_words, 1)
 
 
 def check_model_fits_task(model_cfg: ModelConfig, task_name: str) -> None:

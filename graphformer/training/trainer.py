@@ -205,9 +205,11 @@ class Trainer:
             self.files.save_checkpoint(self.state(), best)
 
     # ---- the loop ---------------------------------------------------------------------------
-    def _check_epoch_has_steps(self) -> None:
-        """An epoch of fewer batches than one optimizer step takes would train nothing, silently."""
-        steps, _ = self.epoch_plan(self.progress["epoch"])
+    def _check_epoch_has_steps(self, steps: list | None = None) -> None:
+        """An epoch of fewer batches than one optimizer step takes would train nothing, silently
+        (checked at the start, and for each epoch: token-budget batches may vary in number)."""
+        if steps is None:
+            steps, _ = self.epoch_plan(self.progress["epoch"])
         if not steps:
             k, world = self.cfg.accumulate, self.ctx.world
             raise UserError(f"an epoch holds fewer batches than one optimizer step takes (--accumulate {k} x {world} "
@@ -287,6 +289,7 @@ class Trainer:
         """Steps of the current epoch from where progress points; False if training must stop."""
         epoch = self.progress["epoch"]
         steps, global_steps = self.epoch_plan(epoch)
+        self._check_epoch_has_steps(steps)
         train = self.splits["train"]
         report = Progress(len(steps), self.progress["batch"], f"epoch {epoch + 1}/{self.cfg.epochs}",
                           enabled=self.show_progress)
