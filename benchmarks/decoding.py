@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 
 from graphformer import make_model
+from graphformer.cli import at_least_one
 from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
 from graphformer.decoding import IncrementalStepper, beam_search, greedy_search, translate_ids
 from graphformer.graphs import make_batch
@@ -69,6 +70,7 @@ from graphformer.model.dense import to_torch_transformer
 from graphformer.vocab import EOS, PAD, UNK, Vocab
 
 BEAMS = (1, 5)
+DEFAULT_MIRROR = "../shared/data/multi30k"
 ALPHA = 0.6
 MULTI30K_CONFIG = dict(layers=3, d_model=256, heads=4, d_ff=1024, dropout=0.0, tie="none")
 # Vocabulary sizes of the CPU recipe (Moses-tokenized Multi30k train, min count 2).
@@ -411,10 +413,11 @@ def batch_budget_setting(rounds: int, inputs, budgets: list[int]) -> list[dict]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per method (the best counts)")
-    parser.add_argument("--multi30k-rounds", type=int, default=2, help="timed rounds in the multi30k setting")
-    parser.add_argument("--mirror", default="../shared/data/multi30k", help="Multi30k raw files")
-    parser.add_argument("--multi30k-sentences", type=int, default=1000)
+    parser.add_argument("--rounds", type=at_least_one, default=5, help="timed rounds per method (the best counts)")
+    parser.add_argument("--multi30k-rounds", type=at_least_one, default=2, help="timed rounds in the multi30k setting")
+    parser.add_argument("--mirror", default=DEFAULT_MIRROR, help="Multi30k raw files (without them, and unless "
+                        "--mirror or --multi30k-run is given, the multi30k setting is skipped)")
+    parser.add_argument("--multi30k-sentences", type=at_least_one, default=1000)
     parser.add_argument("--multi30k-run", type=Path, metavar="RUN_DIR",
                         help="decode with this trained Multi30k run's best model (natural stops) instead of a "
                              "random, length-forced one")
@@ -423,9 +426,12 @@ def main():
                              "decoder can be compared at its best (e.g. 1000,2000,4000,8000)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
-    rows = fixed_setting(args.rounds)
     mirror = Path(args.mirror)
-    if (mirror / "test_2016_flickr.en.gz").is_file():
+    have_multi30k = (mirror / "test_2016_flickr.en.gz").is_file()
+    if not have_multi30k and (args.multi30k_run or args.mirror != DEFAULT_MIRROR):  # asked for, not there
+        parser.error(f"no Multi30k files in {mirror} (test_2016_flickr.en.gz); give --mirror the folder that holds them")
+    rows = fixed_setting(args.rounds)
+    if have_multi30k:
         inputs = multi30k_inputs(mirror, args.multi30k_sentences, args.multi30k_run)
         rows += multi30k_setting(args.multi30k_rounds, inputs)
         if args.batch_budgets:

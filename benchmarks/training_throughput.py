@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from graphformer import make_model
+from graphformer.cli import at_least_one
 from graphformer.data import multi30k, synthetic
 from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import build_vocabs, read_split
@@ -78,15 +79,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(CONFIGS), default="copy")
     parser.add_argument("--data-dir", help="multi30k: a local mirror of the raw files")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=128, help="copy: sentences per batch")
-    parser.add_argument("--batch-tokens", type=int, default=6000, help="multi30k: tokens per batch")
+    parser.add_argument("--steps", type=at_least_one, default=20)
+    parser.add_argument("--rounds", type=at_least_one, default=2)
+    parser.add_argument("--batch-size", type=at_least_one, default=128, help="copy: sentences per batch")
+    parser.add_argument("--batch-tokens", type=at_least_one, default=6000, help="multi30k: tokens per batch")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     torch.manual_seed(0)
     CONFIG = CONFIGS[args.task]
-    scratch = Path(tempfile.mkdtemp())
+    scratch_dir = tempfile.TemporaryDirectory()  # removed when the script ends, however it ends
+    scratch = Path(scratch_dir.name)
     if args.task == "copy":
         data = synthetic.write_task("copy", scratch / "copy", seed=1)
         sizing = {"batch_size": args.batch_size}

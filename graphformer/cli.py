@@ -150,6 +150,17 @@ def _average_parser(sub):
     p.set_defaults(func=cmd_average)
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (counts of rounds, steps, sentences)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _head(text: str):
     """--head: a head index, or 'all' for one panel per head."""
     if text == "all":
@@ -531,6 +542,12 @@ def _check_output_folder(output: str | None) -> None:
         raise UserError(f"-o {output}: {Path(output).parent} {what}")
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed: Python's, torch's on the CPU or on a GPU."""
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or \
+        "can't allocate memory" in str(err) or "out of memory" in str(err)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -549,6 +566,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("graphformer: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as err:
+        if os.environ.get("GRAPHFORMER_DEBUG") or not _out_of_memory(err):
+            raise
+        print("graphformer: error: out of memory; ask for less at once (a smaller --beam, --batch-size or "
+              "--batch-tokens, a shorter --max-len, a smaller model)", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader of stdout left (| head): stop quietly, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

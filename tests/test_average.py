@@ -178,6 +178,21 @@ def test_a_ctrl_c_while_translate_writes_lets_the_chunk_finish(run, tmp_path, ca
     assert f"the first {len(written)} of 300 lines are written" in captured.err
 
 
+def test_running_out_of_memory_is_a_one_line_error(run, tmp_path, capsys, monkeypatch):
+    import graphformer.decoding
+
+    def too_big(*args, **kwargs):  # what torch raises when an allocation fails on the CPU
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 999000000000 bytes. Error code 12 (Cannot allocate memory)")
+    monkeypatch.setattr(graphformer.decoding, "translate_ids", too_big)
+    (tmp_path / "in.txt").write_text("a b c\n")
+    assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1000000"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(  # after the progress bar
+        "graphformer: error: out of memory; ask for less at once (a smaller --beam")
+
+
 def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys, monkeypatch):
     import graphformer.decoding
     from graphformer.decoding import Hypothesis

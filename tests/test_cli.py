@@ -193,6 +193,16 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
                    "is a folder; give best, last, averaged or a checkpoint file")
 
 
+def test_evaluate_on_the_training_split_scores_the_pairs_the_run_trained_on(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=48)
+    run = tmp_path / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "1",
+                 "--batch-size", "16", "--train-limit", "20", *TINY_MODEL]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--split", "train", "--beam", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 20
+
+
 def test_a_run_that_max_steps_ends_says_it_stopped_and_how_to_go_on(tmp_path, capsys):
     from helpers import small_copy_data
     data = small_copy_data(tmp_path / "data", n_train=48)  # 3 steps per epoch

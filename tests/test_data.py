@@ -92,6 +92,12 @@ def test_batches_cover_every_sample_once_and_are_deterministic():
     assert all(len(b) == 16 for b in plan[:-1] if len(b) != 500 % 16)
 
 
+@pytest.mark.parametrize("budget", [dict(batch_size=0), dict(batch_tokens=0), dict(batch_size=-2)])
+def test_a_batch_budget_below_one_is_a_value_error(budget):
+    with pytest.raises(ValueError, match="must be positive"):
+        plan_batches([3, 4], [3, 4], **budget)
+
+
 def test_token_budget_and_bucketing():
     plan = plan_batches(LENGTHS, LENGTHS, batch_tokens=200, seed=0)
     for b in plan:

@@ -28,7 +28,7 @@ def plan_batches(
     """Lists of sample indices, one per batch. Give exactly one of batch_size and batch_tokens."""
     if (batch_size is None) == (batch_tokens is None):
         raise ValueError("give exactly one of batch_size and batch_tokens")
-    if (batch_size or batch_tokens) < 1:
+    if (batch_size if batch_size is not None else batch_tokens) < 1:
         raise ValueError("batch_size and batch_tokens must be positive")
     rng = random.Random(f"{seed}-{epoch}")
     order = list(range(len(src_lengths)))

@@ -124,6 +124,9 @@ class LoadedRun:
         if folder is not None and not Path(folder).is_dir():
             raise UserError(f"data directory {folder} does not exist; give a folder with {name}.src and {name}.tgt")
         split = read_split(self.data_dir() if folder is None else Path(folder), name)
+        if name == "train" and folder is None and self.train_cfg.train_limit:  # the pairs the run trained on
+            split.src_words, split.tgt_words = (side[:self.train_cfg.train_limit] for side in
+                                                (split.src_words, split.tgt_words))
         if self.task.classification:
             check_labels({name: split})
         if folder is not None:
