@@ -26,7 +26,7 @@ from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import UNIVERSALS, ModelConfig
-from graphformer.training.config import (RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, differs,
+from graphformer.training.config import (DEVICES, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, differs,
                                          resume_config)
 
 
@@ -132,7 +132,7 @@ def _decoding_options(p, skip=()):
     add_config_options(p, DecodeConfig, skip)
     p.add_argument("--checkpoint", default="best", metavar="WHICH",
                    help="best, last, averaged (see graphformer average) or a checkpoint file (default: best)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
+    p.add_argument("--device", default="cpu", help=f"{DEVICES} (default: cpu)")
     add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
 
 

@@ -39,6 +39,10 @@ def test_sweep_tabulates_every_pattern(tmp_path):
     again = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16", "--patterns", "nothing",
                             "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert again.returncode != 0 and "unknown pattern 'nothing'" in again.stderr
+    longer = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "32", "--patterns", "full",
+                             "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert longer.returncode != 0 and "holds a sweep with other options (length: 16 there, 32 here" in longer.stderr
+    assert json.loads((out / "sweep.json").read_text())["length"] == 16  # the finished sweep is kept
 
 
 STEP_MEMORY = SWEEP.with_name("step_memory.py")

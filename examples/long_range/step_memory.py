@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from graphformer.cli import at_least_one
+
 # glibc raises its mmap threshold as large blocks are freed, after which freed tensors stay
 # resident and the measured step would reuse the warm-up's pages unseen. A fixed threshold keeps
 # every large tensor its own mapping, returned to the system when freed.
@@ -33,8 +35,8 @@ def one_step(model, batch) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("run_dir")
-    p.add_argument("--length", type=int, required=True, help="tokens per sample")
-    p.add_argument("--batch-tokens", type=int, required=True, help="tokens per batch (as in training)")
+    p.add_argument("--length", type=at_least_one, required=True, help="tokens per sample")
+    p.add_argument("--batch-tokens", type=at_least_one, required=True, help="tokens per batch (as in training)")
     args = p.parse_args(argv)
     if any(os.environ.get(name) != value for name, value in FIXED_MMAP_THRESHOLD.items()):
         os.execve(sys.executable, [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],

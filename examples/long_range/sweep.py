@@ -6,7 +6,7 @@ seed, and tabulate accuracy, seconds per step, memory, edges per query and reach
 
 writes ``OUT/sweep.json``, ``OUT/sweep.md`` and ``OUT/sweep.png``; each pattern's run directory
 is ``OUT/runs/NAME`` (a finished run is reused, so an interrupted sweep continues where it
-stopped). Every pattern trains in its own process:
+stopped; ``OUT/options.json`` keeps a sweep of other options from reusing them). Every pattern trains in its own process:
 
 * accuracy: ``graphformer evaluate --split test --beam 1`` (exact match of the one label);
 * seconds per step: the median over the run's ``steps.jsonl`` (the first steps, which warm up
@@ -225,10 +225,28 @@ def plot(rows: list[dict], args, baseline: int) -> None:
     figure.savefig(args.out / "sweep.png", dpi=120)
 
 
+def check_same_sweep(args) -> None:
+    """A finished run is reused only by the sweep that made it: ``OUT/options.json`` records the
+    options every pattern's run shares, and another set of them is refused."""
+    options = {"task": args.task, "length": args.length, "steps": args.steps, "minutes": args.minutes,
+               "batch_tokens": args.batch_tokens, "pooling": args.pooling, "train_options": args.train_options,
+               "seed": args.seed, "sizes": args.sizes}
+    recorded = args.out / "options.json"
+    if recorded.is_file():
+        before = json.loads(recorded.read_text())
+        changed = {k: (before.get(k), v) for k, v in options.items() if before.get(k) != v}
+        if changed:
+            sys.exit(f"sweep.py: error: {args.out} holds a sweep with other options ("
+                     + ", ".join(f"{k}: {a!r} there, {b!r} here" for k, (a, b) in changed.items())
+                     + "); give another --out, or the same options to continue it")
+    args.out.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(options) + "\n")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     specs = pattern_specs(args.patterns)
-    args.out.mkdir(parents=True, exist_ok=True)
+    check_same_sweep(args)
     sizes = dict(zip(("train", "valid", "test"), map(int, args.sizes.split(","))))
     data = make_data(args.task, args.length, sizes, args.seed, args.out / "data")
     baseline = baseline_rss()

@@ -11,8 +11,10 @@ best=""
 for checkpoint in ${CHECKPOINTS:-best averaged}; do
     for beam in ${BEAMS:-5}; do
         for alpha in ${ALPHAS:-0.6 1.0 1.4}; do
-            bleu=$("$BIN/graphformer" evaluate "$RUN" --split valid --checkpoint "$checkpoint" --beam "$beam" \
-                   --alpha "$alpha" --json | "$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["bleu_tokenized"])')
+            # evaluate's own one-line error, if any, ends the script (set -e): nothing half-parsed
+            scores=$("$BIN/graphformer" evaluate "$RUN" --split valid --checkpoint "$checkpoint" --beam "$beam" \
+                     --alpha "$alpha" --json)
+            bleu=$("$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["bleu_tokenized"])' <<< "$scores")
             echo "{\"checkpoint\": \"$checkpoint\", \"beam\": $beam, \"alpha\": $alpha, \"valid_bleu_tokenized\": $bleu}"
             if [ -z "$best" ] || "$BIN/python" -c "import sys; sys.exit(not $bleu > ${best##* })"; then
                 best="$checkpoint $beam $alpha $bleu"

@@ -19,6 +19,7 @@ from graphformer.errors import ConfigError
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
 ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
+DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
 RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 
@@ -67,7 +68,7 @@ class TrainConfig(DictConfig):
                                           range=POSITIVE)
     viz_every: Optional[int] = option(None, "record attention maps of a validation sample every N epochs",
                                       range=AT_LEAST_1)
-    device: str = option("auto", "auto | cpu | cuda | cuda:N")
+    device: str = option("auto", DEVICES)
     threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
                                     "use, shared among torchrun's processes)", range=AT_LEAST_1)
     tensorboard: bool = option(False, "also log loss, learning rate, tokens/s, validation metrics and recorded "
