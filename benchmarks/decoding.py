@@ -430,6 +430,13 @@ def main():
     have_multi30k = (mirror / "test_2016_flickr.en.gz").is_file()
     if not have_multi30k and (args.multi30k_run or args.mirror != DEFAULT_MIRROR):  # asked for, not there
         parser.error(f"no Multi30k files in {mirror} (test_2016_flickr.en.gz); give --mirror the folder that holds them")
+    if args.multi30k_run:  # before the fixed setting's minutes, not after
+        from graphformer.errors import UserError
+        from graphformer.training import checkpoint
+        try:
+            checkpoint.find(args.multi30k_run, "best")
+        except UserError as err:
+            parser.error(f"--multi30k-run: {err}")
     rows = fixed_setting(args.rounds)
     if have_multi30k:
         inputs = multi30k_inputs(mirror, args.multi30k_sentences, args.multi30k_run)

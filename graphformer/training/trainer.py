@@ -207,7 +207,7 @@ class Trainer:
     # ---- the loop ---------------------------------------------------------------------------
     def _check_epoch_has_steps(self, steps: list | None = None) -> None:
         """An epoch of fewer batches than one optimizer step takes would train nothing, silently
-        (checked at the start, and for each epoch: token-budget batches may vary in number)."""
+        (checked at the start, and again by each epoch, which plans its own batches)."""
         if steps is None:
             steps, _ = self.epoch_plan(self.progress["epoch"])
         if not steps:

@@ -1,0 +1,36 @@
+"""The benchmark scripts run end to end at their smallest sizes (their figures are measured by
+`make bench`; here only that they produce them, and refuse what they cannot measure)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.mark.slow
+def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone(tmp_path):
+    figure = BENCHMARKS.parent / "docs" / "figures" / "sparse_attention.png"
+    before = figure.read_bytes()
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "sparse_attention.py"), "--lengths", "32",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "sparse_attention.json").read_text())["rows"]
+    assert len(rows) == 6 and not [r for r in rows if "error" in r], rows
+    assert {r["edges_per_head"] for r in rows} == {32 * 32}  # windows of 64 and 128 cover 32 tokens whole
+    assert (tmp_path / "sparse_attention.png").stat().st_size > 1000 and figure.read_bytes() == before
+
+
+@pytest.mark.parametrize("script, argv, message", [
+    ("sparse_attention.py", ["--lengths", "1"], "--lengths must be at least 2"),
+    ("decoding.py", ["--rounds", "0"], "--rounds: must be at least 1"),
+    ("decoding.py", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
+    ("training_throughput.py", ["--steps", "0"], "--steps: must be at least 1"),
+])
+def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, message):
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *argv, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not list(tmp_path.iterdir())
