@@ -159,6 +159,9 @@ def test_subword_vocabulary_learned_on_training_text(tmp_path, capsys, monkeypat
     assert main(["evaluate", str(run), "--split", "valid", "--beam", "1", "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 1014 and 0.0 <= scores["bleu_tokenized"] <= 100.0 and 0.0 <= scores["bleu"] <= 100.0
+    # The training split is the 300 pairs the run trained on, their references included.
+    assert main(["evaluate", str(run), "--split", "train", "--beam", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 300
 
     (run / "subwords.model").write_text("garbage\n")
     assert main(["translate", str(run), "--input", str(tmp_path / "in.txt")]) == 2

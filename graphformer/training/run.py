@@ -124,9 +124,8 @@ class LoadedRun:
         if folder is not None and not Path(folder).is_dir():
             raise UserError(f"data directory {folder} does not exist; give a folder with {name}.src and {name}.tgt")
         split = read_split(self.data_dir() if folder is None else Path(folder), name)
-        if name == "train" and folder is None and self.train_cfg.train_limit:  # the pairs the run trained on
-            split.src_words, split.tgt_words = (side[:self.train_cfg.train_limit] for side in
-                                                (split.src_words, split.tgt_words))
+        if folder is None:
+            split.src_words, split.tgt_words = (self._kept(name, side) for side in (split.src_words, split.tgt_words))
         if self.task.classification:
             check_labels({name: split})
         if folder is not None:
@@ -139,7 +138,12 @@ class LoadedRun:
     def references(self, name: str) -> list[str] | None:
         """Raw (untokenized) references of a translation task, for BLEU."""
         self.data_dir()
-        return self.task.references(self.train_cfg, self.run_dir, name)
+        references = self.task.references(self.train_cfg, self.run_dir, name)
+        return None if references is None else self._kept(name, references)
+
+    def _kept(self, name: str, lines: list) -> list:
+        """The lines of split ``name`` the run used: of the training split, the first --train-limit."""
+        return lines[:self.train_cfg.train_limit] if name == "train" and self.train_cfg.train_limit else lines
 
     def pipelines(self):
         """(tokenize source line -> tokens, detokenize target tokens -> line) of the run's task."""
