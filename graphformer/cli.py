@@ -362,14 +362,15 @@ def cmd_evaluate(args) -> int:
         scores = evaluate(run.model, split, run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
                           tgt_vocab=run.tgt_vocab, references=references, detokenize=detokenize,
                           bleu_tokenize=run.bleu_tokenize(), progress=bar.update)
-    scores.update(split=args.split, beam=decoding.beam, alpha=decoding.alpha, checkpoint=str(run.path),
-                  **({"data_dir": args.data_dir} if args.data_dir else {}))
+    searched = not run.model.cfg.classifies  # a classifier's label is its argmax: no beam, no length penalty
+    scores.update(split=args.split, **({"beam": decoding.beam, "alpha": decoding.alpha} if searched else {}),
+                  checkpoint=str(run.path), **({"data_dir": args.data_dir} if args.data_dir else {}))
     if args.json:
         print(json.dumps(scores))
     else:
         bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
         print(f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
-              f"exact_match={scores['exact_match']:.4f}{bleu} (beam {decoding.beam})")
+              f"exact_match={scores['exact_match']:.4f}{bleu}" + (f" (beam {decoding.beam})" if searched else ""))
     return 0
 
 

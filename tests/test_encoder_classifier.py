@@ -310,6 +310,9 @@ def test_evaluate_json_accuracy_is_the_share_of_translated_labels_that_are_right
     # model on another CPU: agree within two samples of thirty
     assert abs(scores["accuracy"] - sum(p == g for p, g in zip(predicted, gold)) / len(gold)) <= 2 / 30
     assert scores["loss"] > 0
+    assert "beam" not in scores and "alpha" not in scores  # a label is an argmax: nothing searched
+    assert main(["evaluate", str(run)]) == 0
+    assert "(beam" not in capsys.readouterr().out
 
 
 def test_evaluate_scores_another_folder_of_the_task_with_the_runs_vocabulary(recall_run, tmp_path, capsys):
