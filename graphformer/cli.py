@@ -306,9 +306,10 @@ def cmd_train(args) -> int:
         trainer.close()
     if not trainer.ctx.is_main:
         return 0
+    resume = resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node)
     if trainer.interrupted:
         print(f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
-              f"continue with: {resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node)}", file=sys.stderr)
+              f"continue with: {resume}", file=sys.stderr)
         return 130
     where = f"step {trainer.progress['step']}, epoch {trainer.progress['epoch']}"
     scores = metrics and (f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
@@ -317,13 +318,13 @@ def cmd_train(args) -> int:
         print(f"done ({where}): {scores}")
     else:  # --max-steps or --max-minutes ended it first
         print(f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "
-              f"{_how_to_go_on(trainer.cfg, trainer.progress, resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node))}")
+              f"{_how_to_go_on(trainer.cfg, trainer.progress, resume)}")
     return 0
 
 
 def _finished(cfg: TrainConfig, progress: dict) -> bool:
     """Whether the run trained its --epochs, or stopped early (--patience)."""
-    return progress["epoch"] >= cfg.epochs or bool(cfg.patience and progress.get("epochs_since_best", 0) >= cfg.patience)
+    return progress["epoch"] >= cfg.epochs or cfg.out_of_patience(progress)
 
 
 def _how_to_go_on(cfg: TrainConfig, progress: dict, resume: str) -> str:

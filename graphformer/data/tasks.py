@@ -101,7 +101,7 @@ class Multi30kTask(Task):
                              multi30k.read_gz(raw / f"{stem}.{multi30k.TGT_LANG}.gz"))
                      for split, stem in multi30k.SPLIT_FILES.items()}
         if not (run_dir / subwords.MODEL).is_file():  # learned on the training pairs the run trains on
-            en, de = (side[:cfg.train_limit] for side in sentences["train"])
+            en, de = (cfg.used("train", side) for side in sentences["train"])
             subwords.learn(en + de, cfg.bpe, run_dir / subwords.MODEL)
         pieces = subwords.SubwordPipeline(run_dir / subwords.MODEL)
         folder.mkdir(exist_ok=True)

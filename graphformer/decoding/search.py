@@ -51,9 +51,15 @@ def _mask_step_(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor
     return log_probs
 
 
+def reads_are_free(device: torch.device) -> bool:
+    """Whether reading a tensor's values on the host costs nothing (a CPU), rather than waiting for
+    the device (an accelerator): what decides how search and steppers read back."""
+    return device.type == "cpu"
+
+
 def steps_between_checks(device: torch.device) -> int:
     """How often search reads back which hypotheses ended: every step on a CPU, every 8th elsewhere."""
-    return 1 if device.type == "cpu" else 8
+    return 1 if reads_are_free(device) else 8
 
 
 def _interval(check_every: int | None, device: torch.device) -> int:

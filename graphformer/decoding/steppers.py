@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from graphformer.decoding.search import reads_are_free
 from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch, patterns
 from graphformer.graphs.relation import Relation
 
@@ -67,7 +68,7 @@ class IncrementalStepper:
         self.model = model
         self.pool = pool or model.make_pool()
         self.device = batch.src_tokens.device
-        self.copy_moved_only = self.device.type == "cpu" if copy_moved_only is None else copy_moved_only
+        self.copy_moved_only = reads_are_free(self.device) if copy_moved_only is None else copy_moved_only
         self.k = hyps_per_sentence
         self.src_lengths = batch.src_lengths.tolist()  # of the live sentences
         self.width = max(self.src_lengths)

@@ -95,6 +95,15 @@ class TrainConfig(DictConfig):
         if self.bpe and self.task != "multi30k":
             raise ConfigError("bpe", f"applies to the multi30k task (raw text), not to {self.task!r}")
 
+    def used(self, split: str, lines: list) -> list:
+        """The lines of ``split`` the run trains or scores on: of the training split, the first
+        ``train_limit``; of the others, all."""
+        return lines[:self.train_limit] if split == "train" and self.train_limit else lines
+
+    def out_of_patience(self, progress: dict) -> bool:
+        """Early stopping: ``patience`` epochs in a row without a better validation metric."""
+        return bool(self.patience) and progress.get("epochs_since_best", 0) >= self.patience
+
 
 @dataclass
 class DecodeConfig(DictConfig):

@@ -33,8 +33,13 @@ class Context:
 
     @property
     def per_node(self) -> int:
-        """Processes on this machine (torchrun's LOCAL_WORLD_SIZE)."""
-        return int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
+        """Processes on this machine."""
+        return local_processes(self.world)
+
+
+def local_processes(default: int = 1) -> int:
+    """The processes torchrun started on this machine (its LOCAL_WORLD_SIZE), else ``default``."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", default))
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -57,7 +62,7 @@ def default_threads() -> int:
     this machine (hyper-threads add little to BLAS kernels and contend for the same units).
     OMP_NUM_THREADS, where set, is the user's own choice and wins, except under torchrun, which
     sets it to 1 for every process itself whenever it starts several (``--threads`` chooses there)."""
-    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    processes = local_processes()
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if processes == 1 and omp.isdigit() and int(omp) > 0:
         return int(omp)

@@ -125,7 +125,8 @@ class LoadedRun:
             raise UserError(f"data directory {folder} does not exist; give a folder with {name}.src and {name}.tgt")
         split = read_split(self.data_dir() if folder is None else Path(folder), name)
         if folder is None:
-            split.src_words, split.tgt_words = (self._kept(name, side) for side in (split.src_words, split.tgt_words))
+            split.src_words, split.tgt_words = (self.train_cfg.used(name, side) for side in (split.src_words,
+                                                                                            split.tgt_words))
         if self.task.classification:
             check_labels({name: split})
         if folder is not None:
@@ -139,11 +140,7 @@ class LoadedRun:
         """Raw (untokenized) references of a translation task, for BLEU."""
         self.data_dir()
         references = self.task.references(self.train_cfg, self.run_dir, name)
-        return None if references is None else self._kept(name, references)
-
-    def _kept(self, name: str, lines: list) -> list:
-        """The lines of split ``name`` the run used: of the training split, the first --train-limit."""
-        return lines[:self.train_cfg.train_limit] if name == "train" and self.train_cfg.train_limit else lines
+        return None if references is None else self.train_cfg.used(name, references)
 
     def pipelines(self):
         """(tokenize source line -> tokens, detokenize target tokens -> line) of the run's task."""

@@ -99,6 +99,7 @@ class Trainer:
         check_map_size(self.splits["valid"], pool, self.cfg.viz_every)
         self._choose_vocabs(init)
         self._encode()
+        self._check_epoch_has_steps()  # before a model is built for nothing
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
         torch.manual_seed(self.cfg.seed)
         random.seed(self.cfg.seed)
@@ -106,7 +107,6 @@ class Trainer:
         if init:
             init_weights(self.model, *init)
         self.pool = self.model.make_pool()
-        self._check_epoch_has_steps()
         if self.ctx.is_main:
             self.files.write_config(model_cfg, self.cfg)
             self.files.write_vocab(self.src_vocab, self.tgt_vocab)
@@ -168,9 +168,8 @@ class Trainer:
         self.splits = read_splits(task.data_dir(self.cfg, self.run_dir))
         if task.classification:
             check_labels(self.splits)
-        if self.cfg.train_limit:
-            train = self.splits["train"]
-            train.src_words, train.tgt_words = train.src_words[:self.cfg.train_limit], train.tgt_words[:self.cfg.train_limit]
+        train = self.splits["train"]
+        train.src_words, train.tgt_words = self.cfg.used("train", train.src_words), self.cfg.used("train", train.tgt_words)
 
     def _encode(self):
         for split in self.splits.values():
@@ -357,8 +356,8 @@ class Trainer:
         return metrics
 
     def _out_of_patience(self) -> bool:
-        """Early stopping: ``patience`` epochs in a row without a better validation metric."""
-        tired = bool(self.cfg.patience) and self.progress.get("epochs_since_best", 0) >= self.cfg.patience
+        """Early stopping (`TrainConfig.out_of_patience`), on every rank at once."""
+        tired = self.cfg.out_of_patience(self.progress)
         if self.ctx.distributed:  # only the main process validates; all must stop together
             tired = distributed.all_reduce_sum(float(tired and self.ctx.is_main), self.ctx) > 0
         if tired and self.show_progress:
