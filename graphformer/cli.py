@@ -26,8 +26,8 @@ from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import UNIVERSALS, ModelConfig
-from graphformer.training.config import (DEVICES, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, differs,
-                                         resume_config)
+from graphformer.training.config import (DEVICES, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, absolute_paths,
+                                         differs, resume_config, with_flags)
 
 
 class _ShowDefaults(argparse.HelpFormatter):
@@ -238,6 +238,9 @@ def read_config_file(path: str) -> tuple[dict, dict]:
         raise UserError(f"--config {path} must hold a 'model' and/or a 'train' mapping, like a run's config.json")
     model, train = config.get("model") or {}, config.get("train") or {}
     for name, section, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
+        if not isinstance(section, dict):
+            raise UserError(f"--config {path}: '{name}' must be a mapping of options (name: value), not "
+                            f"{type(section).__name__} {section!r}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(section) - known)
         if unknown:
@@ -253,7 +256,8 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
     model_given, train_given = given(args, ModelConfig), given(args, TrainConfig)
     if args.config:
         model_file, train_file = read_config_file(args.config)
-        model_given, train_given = {**model_file, **model_given}, {**train_file, **train_given}
+        model_given, train_given = {**model_file, **model_given}, with_flags(train_file, train_given)
+    train_given = absolute_paths(train_given)
     if train_given.get("init_from") and not args.resume:
         model_given = {**init_model_options(train_given["init_from"]), **model_given}
     if args.resume:
@@ -268,7 +272,7 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
             if getattr(saved, name) != value:
                 raise ConfigError(name, f"{differs(getattr(saved, name), value)}: a resumed run keeps its model; "
                                   "start a new run to change it")
-        return saved, resume_config(TrainConfig.from_dict(train_saved), train_given)
+        return saved, resume_config(TrainConfig.from_dict(absolute_paths(train_saved)), train_given)
     return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
 
 
@@ -377,15 +381,18 @@ def cmd_evaluate(args) -> int:
 
 def read_input(path: str | None) -> list[str]:
     """The lines to translate, from a file or standard input."""
+    from graphformer.data.text import split_lines
+
     if path is not None and not Path(path).is_file():
         what = "a directory" if Path(path).is_dir() else "not found"
         raise UserError(f"--input {path}: {what}; give a text file with one sentence per line")
     raw = Path(path).read_bytes() if path else sys.stdin.buffer.read()
     try:
-        return raw.decode("utf-8").splitlines()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise UserError(f"{path or 'standard input'}: line {line} is not valid UTF-8; convert the input to UTF-8") from None
+    return split_lines(text)
 
 
 def cmd_translate(args) -> int:

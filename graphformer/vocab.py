@@ -71,5 +71,15 @@ class Vocab:
         write_text_atomic(path, json.dumps(self.itos, ensure_ascii=False) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocab":
-        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+    def load(cls, path: str | Path, side: str | None = None) -> "Vocab":
+        """A vocabulary written by `save` (a list of tokens), or one ``side`` ("src" or "tgt") of a
+        run's ``vocab.json`` ({"src": [...], "tgt": [...]})."""
+        tokens = json.loads(Path(path).read_text(encoding="utf-8"))
+        if isinstance(tokens, dict):
+            if side not in tokens:
+                raise ValueError(f"{path} holds the vocabularies {sorted(tokens)}; choose one: "
+                                 f"Vocab.load(path, side={sorted(tokens)[0]!r})")
+            tokens = tokens[side]
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ValueError(f"{path} is not a vocabulary: expected a list of tokens")
+        return cls(tokens)

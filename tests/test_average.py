@@ -215,3 +215,19 @@ def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys,
     assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1", "--quiet"]) == 0
     captured = capsys.readouterr()
     assert captured.out.split("\n")[:-1] == lines and captured.err == ""  # --quiet: no bar, no report
+
+
+def test_best_reads_metrics_with_a_last_line_torn_by_a_crash(run, tmp_path, capsys):
+    work = tmp_path / "run"
+    shutil.copytree(run, work)
+    with open(work / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 5, "valid_lo')  # kill -9 mid-write
+    assert main(["average", str(work), "--best", "1", "-o", str(tmp_path / "best.pt")]) == 0
+    best_epoch = min(read_jsonl(run / "metrics.jsonl")[2:], key=lambda m: m["valid_loss"])["epoch"]
+    assert checkpoint.load(tmp_path / "best.pt")["averaged_from"] == [f"epoch_{best_epoch:04d}.pt"]
+    with open(work / "metrics.jsonl", "a") as f:
+        f.write('\n{"epoch": 6}\n')  # now the torn line is not the last: damage, not a crash
+    assert main(["average", str(work), "--best", "1", "-o", str(tmp_path / "again.pt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metrics.jsonl: line 5 is not JSON" in err
+    assert not (tmp_path / "again.pt").exists()

@@ -72,6 +72,13 @@ def test_translate_keeps_empty_lines_aligned(trained, tmp_path, capsys):
     assert out[0] and out[2] and set((out[0] + " " + out[2]).split()) <= vocabulary(trained)
 
 
+def test_translate_counts_lines_as_files_do(trained, tmp_path, capsys):
+    """A form feed or U+2028 inside a line is not a line break (str.splitlines would make it one)."""
+    (tmp_path / "in.txt").write_text("a b\x0cc\r\nq\u2028r\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--beam", "1", "--quiet"]) == 0
+    assert len(capsys.readouterr().out.split("\n")) == 3  # two lines and the final newline
+
+
 def test_translate_batches_as_decoding_batches(trained, tmp_path, capsys, monkeypatch):
     """translate decodes in `decoding_batches` (the decoding benchmark's batches too), with the
     default token budget unless --batch-tokens is given."""

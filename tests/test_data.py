@@ -1,4 +1,6 @@
 """Synthetic tasks, parallel text, vocabularies and batching."""
+import json
+
 import pytest
 
 from graphformer.data import synthetic
@@ -66,6 +68,10 @@ def test_vocab_round_trip(tmp_path):
     v = Vocab.build([["z", "y", "y"]])
     v.save(tmp_path / "v.json")
     assert Vocab.load(tmp_path / "v.json") == v
+    (tmp_path / "run_vocab.json").write_text(json.dumps({"src": ["<pad>", "x"], "tgt": v.itos}))  # a run's vocab.json
+    assert Vocab.load(tmp_path / "run_vocab.json", side="tgt") == v
+    with pytest.raises(ValueError, match="side='src'"):
+        Vocab.load(tmp_path / "run_vocab.json")
     assert v.decode(v.encode(["y", "z"]) + [2, 5]) == ["y", "z"]
 
 
@@ -114,3 +120,11 @@ def test_shards_partition_the_global_batches():
     assert len({len(r) for r in ranks}) == 1 and len(ranks[0]) == len(plan) // 3
     taken = [b for step in zip(*ranks) for b in step]  # step by step, rank by rank
     assert taken == plan[:len(taken)]  # every batch once, in order; only the short tail is dropped
+
+
+def test_parallel_files_split_at_newlines_only(tmp_path):
+    """Form feeds, U+2028 and the like are not line breaks: they would misalign the pairs."""
+    (tmp_path / "a.src").write_text("a\x0cb\nc\u2028d\r\ne\n", encoding="utf-8")
+    (tmp_path / "a.tgt").write_text("1\n2\n3\n", encoding="utf-8")
+    src, tgt = read_parallel(tmp_path / "a.src", tmp_path / "a.tgt")
+    assert src == [["a", "b"], ["c", "d"], ["e"]] and tgt == [["1"], ["2"], ["3"]]

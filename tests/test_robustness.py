@@ -330,3 +330,104 @@ def test_a_damaged_attention_record_is_named(data, tmp_path, capsys):
     record.write_bytes(record.read_bytes()[:100])
     one_line_error(capsys, ["heatmap", str(run), "-o", str(tmp_path / "x.png")], record.name, "damaged or truncated")
     assert not (tmp_path / "x.png").exists()
+
+
+# ---- found by a review of the training code ----------------------------------------------
+def test_a_run_with_a_relative_data_dir_is_evaluated_and_resumed_from_any_folder(data, tmp_path, monkeypatch,
+                                                                                capsys):
+    shutil.copytree(data, tmp_path / "mine")
+    monkeypatch.chdir(tmp_path)
+    assert fresh("mine", "run", "--epochs", "1") == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["data_dir"] == str(tmp_path / "mine")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "run"), "--split", "valid", "--beam", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 40
+    monkeypatch.chdir(tmp_path)  # the same relative path given again on resume is the same folder
+    assert train("--out", "run", "--resume", "--epochs", "2", "--data-dir", "mine") == 0
+    assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["epoch"] == 2
+
+
+def test_samples_longer_than_max_len_are_refused_in_one_line_at_start_and_at_evaluate(data, tmp_path, capsys):
+    long = tmp_path / "long"
+    shutil.copytree(data, long)
+    with open(long / "test.src", "a") as src, open(long / "test.tgt", "a") as tgt:
+        src.write(" ".join(["a"] * 30) + "\n")
+        tgt.write("a\n")
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(long), "--out", str(tmp_path / "run"),
+                            "--max-len", "24", *TINY_MODEL], "test.src line 41 has 30 tokens")
+    assert not (tmp_path / "run").exists()
+    run = tmp_path / "fits"
+    assert fresh(data, run, "--epochs", "1", "--max-len", "24") == 0
+    one_line_error(capsys, ["evaluate", str(run), "--split", "test", "--data-dir", str(long)], "test.src line 41")
+    state = checkpoint.load(run / checkpoint.BEST)  # the run's own data folder, changed after training:
+    state["train_config"]["data_dir"] = str(long)
+    checkpoint.save_atomic(state, run / checkpoint.BEST)
+    one_line_error(capsys, ["evaluate", str(run), "--split", "test"], "max_len (24) is shorter than the data")
+
+
+def test_a_new_run_where_a_killed_one_left_no_checkpoint_starts_with_empty_records(data, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "steps.jsonl").write_text('{"step": 1, "epoch": 0, "loss": 9.0}\n' * 3)
+    (run / "metrics.jsonl").write_text('{"epoch": 1, "step": 3}\n')
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "epoch_0007.pt").write_bytes(b"old")
+    assert fresh(data, run, "--epochs", "1") == 0
+    assert [r["step"] for r in read_jsonl(run / "steps.jsonl")] == list(range(1, 7))
+    assert [r["epoch"] for r in read_jsonl(run / "metrics.jsonl")] == [1]
+    assert not (run / "checkpoints").exists()
+
+
+def test_a_step_limit_on_an_epochs_last_step_still_validates_that_epoch(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "3", "--max-steps", "12") == 0  # 6 steps an epoch
+    assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
+    last = checkpoint.load(run / checkpoint.LAST)["progress"]
+    assert (last["epoch"], last["batch"], last["step"]) == (2, 0, 12)
+    assert "stopped at step 12, epoch 2 (valid loss" in capsys.readouterr().out
+    assert train("--out", str(run), "--resume", "--max-steps", "18") == 0
+    assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
+
+
+def test_a_runs_config_json_with_the_other_batch_option_or_task(trained, tmp_path):
+    run = tmp_path / "run"
+    assert train("--config", str(trained / "config.json"), "--batch-tokens", "300", "--out", str(run)) == 0
+    saved = json.loads((run / "config.json").read_text())["train"]
+    assert (saved["batch_size"], saved["batch_tokens"]) == (None, 300)
+    assert json.loads((trained / "config.json").read_text())["train"]["select_by"] == "loss"  # parallel's
+    copy = tmp_path / "copy"
+    assert train("--config", str(trained / "config.json"), "--task", "copy", "--data-dir", str(tmp_path / "gen"),
+                 "--max-steps", "1", "--out", str(copy)) == 0
+    assert json.loads((copy / "config.json").read_text())["train"]["select_by"] == "exact_match"  # copy's
+
+
+@pytest.mark.parametrize("text,section", [("model: 5\n", "'model' must be a mapping"),
+                                          ("train: [epochs]\n", "'train' must be a mapping")])
+def test_a_config_section_that_is_not_a_mapping_is_a_one_line_error(tmp_path, capsys, text, section):
+    (tmp_path / "bad.yaml").write_text(text)
+    one_line_error(capsys, ["train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "run")], section)
+    assert not (tmp_path / "run").exists()
+
+
+def test_tie_all_needs_one_vocabulary_not_two_of_one_size(tmp_path, capsys):
+    data = tmp_path / "upper"
+    data.mkdir()
+    for split in ("train", "valid", "test"):
+        lines = ["a b c", "c b a", "b c"] * 8
+        (data / f"{split}.src").write_text("\n".join(lines) + "\n")
+        (data / f"{split}.tgt").write_text("\n".join(x.upper() for x in lines) + "\n")
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--no-shared-vocab", "--tie",
+                            "all", "--out", str(tmp_path / "run"), *TINY_MODEL], "--tie 'all' shares one embedding")
+    assert not (tmp_path / "run").exists()
+
+
+def test_generated_data_of_another_seed_is_used_with_a_warning(tmp_path, capsys):
+    small_copy_data(tmp_path / "gen", n_train=48, seed=1)
+    before = (tmp_path / "gen" / "train.src").read_text()
+    assert train("--task", "copy", "--data-dir", str(tmp_path / "gen"), "--seed", "2", "--max-steps", "1",
+                 "--out", str(tmp_path / "run"), *TINY_MODEL) == 0
+    assert "was generated with seed 1; training on it as it is" in capsys.readouterr().err
+    assert (tmp_path / "gen" / "train.src").read_text() == before

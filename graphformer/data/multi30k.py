@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from graphformer.data.text import write_lines_atomic
+from graphformer.data.text import split_lines, write_lines_atomic
 from graphformer.errors import UserError
 
 COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
@@ -99,7 +99,7 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
 
 def read_gz(path: Path) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
+        return split_lines(f.read())
 
 
 class MosesPipeline:
@@ -119,7 +119,8 @@ class MosesPipeline:
 
 def prepare(data_dir: Path, mirror: str | Path | None = None) -> Path:
     """Fetch, tokenize, and write ``data_dir/{train,valid,test}.{src,tgt}`` (tokenized) plus the
-    raw references ``data_dir/{split}.ref`` for BLEU. Existing files are kept."""
+    raw references ``data_dir/{split}.ref`` for BLEU. Nothing is done when all of them are there;
+    otherwise all are written afresh."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if all((data_dir / f"{s}.{side}").is_file() for s in SPLIT_FILES for side in ("src", "tgt", "ref")):
         return data_dir

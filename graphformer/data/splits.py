@@ -68,11 +68,21 @@ def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw, task: 
     return data_dir
 
 
-def _check_same_task(data_dir: Path, task: str) -> None:
+def generated_by(data_dir: str | Path) -> dict | None:
+    """The record of what generated the data in ``data_dir`` ({"task": ..., "seed": ...}), or
+    None where there is none (a folder made before records were kept, or by hand)."""
     try:
-        made_by = json.loads((data_dir / RECORD).read_text(encoding="utf-8")).get("task")
-    except (OSError, ValueError, AttributeError):
-        return  # no record (a folder made before records were kept, or by hand): nothing to compare
+        record = json.loads((Path(data_dir) / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _check_same_task(data_dir: Path, task: str) -> None:
+    record = generated_by(data_dir)
+    if record is None:
+        return  # nothing to compare
+    made_by = record.get("task")
     if made_by != task:
         raise UserError(f"{data_dir} holds data generated for task {made_by!r}, not {task!r}; give another "
                         "--data-dir (or none: RUN_DIR/data)")

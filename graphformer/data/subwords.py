@@ -18,6 +18,7 @@ from pathlib import Path
 from graphformer.errors import UserError
 
 MODEL = "subwords.model"
+DATA_PREFIX = "data-bpe"  # RUN_DIR/data-bpeN: the splits in pieces of an N-piece model
 
 
 def learn(lines: list[str], vocab_size: int, model_path: Path) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from graphformer.data import listops, multi30k, recall, subwords, synthetic
-from graphformer.data.text import write_lines_atomic
+from graphformer.data.text import split_lines, write_lines_atomic
 from graphformer.errors import ConfigError, UserError
 
 Tokenize = Callable[[str], list]
@@ -88,7 +88,7 @@ class Multi30kTask(Task):
     needs_data_dir = False
 
     def data_dir(self, cfg, run_dir):
-        return run_dir / (f"data-bpe{cfg.bpe}" if cfg.bpe else "data")
+        return run_dir / (f"{subwords.DATA_PREFIX}{cfg.bpe}" if cfg.bpe else "data")
 
     def prepare(self, cfg, run_dir):
         if not cfg.bpe:
@@ -118,7 +118,7 @@ class Multi30kTask(Task):
         return multi30k.MosesPipeline(multi30k.SRC_LANG).tokenize, multi30k.MosesPipeline(multi30k.TGT_LANG).detokenize
 
     def references(self, cfg, run_dir, split):
-        return (self.data_dir(cfg, run_dir) / f"{split}.ref").read_text(encoding="utf-8").splitlines()
+        return split_lines((self.data_dir(cfg, run_dir) / f"{split}.ref").read_text(encoding="utf-8"))
 
     def bleu_tokenize(self, cfg):
         return multi30k.MosesPipeline(multi30k.TGT_LANG).tokenize if cfg.bpe else None

@@ -55,9 +55,9 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
     if not (run / METRICS).is_file():
         raise UserError(f"{run / METRICS} is missing: without validation metrics, use --last instead of --best")
     metric = {}
-    for line in (run / METRICS).read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        metric[record["epoch"]] = record.get(f"valid_{select_by}")
+    for _, record in run.records(METRICS):
+        if "epoch" in record:
+            metric[record["epoch"]] = record.get(f"valid_{select_by}")
     missing = float("-inf") if larger_is_better else float("inf")  # an epoch without the metric ranks last
     ranked = sorted(kept, key=lambda p: _or(metric.get(int(p.stem.split("_")[1])), missing), reverse=larger_is_better)
     return sorted(ranked[:best])

@@ -7,6 +7,7 @@ may differ between sessions of one run without changing what it computes.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,6 +23,7 @@ ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
 DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
 RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
+PATHS = ("data_dir", "init_from")  # saved absolute: a run is evaluated and resumed from any folder
 
 
 @dataclass
@@ -55,8 +57,9 @@ class TrainConfig(DictConfig):
                               range=POSITIVE)
     label_smoothing: float = option(0.1, "probability mass spread over the other tokens", range=PROBABILITY)
     valid_beam: int = option(1, "beam of the per-epoch exact-match check (1 = greedy)", range=AT_LEAST_1)
-    select_by: Optional[str] = option(None, "validation metric that picks checkpoint_best.pt (default: "
-                                      "the task's: exact_match for copy/sort, loss otherwise)", choices=tuple(SELECT_BY))
+    select_by: Optional[str] = option(None, "validation metric that picks checkpoint_best.pt (default: the "
+                                      "task's: exact_match for the generated tasks (copy, sort, listops, recall), "
+                                      "loss otherwise)", choices=tuple(SELECT_BY))
     patience: Optional[int] = option(None, "stop early after N epochs without a better validation metric "
                                      "(select_by)", range=AT_LEAST_1)
     keep_last: int = option(0, "keep the checkpoints of the last N epochs in RUN_DIR/checkpoints, for "
@@ -121,6 +124,29 @@ def check_device_name(name: str) -> None:
     if name in ("auto", "cpu", "cuda") or (kind == "cuda" and index.isdigit()):
         return
     raise ConfigError("device", f"must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
+def with_flags(file_values: dict, flags: dict) -> dict:
+    """A ``--config`` file's train options, overridden by the command line's. A run's own
+    ``config.json`` holds the defaults it filled in, so a flag that sets one of batch_size and
+    batch_tokens unsets the other, and a flag that changes the task drops a select_by that was
+    only the file's task's default."""
+    merged = {**file_values, **flags}
+    for one, other in (("batch_size", "batch_tokens"), ("batch_tokens", "batch_size")):
+        if flags.get(one) is not None and other not in flags:
+            merged[other] = None
+    file_task = file_values.get("task", TrainConfig.task)
+    if flags.get("task", file_task) != file_task and "select_by" not in flags \
+            and file_values.get("select_by") == get_task(file_task).select_by:
+        merged["select_by"] = None
+    return merged
+
+
+def absolute_paths(values: dict) -> dict:
+    """``values`` (option name -> value) with the ``PATHS`` options made absolute, read from the
+    current folder as the command line meant them."""
+    return {name: os.path.abspath(os.path.expanduser(value)) if name in PATHS and value else value
+            for name, value in values.items()}
 
 
 def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:

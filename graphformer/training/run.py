@@ -129,11 +129,11 @@ class LoadedRun:
                                                                                             split.tgt_words))
         if self.task.classification:
             check_labels({name: split})
-        if folder is not None:
-            try:
-                check_lengths({name: split}, self.model.make_pool(), self.model.cfg.max_len)
-            except ConfigError as err:  # max_len is the trained model's: the samples must fit it
-                raise UserError(f"{folder}: the model's max_len {err.problem}; score samples that fit it") from None
+        try:
+            check_lengths({name: split}, self.model.make_pool(), self.model.cfg.max_len)
+        except ConfigError as err:  # max_len is the trained model's: the samples must fit it
+            where = self.data_dir() if folder is None else folder
+            raise UserError(f"{where}: the model's max_len {err.problem}; score samples that fit it") from None
         return split.encode(self.src_vocab, self.tgt_vocab)
 
     def references(self, name: str) -> list[str] | None:

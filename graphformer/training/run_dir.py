@@ -8,7 +8,10 @@
     RUN_DIR/checkpoint_averaged.pt  written by `graphformer average`
     RUN_DIR/metrics.jsonl        one JSON object per epoch
     RUN_DIR/steps.jsonl          one JSON object per optimizer step
-    RUN_DIR/data/                generated copy/sort data (unless --data-dir says otherwise)
+    RUN_DIR/attention/           epoch_NNNN.pt attention maps of a validation sample (--viz-every)
+    RUN_DIR/tensorboard/         the same logs for TensorBoard (--tensorboard)
+    RUN_DIR/data/                generated data (copy, sort, listops, recall; unless --data-dir says otherwise)
+                                 or Multi30k tokenized (data-bpeN: in subword pieces)
     RUN_DIR/.lock                held by the training process that writes the run
 
 Every file is replaced atomically (`graphformer.files`); the logs are appended a line at a
@@ -21,16 +24,20 @@ import fcntl
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
+from graphformer.data import subwords
+from graphformer.data.text import split_lines
 from graphformer.errors import UserError
 from graphformer.files import remove_temporaries, write_json_atomic, write_text_atomic
 from graphformer.training import checkpoint
-from graphformer.training.checkpoint import BEST, LAST
+from graphformer.training.checkpoint import AVERAGED, BEST, LAST
 
 CONFIG, VOCAB = "config.json", "vocab.json"
 STEPS, METRICS = "steps.jsonl", "metrics.jsonl"
 EPOCHS = "checkpoints"
+ATTENTION, TENSORBOARD = "attention", "tensorboard"
 LOCK = ".lock"
 
 
@@ -124,7 +131,7 @@ class RunDir:
         return sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
 
     def keep_epoch_checkpoint(self, state: dict, epoch: int, keep_last: int) -> None:
-        """Add ``epochs/epoch_NNNN.pt``, dropping the oldest first so that never more than
+        """Add ``checkpoints/epoch_NNNN.pt``, dropping the oldest first so that never more than
         ``keep_last`` are on disk."""
         (self.path / EPOCHS).mkdir(exist_ok=True)
         older = [p for p in self.epoch_checkpoints() if p.name != f"epoch_{epoch:04d}.pt"]
@@ -138,6 +145,24 @@ class RunDir:
         with open(self.path / name, "a", encoding="utf-8") as f:
             f.write(json.dumps(clean) + "\n")
 
+    def records(self, name: str) -> list[tuple[str, dict]]:
+        """The (line, record) pairs of a log, without a last line that a crash cut in half
+        (a log is appended a line at a time); any other line that is not JSON is an error."""
+        path = self.path / name
+        lines = split_lines(path.read_text(encoding="utf-8")) if path.is_file() else []
+        pairs = []
+        for i, line in enumerate(lines):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:  # torn by a crash mid-write
+                    break
+                raise UserError(f"{path}: line {i + 1} is not JSON; repair or delete the line") from None
+            if not isinstance(record, dict):
+                raise UserError(f"{path}: line {i + 1} is not a JSON object; repair or delete the line")
+            pairs.append((line, record))
+        return pairs
+
     def cut_logs(self, step: int, epoch: int) -> None:
         """Drop log records written after the checkpoint a run resumes from, and a last line that
         a crash cut in half."""
@@ -145,19 +170,19 @@ class RunDir:
             path = self.path / name
             if not path.is_file():
                 continue
-            lines = path.read_text(encoding="utf-8").splitlines()
-            kept = []
-            for i, line in enumerate(lines):
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    if i == len(lines) - 1:  # torn by a crash mid-write
-                        break
-                    raise UserError(f"{path}: line {i + 1} is not JSON; repair or delete the line, then resume") from None
-                if record[key] <= last:
-                    kept.append(line)
-            if len(kept) != len(lines):
+            kept = [line for line, record in self.records(name) if record.get(key, last + 1) <= last]
+            if "".join(line + "\n" for line in kept) != path.read_text(encoding="utf-8"):
                 write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+    def clear_records(self) -> None:
+        """Start a new run's records empty: a run killed before its first checkpoint (which a new
+        run may replace) leaves logs, maps and epoch checkpoints that belong to no run, and a
+        subword model learned with its options. (Data it generated or tokenized is kept: a
+        generated folder records its task, and Moses tokenization has no options.)"""
+        for name in (STEPS, METRICS, AVERAGED, subwords.MODEL):
+            (self.path / name).unlink(missing_ok=True)
+        for folder in (EPOCHS, ATTENTION, TENSORBOARD, *(p.name for p in self.path.glob(f"{subwords.DATA_PREFIX}*"))):
+            shutil.rmtree(self.path / folder, ignore_errors=True)
 
 
 def resume_command(run_dir: str | Path, processes: int = 1, per_node: int | None = None) -> str:

@@ -7,6 +7,7 @@ run stopped after k steps and resumed computes the same losses as one that never
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import random
 import shutil
@@ -21,8 +22,10 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from graphformer.data.batching import plan_batches, shard
+from graphformer.data.corpus import Split, read_split
+from graphformer.data.splits import generated_by
 from graphformer.data.tasks import get_task
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
 from graphformer.files import write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
@@ -35,10 +38,18 @@ from graphformer.training.progress import Progress, TensorBoardLog, format_metri
 from graphformer.training.run import (check_init_fits, check_init_vocab, check_labels, check_lengths, check_matches_run,
                                       check_model_fits_task, checkpoint_vocabs, init_weights, load_model, read_init,
                                       read_splits, vocabs_for)
-from graphformer.training.run_dir import METRICS, STEPS, RunDir, resume_command
+from graphformer.training.run_dir import METRICS, STEPS, TENSORBOARD, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
 from graphformer.viz.recording import check_map_size, check_recordable, picture, record_epoch
+
+
+class EpochEnd(enum.Enum):
+    """How an epoch's steps ended."""
+
+    COMPLETE = "every step ran: validate, then go on"
+    STOPPED = "a limit or a signal stopped it mid-epoch (checkpoint written)"
+    LAST_STEP_STOPS = "--max-steps or --max-minutes ran out on its last step: validate, then stop"
 
 
 class Trainer:
@@ -75,29 +86,39 @@ class Trainer:
             raise
 
     # ---- setting up -------------------------------------------------------------------------
-    def _open_run_dir(self) -> None:
+    def _open_run_dir(self, new_run: bool) -> None:
         if self.ctx.is_main:
             created = not self.run_dir.exists()
             self.files.create()
             self.files.lock()  # raises if another process holds the run: then nothing here is ours
             self._made_run_dir = created
+            if new_run:
+                self._check_holds_no_run()  # again, now that no other trainer can write here
+                self.files.clear_records()
             if self.cfg.tensorboard:
-                self.board = TensorBoardLog(self.run_dir / "tensorboard")
+                self.board = TensorBoardLog(self.run_dir / TENSORBOARD)
+
+    def _check_holds_no_run(self) -> None:
+        if self.files.holds_run():
+            raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
 
     def _start(self, model_cfg: ModelConfig):
-        if self.ctx.is_main and self.files.holds_run():
-            raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
+        if self.ctx.is_main:
+            self._check_holds_no_run()  # before anything else is checked or written
         check_recordable(model_cfg.model, self.cfg.viz_every)
         check_model_fits_task(model_cfg, self.cfg.task)
         init = read_init(self.cfg.init_from) if self.cfg.init_from else None  # before anything is written
         if init:
             check_init_fits(*init, model_cfg)
-        self._open_run_dir()
+        self._open_run_dir(new_run=True)
         self._load_data()
         pool = model_cfg.graph_pool()
-        check_lengths(self.splits, pool, model_cfg.max_len)
+        check_lengths({**self.splits, **self._test_split()}, pool, model_cfg.max_len)  # test: evaluate must fit too
         check_map_size(self.splits["valid"], pool, self.cfg.viz_every)
         self._choose_vocabs(init)
+        if model_cfg.tie == "all" and self.src_vocab != self.tgt_vocab:  # equal sizes are not enough
+            raise ConfigError("tie", "'all' shares one embedding between source and target tokens, and this run has "
+                              "one vocabulary per side; drop --no-shared-vocab, or tie decoder only")
         self._encode()
         self._check_epoch_has_steps()  # before a model is built for nothing
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
@@ -111,6 +132,7 @@ class Trainer:
             self.files.write_config(model_cfg, self.cfg)
             self.files.write_vocab(self.src_vocab, self.tgt_vocab)
         self._build_optimizer()
+        self._warn_if_other_seed()  # once the run has started: a refused start says only why
 
     def _choose_vocabs(self, init: tuple[dict, Path] | None) -> None:
         """A new run's vocabularies: built from its training split, or those of the checkpoint it
@@ -133,7 +155,7 @@ class Trainer:
                 raise UserError(f"{self.run_dir} is being trained by {owner} and has no checkpoint yet; wait for "
                                 "one (an epoch's end), or for that run to finish")
             raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
-        self._open_run_dir()
+        self._open_run_dir(new_run=False)
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
         trained_by = state.get("processes")  # not recorded before 2026-12-01: then unknown, not checked
@@ -170,6 +192,20 @@ class Trainer:
             check_labels(self.splits)
         train = self.splits["train"]
         train.src_words, train.tgt_words = self.cfg.used("train", train.src_words), self.cfg.used("train", train.tgt_words)
+
+    def _warn_if_other_seed(self) -> None:
+        """Generated data already in the data folder is used as it is, whatever --seed says."""
+        folder = get_task(self.cfg.task).data_dir(self.cfg, self.run_dir)
+        record = generated_by(folder)
+        if self.ctx.is_main and record and record.get("seed", self.cfg.seed) != self.cfg.seed:
+            tqdm.write(f"graphformer: warning: the data in {folder} was generated with seed "
+                       f"{record['seed']}; training on it as it is (--seed {self.cfg.seed} sets the initialisation, "
+                       "dropout and batch order; give a new --data-dir for data of this seed)", file=sys.stderr)
+
+    def _test_split(self) -> dict[str, Split]:
+        """{"test": the test split} where the data has one, else {}."""
+        folder = get_task(self.cfg.task).data_dir(self.cfg, self.run_dir)
+        return {"test": read_split(folder, "test")} if (folder / "test.src").is_file() else {}
 
     def _encode(self):
         for split in self.splits.values():
@@ -273,10 +309,11 @@ class Trainer:
             if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
                 self._record_attention(0)  # the untrained model: the first frame of an animation
             while self.progress["epoch"] < self.cfg.epochs and not done:
-                if not self._train_epoch():
+                end = self._train_epoch()
+                if end is EpochEnd.STOPPED:
                     break
                 metrics = self._end_epoch()
-                done = self._out_of_patience()
+                done = end is EpochEnd.LAST_STEP_STOPS or self._out_of_patience()
             if self.ctx.distributed:
                 self._check_ranks_in_sync()
             return metrics
@@ -284,8 +321,8 @@ class Trainer:
             for sig, previous in handlers.items():
                 signal.signal(sig, previous)
 
-    def _train_epoch(self) -> bool:
-        """Steps of the current epoch from where progress points; False if training must stop."""
+    def _train_epoch(self) -> "EpochEnd":
+        """Steps of the current epoch from where progress points."""
         epoch = self.progress["epoch"]
         steps, global_steps = self.epoch_plan(epoch)
         self._check_epoch_has_steps(steps)
@@ -317,10 +354,12 @@ class Trainer:
                 self.save()
             if self._should_stop():
                 report.close()
+                if self.progress["batch"] == len(steps) and not self.interrupted:
+                    return EpochEnd.LAST_STEP_STOPS  # its validation and checkpoint follow, as any epoch's
                 self.save()
-                return False
+                return EpochEnd.STOPPED
         report.close()
-        return True
+        return EpochEnd.COMPLETE
 
     def _should_stop(self) -> bool:
         limit = ((self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps)

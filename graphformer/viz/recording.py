@@ -11,6 +11,7 @@ from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import make_batch, tree
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import save_atomic
+from graphformer.training.run_dir import ATTENTION
 from graphformer.viz.maps import RELATIONS, attention_maps
 from graphformer.viz.plots import AttentionPicture
 from graphformer.vocab import EOS, SOS
@@ -76,7 +77,7 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
     else:  # a classifier: its encoder is all it attends with
         record["label"] = tgt_vocab.itos[tgt[0]]
     record["maps"] = {rel: attention_maps(model, batch, rel) for rel in (RELATIONS if pool.targets else ("enc",))}
-    folder = Path(run_dir) / "attention"
+    folder = Path(run_dir) / ATTENTION
     folder.mkdir(exist_ok=True)
     path = folder / f"epoch_{epoch:04d}.pt"
     save_atomic(record, path)
@@ -85,7 +86,7 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
 
 def load_records(run_dir: str | Path) -> list[dict]:
     """Every recorded epoch of a run, oldest first."""
-    folder = Path(run_dir) / "attention"
+    folder = Path(run_dir) / ATTENTION
     paths = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
     if not paths:
         raise UserError(f"no attention maps recorded in {run_dir}; train with --viz-every N to record them")
