@@ -112,8 +112,9 @@ def _eval_parser(sub):
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--data-dir", metavar="DIR", help="score the split of this folder ({split}.src, {split}.tgt) "
-                   "instead of the run's own data, e.g. longer samples of the same task (no BLEU)")
+    p.add_argument("--data-dir", metavar="DIR", help="score the split of this folder ({split}.src, {split}.tgt, "
+                   "tokenized as the run's own data folder) instead of the run's own data, e.g. longer samples of "
+                   "the same task (no BLEU)")
     _decoding_options(p, skip=("batch_tokens",))
     p.set_defaults(func=cmd_evaluate)
 
@@ -200,7 +201,7 @@ def _animate_parser(sub):
 def _heatmap_parser(sub):
     p = sub.add_parser("heatmap", help="draw one recorded attention map",
                        description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded "
-                                   "epoch, as .png, .svg or .pdf.")
+                                   "epoch, as .png, .svg, .pdf, .jpg or .jpeg.")  # graphformer.viz.plots.IMAGE_FORMATS
     view = _viz_options(p)
     p.add_argument("--epoch", default="last", help="recorded epoch number (0: untrained), or 'last'")
     view.add_argument("--graph", dest="view", action="store_const", const="graph", help="same as --view graph")
@@ -361,6 +362,8 @@ def cmd_evaluate(args) -> int:
     _, detokenize = run.pipelines()
     references = None if args.data_dir else run.references(args.split)
     split = run.split(args.split, args.data_dir)
+    if args.data_dir:
+        _warn_about_unknown_tokens(split, args.data_dir, run.data_dir())
     # Decoding a test set can take minutes: a bar for whoever watches (stderr a terminal), not for logs.
     with tqdm(total=len(split), unit="sentence", desc="decoding", file=sys.stderr,
               disable=not sys.stderr.isatty()) as bar:
@@ -377,6 +380,19 @@ def cmd_evaluate(args) -> int:
         print(f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
               f"exact_match={scores['exact_match']:.4f}{bleu}" + (f" (beam {decoding.beam})" if searched else ""))
     return 0
+
+
+def _warn_about_unknown_tokens(split, folder: str, own: Path) -> None:
+    """A folder's files are read as they are: tokens the run never saw (raw text given to a run
+    of Moses words or subword pieces) are `<unk>`, and scores of them mislead."""
+    from graphformer.vocab import UNK
+
+    ids = [i for side in (split.src, split.tgt) for sentence in side for i in sentence]
+    unknown = sum(i == UNK for i in ids)
+    if unknown:
+        print(f"graphformer: warning: {unknown} of the {len(ids)} tokens in {folder} ({100 * unknown / len(ids):.1f}%) "
+              f"are not in the run's vocabulary and read as <unk>; give files tokenized as the run's own ({own})",
+              file=sys.stderr)
 
 
 def read_input(path: str | None) -> list[str]:

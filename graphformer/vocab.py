@@ -33,6 +33,9 @@ class Vocab:
         self.stoi = {tok: i for i, tok in enumerate(self.itos)}
         if len(self.stoi) != len(self.itos):
             raise ValueError("a vocabulary must not list a token twice")
+        # What text may map to: "<pad>", "<s>" or "</s>" written in a sentence are unknown words,
+        # never the markers that pad, start and end it.
+        self._word_ids = {tok: i for tok, i in self.stoi.items() if i not in (PAD, SOS, EOS)}
 
     @classmethod
     def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "Vocab":
@@ -52,7 +55,8 @@ class Vocab:
         return isinstance(other, Vocab) and self.itos == other.itos
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
-        return [self.stoi.get(tok, UNK) for tok in tokens]
+        """Ids of words; a token not in the vocabulary, or a written marker (``"</s>"``), is `<unk>`."""
+        return [self._word_ids.get(tok, UNK) for tok in tokens]
 
     def decode(self, ids: Iterable[int], strip_specials: bool = True) -> list[str]:
         """Tokens for ``ids``, stopping at the first `</s>` when ``strip_specials``."""

@@ -34,8 +34,11 @@ def graphformer(*args):
     assert proc.returncode == 0
 
 def train(run, data, *args):
-    """Train on the parallel files in `data` into `run`, once: a finished run is reused."""
-    if not (run / "checkpoint_best.pt").exists():
+    """Train on the parallel files in `data` into `run`, once: a finished run is reused, and one
+    that was interrupted is finished first."""
+    if (run / "checkpoint_last.pt").exists():
+        graphformer("train", "--out", run, "--resume", "--quiet")
+    else:
         graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--quiet", *args)
 '''
 

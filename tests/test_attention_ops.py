@@ -42,6 +42,24 @@ def test_a_query_without_keys_is_an_error_on_every_backend(backend):
         graph_attention(g, q, k, v, backend)
 
 
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_graph_listing_an_edge_twice_is_an_error_on_every_backend(backend):
+    """Tiles are masks: they would count the key once where edge kernels count it twice."""
+    g = dgl.add_edges(dgl.graph(([0, 0, 1], [0, 0, 0]), num_nodes=2), [1], [1])
+    q = k = v = torch.randn(2, 2, 4)
+    with pytest.raises(ValueError, match="lists 1 edge"):
+        graph_attention(g, q, k, v, backend)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_graph_with_32_bit_ids_gives_what_64_bit_ids_give(backend):
+    u, v = torch.tensor([0, 1, 1, 2, 0]), torch.tensor([0, 0, 1, 2, 2])
+    q, k, w = (torch.randn(3, 2, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    wide = graph_attention(dgl.graph((u, v), num_nodes=3), q, k, w, backend)
+    narrow = graph_attention(dgl.graph((u, v), num_nodes=3, idtype=torch.int32), q, k, w, backend)
+    torch.testing.assert_close(narrow, wide, rtol=0, atol=1e-12)
+
+
 def test_extreme_scores_are_finite_and_exact():
     g, mask = random_graph(9, 6, 0.5, seed=1)
     q = torch.randn(6, 2, 4, dtype=torch.float64)
@@ -209,3 +227,30 @@ def test_training_on_equal_lengths_gives_the_same_gradients_with_uniform_tiles()
     torch.testing.assert_close(results[0][0], results[1][0], atol=1e-10, rtol=0)
     for a, b in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("model_kind", ["transformer", "universal"])
+def test_a_batch_without_targets_runs_on_every_backend(model_kind):
+    """An inference batch has no target nodes: the decoder's relations have no queries."""
+    from graphformer import make_model
+    from graphformer.graphs import make_batch
+    model = make_model(20, model=model_kind, d_model=16, heads=2, d_ff=16, dropout=0.0).eval()
+    batch = make_batch(model.make_pool(), [[5, 6, 7], [8, 9]])
+    for backend in sorted(BACKENDS):
+        model.attention_backend = backend
+        with torch.no_grad():
+            out = model(batch, full_output=True)
+        assert out.log_probs.shape == (0, 20)
+        if model_kind == "universal":
+            assert torch.isfinite(out.aux_loss)  # the empty target side ponders nothing, not NaN
+
+
+def test_a_models_backend_is_checked_when_set():
+    from graphformer import make_model
+    for kind in ("transformer", "universal", "encoder"):
+        model = make_model(20, model=kind, d_model=16, heads=2, d_ff=16)
+        model.attention_backend = "torch"
+        assert model.attention_backend == "torch"
+        with pytest.raises(ValueError, match="unknown attention backend 'nope'"):
+            model.attention_backend = "nope"
+        assert model.attention_backend == "torch"

@@ -64,6 +64,12 @@ def test_vocab_from_training_data_only(tmp_path):
     assert shared is same and set(shared.itos[4:]) == {"a", "b", "c", "x", "y"}
 
 
+def test_markers_written_in_text_are_unknown_words():
+    """A literal "</s>" in a sentence must not end it, nor "<s>" or "<pad>" start or pad it."""
+    v = Vocab.build([["a", "</s>", "b", "<s>", "<pad>", "<unk>"]])
+    assert v.encode(["a", "</s>", "b", "<s>", "<pad>", "<unk>"]) == [v.stoi["a"], UNK, v.stoi["b"], UNK, UNK, UNK]
+
+
 def test_vocab_round_trip(tmp_path):
     v = Vocab.build([["z", "y", "y"]])
     v.save(tmp_path / "v.json")

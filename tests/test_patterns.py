@@ -99,6 +99,16 @@ def test_cross_patterns_give_every_query_keys_when_the_target_is_longer(n, m, sp
         assert edge_set(patterns.parse(spec), n, m) == {(i, j) for i, j in edge_set(patterns.parse(spec), max(n, m), max(n, m)) if i < n and j < m}
 
 
+def test_causal_forms_made_in_python_are_prefix_stable_as_parsed_ones():
+    """make_causal of random links (alone or in a union) draws among the keys up to the query, as
+    ``causal-random`` does: filtering a draw among all keys would change as decoding adds keys."""
+    made = patterns.make_causal(patterns.union(patterns.random_links(2), patterns.window(1)))
+    parsed = patterns.parse("causal-random:2,0+causal-window:1")
+    for n in (3, 8, 12):
+        assert edge_set(made, n, n) == edge_set(parsed, n, n)
+        assert {(i, j) for i, j in edge_set(made, 12, 12) if j < n} == edge_set(made, n, n)
+
+
 def test_random_links_are_reproducible_and_seeded():
     a, b, c = (patterns.parse(s) for s in ("random:3,1", "random:3,1", "random:3,2"))
     assert edge_set(a, 20, 20) == edge_set(b, 20, 20) != edge_set(c, 20, 20)
@@ -138,6 +148,8 @@ def test_query_without_keys_is_a_clear_error():
 
 @pytest.mark.parametrize("spec,msg", [
     ("windw:3", "unknown attention pattern 'windw:3'"),
+    ("full:3", "full takes no argument"),
+    ("causal-causal:1", "causal takes no argument"),
     ("window:0", "must be a positive integer"),
     ("window:-2", "must be a positive integer"),
     ("window", "takes 1 integer argument"),

@@ -431,3 +431,38 @@ def test_generated_data_of_another_seed_is_used_with_a_warning(tmp_path, capsys)
                  "--out", str(tmp_path / "run"), *TINY_MODEL) == 0
     assert "was generated with seed 1; training on it as it is" in capsys.readouterr().err
     assert (tmp_path / "gen" / "train.src").read_text() == before
+
+
+@pytest.mark.parametrize("flag,value,needle", [("--epochs", "1", "--epochs 1 is fewer than the 2 epochs"),
+                                               ("--max-steps", "5", "--max-steps 5 is fewer than the 12 steps")])
+def test_resume_refuses_limits_below_what_the_run_has_done(data, tmp_path, capsys, flag, value, needle):
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "2") == 0
+    before = snapshot(run)
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", flag, value], needle)
+    assert snapshot(run) == before  # config.json still says what the run did
+
+
+def test_evaluate_warns_when_a_folders_tokens_are_not_the_runs(trained, tmp_path, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "valid.src").write_text("a b zz\nyy\n")  # zz, yy and ww are no copy-task tokens
+    (other / "valid.tgt").write_text("a b zz\nww\n")
+    assert main(["evaluate", str(trained), "--split", "valid", "--data-dir", str(other), "--beam", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "4 of the 8 tokens in" in err and "read as <unk>" in err
+
+
+def test_a_generated_tasks_folder_of_files_no_generator_made_is_used_with_a_warning(data, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    shutil.copytree(data, mine)
+    (mine / "generated.json").unlink()
+    assert train("--task", "copy", "--data-dir", str(mine), "--max-steps", "1", "--out", str(tmp_path / "run"),
+                 *TINY_MODEL) == 0
+    assert "has no record of a generator (generated.json)" in capsys.readouterr().err
+
+
+def test_a_min_count_that_leaves_no_word_is_a_one_line_error(data, tmp_path, capsys):
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "run"),
+                            "--min-count", "100000", *TINY_MODEL], "--min-count (100000) is more than any")
+    assert not (tmp_path / "run").exists()

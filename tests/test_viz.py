@@ -332,6 +332,9 @@ def test_cli_offers_the_views_and_scales_plots_draw():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     options = {a.dest: a.choices for a in sub.choices["animate"]._actions}
     assert tuple(options["view"]) == VIEWS and tuple(options["scale"]) == SCALES
+    from graphformer.viz.plots import IMAGE_FORMATS
+    listed = re.findall(r"\.[a-z]+", sub.choices["heatmap"].description.split("epoch, as")[1])
+    assert tuple(listed) == IMAGE_FORMATS
 
 
 def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):
@@ -343,6 +346,9 @@ def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):
     assert main(["animate", str(run), "-o", str(tmp_path / "a.gif")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no attention maps recorded" in err and "--viz-every" in err
+    assert main(["animate", str(tmp_path / "nowhere"), "-o", str(tmp_path / "a.gif")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path / 'nowhere'} is not a folder" in err
 
 
 def test_ponder_plots(tmp_path):
@@ -352,3 +358,25 @@ def test_ponder_plots(tmp_path):
     ponder_distribution(metrics, tmp_path / "dist.png")
     ponder_map([1, 3, 2], ["a", "b", "</s>"], tmp_path / "map.png")
     assert Image.open(tmp_path / "dist.png").size[0] > 300 and Image.open(tmp_path / "map.png").size[0] > 100
+
+
+def test_attention_maps_refuse_the_universal_transformer():
+    """Its steps attend on subgraphs of the still-active nodes: no map per layer to draw."""
+    model = make_model(20, model="universal", d_model=16, heads=2, d_ff=16, max_depth=4, act_threshold=0.5)
+    batch = make_batch(model.make_pool(), [[5, 6, 7, 8, 9], [5, 6]], [[5, 6, 7], [8]])
+    with pytest.raises(ValueError, match="ponder map"):
+        attention_maps(model, batch, "enc", sample=0)
+
+
+def test_pattern_matrices_draw_a_trees_span_nodes_too(tmp_path):
+    from graphformer.viz.plots import pattern_matrices
+    figure = pattern_matrices(["window:2", "window:1+tree:2"], n=8, path=tmp_path / "patterns.png")
+    titles = [ax.get_title() for ax in figure.axes]
+    assert "span nodes after the 8 tokens" in titles[1] and "span" not in titles[0]
+    assert figure.axes[1].images[0].get_array().shape[0] > 8 == figure.axes[0].images[0].get_array().shape[0]
+
+
+def test_a_caption_cannot_end_the_players_script():
+    from graphformer.viz.plots import player_page
+    page = player_page([b"x"], ["enc layer 0 head 0, epoch 1, label </script><script>alert(1)</script>"], "t")
+    assert page.count("</script>") == 1  # the player's own

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Copy and sort with sparse attention patterns next to full attention; prints one line per run.
-# Usage: bash examples/sparse/run.sh [EPOCHS]   (results also in runs/sparse/*/metrics.jsonl)
+# Usage: bash examples/sparse/run.sh [EPOCHS]   (results also in runs/sparse/epochs-EPOCHS/*/metrics.jsonl)
+# A run that is there already is reused, and one that was interrupted is finished first.
 set -euo pipefail
 BIN=${BIN:-.venv/bin}
 EPOCHS=${1:-6}
 MODEL=(--layers 2 --d-model 128 --heads 4 --d-ff 256 --dropout 0.1 --lr-factor 0.5 --batch-size 64 --quiet)
 run() {  # name task enc dec cross
-    local out=runs/sparse/$1
-    [ -e "$out/checkpoint_best.pt" ] || "$BIN/graphformer" train --task "$2" --out "$out" --epochs "$EPOCHS" \
-        --enc-attention "$3" --dec-attention "$4" --cross-attention "$5" "${MODEL[@]}" > /dev/null
+    local out=runs/sparse/epochs-$EPOCHS/$1
+    if [ -e "$out/checkpoint_last.pt" ]; then
+        "$BIN/graphformer" train --out "$out" --resume --quiet > /dev/null
+    else
+        "$BIN/graphformer" train --task "$2" --out "$out" --epochs "$EPOCHS" \
+            --enc-attention "$3" --dec-attention "$4" --cross-attention "$5" "${MODEL[@]}" > /dev/null
+    fi
     printf '%-14s %-5s enc=%-16s dec=%-18s cross=%-10s ' "$1" "$2" "$3" "$4" "$5"
     "$BIN/graphformer" evaluate "$out" --split test --beam 1 | sed 's/^test: //'
 }

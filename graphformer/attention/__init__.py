@@ -95,6 +95,16 @@ def _check_every_query_has_keys(relation: Relation) -> None:
                          "undefined; give every query at least one key (a self-loop, or a global node)")
 
 
+def _check_no_duplicate_edges(relation: Relation) -> None:
+    """A ValueError for a multigraph: a key listed twice for one query would count twice in the
+    softmax of some backends and once in others (their tiles are masks)."""
+    pairs = relation.v * relation.num_keys + relation.u
+    repeated = len(pairs) - len(torch.unique(pairs))
+    if repeated:
+        raise ValueError(f"the graph lists {repeated} edge(s) twice (the same key and query): attention takes a key "
+                         "once per query; remove the duplicates, e.g. with dgl.to_simple(graph)")
+
+
 def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False,
                     name: str | None = None):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
@@ -107,6 +117,7 @@ def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_we
     if not isinstance(relation, Relation):
         relation = Relation.of_graph(relation)
         _check_every_query_has_keys(relation)  # a pool's patterns are checked when the pool builds them
+        _check_no_duplicate_edges(relation)
     _check_shapes(relation, q, k, v)
     attend = BACKENDS[check_backend(backend)]
     if not (_recorders and name):

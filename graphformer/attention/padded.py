@@ -182,6 +182,8 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
 
 def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
+    if relation.num_queries == 0:  # e.g. the decoder of a batch without targets: no tile to pad
+        return (q.new_zeros(q.shape), q.new_zeros(0, q.shape[1], 1)) if return_weights else q.new_zeros(q.shape)
     tiles = relation.tiles or (None if return_weights else uniform_tiles(relation))
     if tiles is not None:
         return _attend_tiles(relation, tiles, q, k, v, return_weights)

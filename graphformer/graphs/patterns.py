@@ -147,6 +147,8 @@ def _random(r: int, seed: int, causal: bool) -> Pattern:
             vs += [j] * len(keys)
         return torch.tensor(us, dtype=torch.int64), torch.tensor(vs, dtype=torch.int64)
 
+    if not causal:  # its causal pairs would be drawn among all keys: they would change as decoding adds keys
+        pattern.causal_form = lambda: _random_causal(r, seed)
     return _named(pattern, f"{'causal-' if causal else ''}random:{r},{seed}")
 
 
@@ -170,10 +172,14 @@ def adds_span_nodes(pattern: Pattern) -> bool:
 
 
 def make_causal(pattern: Pattern) -> Pattern:
-    """The pairs of ``pattern`` with key <= query."""
+    """The pairs of ``pattern`` with key <= query; a pattern whose pairs so kept would not be
+    prefix-stable (``random``, which draws among all keys) gives its own ``causal_form``."""
     if adds_span_nodes(pattern):
-        raise UserError(f"attention pattern {pattern.spec!r} adds span nodes to the source and serves "
-                        "--enc-attention only; it has no causal form")
+        raise UserError(f"attention pattern {getattr(pattern, 'spec', 'custom')!r} adds span nodes to the source "
+                        "and serves --enc-attention only; it has no causal form")
+    if hasattr(pattern, "causal_form"):
+        return pattern.causal_form()
+
     def causal_pattern(nk: int, nq: int) -> EdgeList:
         u, v = pattern(nk, nq)
         keep = u <= v
@@ -194,6 +200,8 @@ def union(*patterns: Pattern) -> Pattern:
         ids = torch.unique(v * width + u)  # sorted by query, then key
         return ids % width, ids // width
     combined.adds_span_nodes = any(adds_span_nodes(p) for p in patterns)
+    if any(hasattr(p, "causal_form") for p in patterns):
+        combined.causal_form = lambda: union(*(make_causal(p) for p in patterns))
     return _named(combined, "+".join(getattr(p, "spec", "custom") for p in patterns))
 
 
@@ -239,7 +247,9 @@ NAMES = sorted([*_BUILDERS, *_PLAIN])
 def _parse_one(term: str) -> Pattern:
     causal_prefix = term.startswith("causal-")
     name, _, args = term.removeprefix("causal-").partition(":")
-    if name in _PLAIN and not args:
+    if name in _PLAIN:
+        if args:
+            raise UserError(f"attention pattern {term!r}: {name} takes no argument; write {name}")
         base = _PLAIN[name]
     elif name in _BUILDERS:
         builder, arity = _BUILDERS[name]
@@ -251,11 +261,6 @@ def _parse_one(term: str) -> Pattern:
         if len(values) not in allowed:
             raise UserError(f"attention pattern {term!r}: {name} takes {' or '.join(map(str, allowed))} "
                             f"integer argument(s), e.g. {name}:{','.join(['4'] * allowed[0])}")
-        if name == "random" and causal_prefix:
-            return _random_causal(*values)
-        if name == "tree" and causal_prefix:
-            raise UserError(f"attention pattern {term!r}: tree adds span nodes to the source and serves "
-                            "--enc-attention only; it has no causal form")
         base = builder(*values)
     else:
         raise UserError(f"unknown attention pattern {term!r}; known: {', '.join(NAMES)} "

@@ -86,7 +86,8 @@ class Relation:
         u, v = graph.edges()
         device = graph.device if device is None else device
         counts = [None if c is None else c.to(device) for c in (key_counts, query_counts)]
-        return cls(u.to(device), v.to(device), graph.num_src_nodes(), graph.num_dst_nodes(), *counts, graph=graph)
+        return cls(u.to(device, torch.int64), v.to(device, torch.int64), graph.num_src_nodes(), graph.num_dst_nodes(),
+                   *counts, graph=graph)  # int64 whatever DGL's idtype: torch's scatter takes no other
 
     @classmethod
     def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> "Relation":

@@ -26,6 +26,10 @@ class ACTStats:
 
     @property
     def ponder_cost(self) -> torch.Tensor:
+        """Mean over tokens of steps + R; 0 for a side without tokens (the target side of a batch
+        without targets), not the NaN of an empty mean."""
+        if self.steps.numel() == 0:
+            return self.remainders.new_zeros(())
         return (self.steps.to(self.remainders.dtype) + self.remainders).mean()
 
 

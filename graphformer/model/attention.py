@@ -13,6 +13,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from graphformer.attention import check_backend
+
+
+class BackendChoice:
+    """A model's ``attention_backend`` attribute, checked when set: ``model.attention_backend =
+    "torch"`` with a name that is no backend fails there, not at the next forward pass."""
+
+    def __set_name__(self, owner, name: str):
+        self.slot = "_" + name
+
+    def __get__(self, model, owner=None):
+        return self if model is None else model.__dict__[self.slot]
+
+    def __set__(self, model, name: str):
+        model.__dict__[self.slot] = check_backend(name)
+
 
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, heads: int):

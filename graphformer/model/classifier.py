@@ -26,9 +26,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from graphformer.attention import DEFAULT_BACKEND, check_backend
+from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import ENC, GraphBatch, GraphPool
 from graphformer.model.act import ACTStats
+from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, check_ids, embed_source
 from graphformer.model.layers import Generator, init_weights
@@ -49,12 +50,14 @@ class EncoderClassifier(nn.Module):
     ``attention_backend`` is set as on `graphformer.model.transformer.GraphTransformer`.
     """
 
+    attention_backend = BackendChoice()
+
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
         if not cfg.classifies:
             raise ValueError(f"EncoderClassifier needs a classifier model, got {cfg.model!r}; use build_model")
         self.cfg = cfg
-        self.attention_backend = check_backend(attention_backend)
+        self.attention_backend = attention_backend
         self.src_embed = Embedder(TokenEmbedding(cfg.src_vocab, cfg.d_model),
                                   POSITIONS[cfg.positions](cfg.d_model, cfg.max_len), cfg.dropout)
         self.encoder = UniversalEncoder(cfg) if cfg.model == "universal-encoder" else Encoder(cfg)

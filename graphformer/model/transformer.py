@@ -18,9 +18,10 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from graphformer.attention import DEFAULT_BACKEND, check_backend
+from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool
 from graphformer.graphs.relation import Relation
+from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import embed_source, make_embedders
 from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, init_weights
@@ -71,12 +72,14 @@ class GraphTransformer(nn.Module):
     config saved with checkpoints: set it on the model (``model.attention_backend = "torch"``).
     """
 
+    attention_backend = BackendChoice()
+
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
         if cfg.model != "transformer":
             raise ValueError(f"GraphTransformer needs model='transformer', got {cfg.model!r}; use build_model")
         self.cfg = cfg
-        self.attention_backend = check_backend(attention_backend)
+        self.attention_backend = attention_backend
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)

@@ -21,10 +21,11 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from graphformer.attention import DEFAULT_BACKEND, check_backend
+from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
 from graphformer.graphs.relation import Relation
 from graphformer.model.act import ACT, ACTStats, HaltingUnit
+from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source, make_embedders
 from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, init_weights
@@ -94,12 +95,14 @@ class UniversalEncoder(nn.Module):
 class UniversalTransformer(nn.Module):
     """Encoder-decoder Universal Transformer with ACT, on the same graph batches as the Transformer."""
 
+    attention_backend = BackendChoice()
+
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__()
         if cfg.model != "universal":
             raise ValueError("UniversalTransformer needs a config with model='universal'")
         self.cfg = cfg
-        self.attention_backend = check_backend(attention_backend)  # as in GraphTransformer
+        self.attention_backend = attention_backend  # as in GraphTransformer
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = UniversalEncoder(cfg)
         self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)

@@ -23,8 +23,8 @@ from tqdm.auto import tqdm
 
 from graphformer.data.batching import plan_batches, shard
 from graphformer.data.corpus import Split, read_split
-from graphformer.data.splits import generated_by
-from graphformer.data.tasks import get_task
+from graphformer.data.splits import RECORD, generated_by
+from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
 from graphformer.files import write_json_atomic
 from graphformer.graphs import make_batch
@@ -42,6 +42,7 @@ from graphformer.training.run_dir import METRICS, STEPS, TENSORBOARD, RunDir, re
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
 from graphformer.viz.recording import check_map_size, check_recordable, picture, record_epoch
+from graphformer.vocab import SPECIALS
 
 
 class EpochEnd(enum.Enum):
@@ -132,13 +133,16 @@ class Trainer:
             self.files.write_config(model_cfg, self.cfg)
             self.files.write_vocab(self.src_vocab, self.tgt_vocab)
         self._build_optimizer()
-        self._warn_if_other_seed()  # once the run has started: a refused start says only why
+        self._warn_about_generated_data()  # once the run has started: a refused start says only why
 
     def _choose_vocabs(self, init: tuple[dict, Path] | None) -> None:
         """A new run's vocabularies: built from its training split, or those of the checkpoint it
         starts from (``--init-from``), whose embeddings it takes over."""
         if init is None:
             self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
+            if len(self.src_vocab) == len(SPECIALS):  # every source token would read as <unk>
+                raise ConfigError("min_count", f"({self.cfg.min_count}) is more than any training source token is "
+                                  "seen: the vocabulary would hold no word; lower it")
             return
         state, path = init
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
@@ -177,9 +181,19 @@ class Trainer:
         if torch.cuda.is_available() and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self._check_epoch_has_steps()
+        self._check_limits_not_below_progress()
         if self.ctx.is_main:
             self.files.cut_logs(self.progress["step"], self.progress["epoch"])
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
+
+    def _check_limits_not_below_progress(self) -> None:
+        """A resumed run's --epochs and --max-steps must not undercut what it has done: config.json
+        would no longer describe the run (as --config, it would train a shorter one)."""
+        for flag, limit, done, unit in (("--epochs", self.cfg.epochs, self.progress["epoch"], "epochs"),
+                                        ("--max-steps", self.cfg.max_steps, self.progress["step"], "steps")):
+            if limit is not None and limit < done:
+                raise UserError(f"{flag} {limit} is fewer than the {done} {unit} {self.run_dir} has trained; give at "
+                                f"least {done} (or leave it out)")
 
     def _load_data(self):
         task = get_task(self.cfg.task)
@@ -193,14 +207,22 @@ class Trainer:
         train = self.splits["train"]
         train.src_words, train.tgt_words = self.cfg.used("train", train.src_words), self.cfg.used("train", train.tgt_words)
 
-    def _warn_if_other_seed(self) -> None:
-        """Generated data already in the data folder is used as it is, whatever --seed says."""
-        folder = get_task(self.cfg.task).data_dir(self.cfg, self.run_dir)
-        record = generated_by(folder)
-        if self.ctx.is_main and record and record.get("seed", self.cfg.seed) != self.cfg.seed:
-            tqdm.write(f"graphformer: warning: the data in {folder} was generated with seed "
-                       f"{record['seed']}; training on it as it is (--seed {self.cfg.seed} sets the initialisation, "
-                       "dropout and batch order; give a new --data-dir for data of this seed)", file=sys.stderr)
+    def _warn_about_generated_data(self) -> None:
+        """Files already in a generated task's data folder are used as they are, whatever --seed
+        says, and even if no generator made them: say so."""
+        if not (self.ctx.is_main and self.cfg.data_dir and isinstance(get_task(self.cfg.task), GeneratedTask)):
+            return  # only a generated task's --data-dir can hold files this run did not generate
+        record = generated_by(self.cfg.data_dir)
+        if record is None:
+            warning = (f"{self.cfg.data_dir} has no record of a generator ({RECORD}); training task {self.cfg.task!r} "
+                       "on its files as they are (for your own files, --task parallel)")
+        elif record.get("seed", self.cfg.seed) != self.cfg.seed:
+            warning = (f"the data in {self.cfg.data_dir} was generated with seed {record['seed']}; training on it as "
+                       f"it is (--seed {self.cfg.seed} sets the initialisation, dropout and batch order; give a new "
+                       "--data-dir for data of this seed)")
+        else:
+            return
+        tqdm.write(f"graphformer: warning: {warning}", file=sys.stderr)
 
     def _test_split(self) -> dict[str, Split]:
         """{"test": the test split} where the data has one, else {}."""

@@ -14,6 +14,10 @@ from graphformer.attention import record_attention
 from graphformer.graphs import GraphBatch
 
 RELATIONS = ("enc", "dec", "cross")
+# Models with one map per layer. The Universal Transformer attends on shrinking subgraphs of its
+# still-active nodes at every step; those are drawn as ponder maps instead
+# (`graphformer.viz.plots.ponder_map`).
+RECORDED_MODELS = ("transformer", "encoder")
 
 
 def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, int, int]:
@@ -31,8 +35,13 @@ def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, in
 def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: int = 0) -> torch.Tensor:
     """(layers, heads, queries, keys) attention weights of one sample; NaN where there is no edge.
 
-    Works for the Transformer (one map per layer). ``batch`` must have targets for 'dec'/'cross'.
+    Works for the models of `RECORDED_MODELS` (one map per layer). ``batch`` must have targets
+    for 'dec'/'cross'.
     """
+    if model.cfg.model not in RECORDED_MODELS:
+        raise ValueError(f"attention maps are drawn for the {' and '.join(RECORDED_MODELS)} models, not model "
+                         f"{model.cfg.model!r}, whose steps attend on subgraphs of their active nodes; draw its "
+                         "ponder map instead (graphformer.viz.plots.ponder_map)")
     if relation not in RELATIONS:
         raise ValueError(f"unknown relation {relation!r}; choose one of {RELATIONS}")
     if relation != "enc" and (model.cfg.classifies or batch.num_tgt_tokens == 0):

@@ -231,6 +231,12 @@ def _write_gif(frames: list[bytes], path: Path, seconds_per_frame: float) -> Non
                                                 duration=int(1000 * seconds_per_frame), loop=0))
 
 
+def _script_literal(value) -> str:
+    """``value`` as a JavaScript literal for a ``<script>`` element: JSON with ``</`` written ``<\\/``,
+    so that no string in it (a caption quoting a label from the data) can end the element."""
+    return json.dumps(value).replace("</", "<\\/")
+
+
 def player_page(frames: list[bytes], captions: list[str], title: str, seconds_per_frame: float = 0.8) -> str:
     """A small HTML page that steps through PNG ``frames``: play/pause, previous, next and a
     slider. Everything is inline, so it works offline and as a notebook output."""
@@ -260,8 +266,8 @@ def player_page(frames: list[bytes], captions: list[str], title: str, seconds_pe
 </div>
 <script>
 (function () {{
-  const frames = {json.dumps(sources)};
-  const captions = {json.dumps(captions)};
+  const frames = {_script_literal(sources)};
+  const captions = {_script_literal(captions)};
   const root = document.getElementById("{uid}");
   const img = root.querySelector("img"), slider = root.querySelector("input"),
         caption = root.querySelector(".caption"), play = root.querySelector("[data-play]");
@@ -320,10 +326,12 @@ def pattern_matrices(specs: list[str], n: int = 16, path: str | Path | None = No
     axes = figure.subplots(1, len(specs), squeeze=False)
     for ax, spec in zip(axes[0], specs):
         u, v = patterns.parse(spec)(n, n)
-        matrix = np.zeros((n, n))
+        size = max(n, int(u.max()) + 1, int(v.max()) + 1) if len(u) else n  # a tree's span nodes follow the tokens
+        matrix = np.zeros((size, size))
         matrix[v.numpy(), u.numpy()] = 1
         ax.imshow(matrix, cmap="Greys", vmin=0, vmax=1)
-        ax.set_title(f"{spec}\n{len(u)} edges", fontsize=8)
+        spans = f", {size - n} span nodes after the {n} tokens" if size > n else ""
+        ax.set_title(f"{spec}\n{len(u)} edges{spans}", fontsize=8)
         ax.set_xlabel("key", fontsize=7)
         ax.set_ylabel("query", fontsize=7)
         ax.set_xticks([])

@@ -12,7 +12,7 @@ from graphformer.graphs import make_batch, tree
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import save_atomic
 from graphformer.training.run_dir import ATTENTION
-from graphformer.viz.maps import RELATIONS, attention_maps
+from graphformer.viz.maps import RECORDED_MODELS, RELATIONS, attention_maps
 from graphformer.viz.plots import AttentionPicture
 from graphformer.vocab import EOS, SOS
 
@@ -25,9 +25,6 @@ AXES = {"enc": ("keys: source tokens", "queries: source tokens"),
         "cross": ("keys: source tokens", f"queries: {DECODER_INPUTS}")}
 
 
-# Models whose maps are recorded: one map per layer. The Universal Transformer's per-step
-# subgraphs are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`).
-RECORDED_MODELS = ("transformer", "encoder")
 # The most nodes a side of a recorded map may have: maps are stored dense and drawn with a label
 # per row and column.
 MAX_MAP_NODES = 128
@@ -86,6 +83,8 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
 
 def load_records(run_dir: str | Path) -> list[dict]:
     """Every recorded epoch of a run, oldest first."""
+    if not Path(run_dir).is_dir():
+        raise UserError(f"{run_dir} is not a folder; give the run directory of a run trained with --viz-every N")
     folder = Path(run_dir) / ATTENTION
     paths = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
     if not paths:
