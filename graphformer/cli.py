@@ -567,10 +567,16 @@ def _check_output_folder(output: str | None) -> None:
         raise UserError(f"-o {output}: {Path(output).parent} {what}")
 
 
+# How a failed allocation reads in the errors of torch (CPU, CUDA, cuBLAS) and DGL, which raise
+# RuntimeError or DGLError rather than MemoryError.
+OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "bad_alloc",
+                 "Cannot allocate memory")
+
+
 def _out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` is an allocation that failed: Python's, torch's on the CPU or on a GPU."""
+    """Whether ``err`` is an allocation that failed: Python's, torch's or DGL's, on the CPU or a GPU."""
     return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or \
-        "can't allocate memory" in str(err) or "out of memory" in str(err)
+        any(text in str(err) for text in OUT_OF_MEMORY)
 
 
 def main(argv=None) -> int:
@@ -591,12 +597,6 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("graphformer: interrupted", file=sys.stderr)
         return 130
-    except (MemoryError, RuntimeError) as err:
-        if os.environ.get("GRAPHFORMER_DEBUG") or not _out_of_memory(err):
-            raise
-        print("graphformer: error: out of memory; ask for less at once (a smaller --beam, --batch-size or "
-              "--batch-tokens, a shorter --max-len, a smaller model)", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # the reader of stdout left (| head): stop quietly, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -606,4 +606,10 @@ def main(argv=None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"graphformer: error: {where}{err.strerror or err}; check the path and its permissions",
               file=sys.stderr)
+        return 2
+    except Exception as err:  # MemoryError, or torch's and DGL's allocation failures
+        if os.environ.get("GRAPHFORMER_DEBUG") or not _out_of_memory(err):
+            raise
+        print("graphformer: error: out of memory; ask for less at once (a smaller --beam, --batch-size or "
+              "--batch-tokens, a shorter --max-len, a smaller model)", file=sys.stderr)
         return 2

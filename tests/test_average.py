@@ -178,12 +178,22 @@ def test_a_ctrl_c_while_translate_writes_lets_the_chunk_finish(run, tmp_path, ca
     assert f"the first {len(written)} of 300 lines are written" in captured.err
 
 
-def test_running_out_of_memory_is_a_one_line_error(run, tmp_path, capsys, monkeypatch):
+class DGLError(Exception):
+    """Named as DGL's own (dgl._ffi.base.DGLError derives from Exception, not RuntimeError)."""
+
+
+@pytest.mark.parametrize("failure", [  # what torch and DGL raise when an allocation fails
+    RuntimeError("[enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate memory: "
+                 "you tried to allocate 999000000000 bytes. Error code 12 (Cannot allocate memory)"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    DGLError("[12:00:00] /opt/dgl/src/runtime/cpu_device_api.cc:39: Check failed: std::bad_alloc"),
+    MemoryError(),
+])
+def test_running_out_of_memory_is_a_one_line_error(run, tmp_path, capsys, monkeypatch, failure):
     import graphformer.decoding
 
-    def too_big(*args, **kwargs):  # what torch raises when an allocation fails on the CPU
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate memory: "
-                           "you tried to allocate 999000000000 bytes. Error code 12 (Cannot allocate memory)")
+    def too_big(*args, **kwargs):
+        raise failure
     monkeypatch.setattr(graphformer.decoding, "translate_ids", too_big)
     (tmp_path / "in.txt").write_text("a b c\n")
     assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1000000"]) == 2
@@ -231,3 +241,14 @@ def test_best_reads_metrics_with_a_last_line_torn_by_a_crash(run, tmp_path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "metrics.jsonl: line 5 is not JSON" in err
     assert not (tmp_path / "again.pt").exists()
+
+
+def test_other_errors_are_not_read_as_out_of_memory(run, tmp_path, monkeypatch):
+    import graphformer.decoding
+
+    def broken(*args, **kwargs):
+        raise DGLError("Check failed: a bug")
+    monkeypatch.setattr(graphformer.decoding, "translate_ids", broken)
+    (tmp_path / "in.txt").write_text("a b c\n")
+    with pytest.raises(DGLError, match="a bug"):
+        main(["translate", str(run), "--input", str(tmp_path / "in.txt")])
