@@ -53,6 +53,7 @@ def test_average_is_the_mean_of_the_kept_weights(run, tmp_path, capsys):
     (["--last", "2", "-o", "{run}/checkpoint_best.pt"], "is one of the run's own files"),
     (["--last", "2", "-o", "{run}/checkpoints/epoch_0003.pt"], "is one of the run's own files"),
     (["--last", "2", "-o", "{run}/config.json"], "is one of the run's own files"),
+    (["--last", "2", "-o", "{run}/checkpoints/epoch_0009.pt"], "in a folder the run keeps"),  # a later --last would take it
     (["--last", "2", "-o", "{run}/checkpoints"], "is a folder; give the name of the file to write"),
 ])
 def test_average_refuses_what_it_cannot_do(run, tmp_path, capsys, argv, needle):

@@ -93,6 +93,55 @@ def test_beam_of_one_is_greedy():
     assert [h.tokens for h in beamed] == [h.tokens for h in greedy]
 
 
+class ScriptedStepper:
+    """Log-probabilities from ``script(t, rows)`` (rows: (L,) indices into the first step's
+    hypotheses), following search's reorders: a model whose choices a test writes down."""
+
+    def __init__(self, hyps, script):
+        self.script, self.rows, self.t = script, torch.arange(hyps), 0
+
+    def step(self, tokens):
+        out = self.script(self.t, self.rows).double()
+        self.t += 1
+        return out
+
+    def reorder(self, parents):
+        self.rows = self.rows[parents]
+
+
+def test_an_ended_hypothesis_pushed_out_of_the_beam_is_not_lost():
+    """Step 0: ending now costs 0.5, "a" 0.3. Step 1: two continuations of "a" beat the ended
+    hypothesis and push it out of a beam of 2. Then every token costs 3: both end far worse."""
+    from graphformer.decoding import beam_search
+    from graphformer.vocab import EOS
+    A, B = 4, 5
+
+    def script(t, rows):
+        log_probs = torch.full((len(rows), 6), -3.0)
+        if t == 0:
+            log_probs[:, EOS], log_probs[:, A] = -0.5, -0.3
+        elif t == 1:
+            log_probs[:, A], log_probs[:, B], log_probs[:, EOS] = -0.05, -0.1, -9.0
+        return log_probs
+    for check_every in (1, 3):
+        found = beam_search(ScriptedStepper(2, script), torch.tensor([6]), beam=2, alpha=0.0, check_every=check_every)
+        assert found[0].tokens == [] and found[0].score == pytest.approx(-0.5) and found[0].log_prob == pytest.approx(-0.5)
+
+
+def test_beam_of_one_takes_the_first_of_tied_tokens_as_greedy_does():
+    from graphformer.decoding import beam_search, greedy_search
+    from graphformer.vocab import EOS
+
+    def script(t, rows):
+        log_probs = torch.tensor([[-9.0, -9.0, -9.0, -1.0, -1.0, -1.0, -1.0, -2.0]]).repeat(len(rows), 1)
+        log_probs[:, EOS] = -9.0 if t < 3 else 0.0
+        return log_probs
+    limits = torch.tensor([5])
+    greedy = greedy_search(ScriptedStepper(1, script), limits)
+    beamed = beam_search(ScriptedStepper(1, script), limits, beam=1, alpha=0.0)
+    assert greedy[0].tokens == beamed[0].tokens == [3, 3, 3]
+
+
 def test_length_penalty_formula():
     assert float(length_penalty(torch.tensor(1.0), 0.6)) == pytest.approx(1.0)
     assert float(length_penalty(torch.tensor(7.0), 1.0)) == pytest.approx(2.0)

@@ -59,7 +59,7 @@ def test_a_bad_download_is_named_and_never_kept(tmp_path, serve, damage):
     data = (bad / "val.de.gz").read_bytes()
     (bad / "val.de.gz").write_bytes(data[: len(data) // 2] if damage == "truncate" else data[:-10] + b"0123456789")
     cache = tmp_path / "cache"
-    with pytest.raises(UserError, match="val.de.gz is corrupt or truncated"):
+    with pytest.raises(UserError, match="val.de.gz is corrupt or truncated .*run again to download it afresh"):
         multi30k.fetch(cache=cache, base_url=serve(bad))
     assert not (cache / "val.de.gz").exists()
     assert not [p for p in cache.iterdir() if "partial" in p.name]
@@ -71,6 +71,25 @@ def test_a_bad_download_is_named_and_never_kept(tmp_path, serve, damage):
 def test_unreachable_server_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="could not download train.en.gz"):
         multi30k.fetch(cache=tmp_path / "cache", base_url="http://127.0.0.1:9")
+
+
+def test_a_garbled_reply_is_a_clear_error(tmp_path):
+    """A broken proxy's reply is no HTTP: http.client's errors are neither URLError nor OSError."""
+    import socket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer():
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        connection.sendall(b"garbage\r\n\r\n")
+        connection.close()
+    threading.Thread(target=answer, daemon=True).start()
+    with pytest.raises(UserError, match="could not download train.en.gz"):
+        multi30k.fetch(cache=tmp_path / "cache", base_url=f"http://127.0.0.1:{listener.getsockname()[1]}")
+    listener.close()
+    assert not [p for p in (tmp_path / "cache").iterdir() if "partial" in p.name]
 
 
 def test_local_mirror(tmp_path):

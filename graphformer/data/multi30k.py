@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import os
 import shutil
 import urllib.error
@@ -59,7 +60,7 @@ def _download(url: str, target: Path, name: str) -> None:
                 for chunk in iter(lambda: response.read(1 << 16), b""):
                     out.write(chunk)
                     bar.update(len(chunk))
-    except (urllib.error.URLError, OSError) as err:
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as err:  # HTTPException: a garbled reply
         raise UserError(f"could not download {name} from {url} ({err}); check the network "
                         "or give a local copy with --data-dir") from None
 
@@ -89,8 +90,10 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
                 _download(f"{base_url}/{name}", partial, name)
             got = sha256_of(partial)
             if got != expected:
+                advice = (f"replace it in the mirror {mirror}" if mirror is not None else
+                          "run again to download it afresh (or give a local copy with --data-dir)")
                 raise UserError(f"{name} is corrupt or truncated (sha256 {got[:12]}..., expected "
-                                f"{expected[:12]}...); delete it from the source and fetch again")
+                                f"{expected[:12]}...); {advice}")
             os.replace(partial, final)
         finally:
             partial.unlink(missing_ok=True)

@@ -6,8 +6,10 @@ Beam search ranks hypotheses by the GNMT length-normalised score (Wu et al., 201
 
 where |Y| counts the generated tokens including `</s>`. A hypothesis that has emitted `</s>` is
 frozen: it keeps its tokens, log-probability and length, and competes with the live ones on its
-final score. A sentence is done when all of its k hypotheses are frozen; at its length limit
-every live hypothesis is made to end.
+final score. Live hypotheses may push it out of the k slots; the best ended hypothesis a sentence
+has held is kept apart all the same, and is the answer (the live ones that pushed it out may end
+worse). A sentence is done when all of its k hypotheses are frozen; at its length limit every
+live hypothesis is made to end.
 
 Search reads back from the device only to learn which hypotheses ended (to stop, and to drop
 them from the stepper). It does so every ``check_every`` steps: on a CPU every step (reading is
@@ -135,14 +137,18 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
     length = torch.zeros(B, k, dtype=torch.float64, device=device)
     history = torch.zeros(B, k, 0, dtype=torch.int64, device=device)
     tokens = torch.full((B * k,), SOS, dtype=torch.int64, device=device)
+    # The best ended hypothesis each sentence has held: live ones can push an ended one out of the
+    # k slots and end worse later, and it must not be lost with its slot.
+    kept_score = torch.full((B,), float("-inf"), dtype=torch.float64, device=device)
+    kept_log_p = torch.zeros(B, dtype=torch.float64, device=device)
+    kept_tokens = torch.full((B, int(max_lengths.max())), EOS, dtype=torch.int64, device=device)
     results: list[Hypothesis | None] = [None] * B
 
     def finish(sentences: torch.Tensor) -> None:
-        """Record the best hypothesis of these rows of the state."""
-        final = log_p[sentences] / length_penalty(length[sentences], alpha)
-        best = final.argmax(1)
-        for s, j, score in zip(sentences.tolist(), best.tolist(), final.max(1).values.tolist()):
-            results[int(live[s])] = Hypothesis(_until_eos(history[s, j].tolist()), float(log_p[s, j]), score)
+        """Record the best ended hypothesis of these rows of the state."""
+        for s, tokens_, lp, score in zip(sentences.tolist(), kept_tokens[sentences].tolist(),
+                                         kept_log_p[sentences].tolist(), kept_score[sentences].tolist()):
+            results[int(live[s])] = Hypothesis(_until_eos(tokens_), lp, score)
 
     for t in range(int(max_lengths.max())):
         S = len(live)
@@ -160,12 +166,19 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
         cand_len = torch.where(finished[:, :, None], length[:, :, None], cand_len)
         scores = cand_log_p / length_penalty(cand_len, alpha)
 
-        top = scores.view(S, k * V).topk(k, dim=1).indices
+        flat = scores.view(S, k * V)  # one beam: the first best, as greedy search takes it (topk breaks ties otherwise)
+        top = flat.argmax(1, keepdim=True) if k == 1 else flat.topk(k, dim=1).indices
         parent, token = top // V, top % V
         log_p = cand_log_p.view(S, k * V).gather(1, top)
         length = cand_len.view(S, k * V).gather(1, top)
         finished = finished.gather(1, parent) | (token == EOS)
         history = torch.cat([history[rows, parent], token[:, :, None]], dim=2)
+        ended = torch.where(finished, log_p / length_penalty(length, alpha), float("-inf"))
+        best, j = ended.max(1)
+        better = best > kept_score
+        kept_score = torch.where(better, best, kept_score)
+        kept_log_p = torch.where(better, log_p[rows[:, 0], j], kept_log_p)
+        kept_tokens[:, :t + 1] = torch.where(better[:, None], history[rows[:, 0], j], kept_tokens[:, :t + 1])
         if (t + 1) % check_every == 0:  # the only reads back from the device
             done = finished.all(1)
             if bool(done.all()):
@@ -176,6 +189,7 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
                 keep = survivors(~done)
                 live, log_p, length, finished = live[keep], log_p[keep], length[keep], finished[keep]
                 history, token, parent, rows = history[keep], token[keep], parent[keep], keep[:, None]
+                kept_score, kept_log_p, kept_tokens = kept_score[keep], kept_log_p[keep], kept_tokens[keep]
         stepper.reorder((rows * k + parent).flatten())
         tokens = token.flatten()
     finish(torch.arange(len(live), device=device))

@@ -13,7 +13,7 @@ from pathlib import Path
 from graphformer.errors import ConfigError, UserError
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import AVERAGED
-from graphformer.training.run_dir import METRICS, RunDir
+from graphformer.training.run_dir import ATTENTION, EPOCHS, METRICS, RunDir
 
 
 def average_states(paths: list[Path]) -> dict:
@@ -66,9 +66,10 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
 def write_average(run: RunDir, paths: list[Path], output: Path | None = None) -> Path:
     output = Path(output) if output else run / AVERAGED
     inside = output.resolve().is_relative_to(run.path.resolve())
-    if inside and output.exists() and output.resolve() != (run / AVERAGED).resolve():
-        raise UserError(f"-o {output} is one of the run's own files; write the average to another file "
-                        f"(by default {run / AVERAGED})")
+    managed = any(output.resolve().is_relative_to((run / folder).resolve()) for folder in (EPOCHS, ATTENTION))
+    if inside and (managed or output.exists()) and output.resolve() != (run / AVERAGED).resolve():
+        raise UserError(f"-o {output} is one of the run's own files (or in a folder the run keeps); write the "
+                        f"average to another file (by default {run / AVERAGED})")
     if output.exists() and not checkpoint.is_average(output):  # an earlier average is replaced, nothing else
         raise UserError(f"-o {output} exists and is not an average (graphformer average writes those); write the "
                         "average to another file")
