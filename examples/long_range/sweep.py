@@ -2,7 +2,7 @@
 seed, and tabulate accuracy, seconds per step, memory, edges per query and reach.
 
     python examples/long_range/sweep.py --task recall --length 1024 --steps 300 \
-        --patterns full,window:64,window:64+global:1 --out runs/sweep/recall-1024
+        --patterns full,window,w64g1=window:64+global:1 --out runs/sweep/recall-1024
 
 writes ``OUT/sweep.json``, ``OUT/sweep.md`` and ``OUT/sweep.png``; each pattern's run directory
 is ``OUT/runs/NAME`` (a finished run is reused, so an interrupted sweep continues where it

@@ -44,8 +44,9 @@ class TrainConfig(DictConfig):
     init_from: Optional[str] = option(None, "start from the weights and vocabulary of another run (its best "
                                       "checkpoint) or of a checkpoint file, e.g. one trained on shorter samples "
                                       "(a curriculum); model options default to its own, and only those that keep "
-                                      "the weights' shapes may change (attention patterns, dropout, max_len, ACT); "
-                                      "the optimizer and the learning-rate schedule start afresh", metavar="RUN|FILE")
+                                      "the weights' shapes may change (attention patterns, dropout, max_len unless "
+                                      "positions are learned, ACT); the optimizer and the learning-rate schedule "
+                                      "start afresh", metavar="RUN|FILE")
     seed: int = option(1, "seed of data generation, initialisation, dropout and batch order")
     epochs: int = option(12, "passes over the training data", range=AT_LEAST_1)
     batch_size: Optional[int] = option(None, "sentences per batch (64 unless --batch-tokens)", range=AT_LEAST_1)
@@ -79,7 +80,8 @@ class TrainConfig(DictConfig):
     attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
                                     "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
                                     "(long sequences, local patterns); padded: one dense tile per sample (batches of "
-                                    "short sentences); auto: padded where tiles are mostly edges, else dgl where DGL "
+                                    "short sentences); auto: padded where edges fill a quarter of each sample's tile, "
+                                    "blocked on long relations whose tiles are a quarter edges, else dgl where DGL "
                                     "runs on the device, else torch", choices=ATTENTION_BACKENDS)
 
     def check(self) -> None:
