@@ -363,7 +363,7 @@ def cmd_evaluate(args) -> int:
     references = None if args.data_dir else run.references(args.split)
     split = run.split(args.split, args.data_dir)
     if args.data_dir:
-        _warn_about_unknown_tokens(split, args.data_dir, run.data_dir())
+        _warn_about_unknown_tokens(split, args.data_dir, run.task.data_dir(run.train_cfg, run.run_dir))
     # Decoding a test set can take minutes: a bar for whoever watches (stderr a terminal), not for logs.
     with tqdm(total=len(split), unit="sentence", desc="decoding", file=sys.stderr,
               disable=not sys.stderr.isatty()) as bar:

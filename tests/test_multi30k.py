@@ -73,8 +73,12 @@ def test_unreachable_server_is_a_clear_error(tmp_path):
         multi30k.fetch(cache=tmp_path / "cache", base_url="http://127.0.0.1:9")
 
 
-def test_a_garbled_reply_is_a_clear_error(tmp_path):
-    """A broken proxy's reply is no HTTP: http.client's errors are neither URLError nor OSError."""
+@pytest.mark.parametrize("reply,error", [
+    (b"garbage\r\n\r\n", "could not download train.en.gz"),  # no HTTP at all: http.client's own errors
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 12abc\r\n\r\nnot gzip", "train.en.gz is corrupt or truncated"),
+])
+def test_a_garbled_reply_is_a_clear_error(tmp_path, reply, error):
+    """A broken proxy's reply: a one-line error, and no partial file kept."""
     import socket
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -83,10 +87,10 @@ def test_a_garbled_reply_is_a_clear_error(tmp_path):
     def answer():
         connection, _ = listener.accept()
         connection.recv(65536)
-        connection.sendall(b"garbage\r\n\r\n")
+        connection.sendall(reply)
         connection.close()
     threading.Thread(target=answer, daemon=True).start()
-    with pytest.raises(UserError, match="could not download train.en.gz"):
+    with pytest.raises(UserError, match=error):
         multi30k.fetch(cache=tmp_path / "cache", base_url=f"http://127.0.0.1:{listener.getsockname()[1]}")
     listener.close()
     assert not [p for p in (tmp_path / "cache").iterdir() if "partial" in p.name]
@@ -196,3 +200,16 @@ def test_subwords_are_for_raw_text_tasks_only(tmp_path, capsys):
     assert main(["train", "--task", "copy", "--bpe", "1000", "--out", str(tmp_path / "run")]) == 2
     assert "--bpe applies to the multi30k task" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_killed_runs_subword_model_of_other_options_is_learned_anew(tmp_path, monkeypatch):
+    from graphformer.data.subwords import SubwordPipeline
+    monkeypatch.setenv("GRAPHFORMER_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    common = ["train", "--task", "multi30k", "--data-dir", str(MIRROR), "--train-limit", "100", "--max-steps", "1",
+              "--batch-size", "32", "--out", str(run), *TINY_MODEL]
+    assert main([*common, "--bpe", "300"]) == 0
+    (run / "checkpoint_last.pt").unlink()  # killed before its first epoch ended
+    assert main([*common, "--bpe", "400"]) == 0
+    assert SubwordPipeline(run / "subwords.model").model.get_piece_size() == 400
+    assert json.loads((run / "subwords.json").read_text()) == {"pieces": 400, "train_limit": 100}

@@ -371,6 +371,7 @@ def test_samples_longer_than_max_len_are_refused_in_one_line_at_start_and_at_eva
 def test_a_new_run_where_a_killed_one_left_no_checkpoint_starts_with_empty_records(data, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
+    (run / "config.json").write_text("{}")  # the killed run's: it had started
     (run / "steps.jsonl").write_text('{"step": 1, "epoch": 0, "loss": 9.0}\n' * 3)
     (run / "metrics.jsonl").write_text('{"epoch": 1, "step": 3}\n')
     (run / "checkpoints").mkdir()
@@ -444,6 +445,15 @@ def test_resume_refuses_limits_below_what_the_run_has_done(data, tmp_path, capsy
 
 
 def test_evaluate_warns_when_a_folders_tokens_are_not_the_runs(trained, tmp_path, capsys):
+    """The warning names the run's own data folder, and needs it not to exist."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    config = json.loads((run / "config.json").read_text())
+    state = checkpoint.load(run / checkpoint.BEST)
+    state["train_config"]["data_dir"] = config["train"]["data_dir"] = str(tmp_path / "gone")
+    checkpoint.save_atomic(state, run / checkpoint.BEST)
+    (run / "config.json").write_text(json.dumps(config))
+    trained = run
     other = tmp_path / "other"
     other.mkdir()
     (other / "valid.src").write_text("a b zz\nyy\n")  # zz, yy and ww are no copy-task tokens
@@ -466,3 +476,46 @@ def test_a_min_count_that_leaves_no_word_is_a_one_line_error(data, tmp_path, cap
     one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "run"),
                             "--min-count", "100000", *TINY_MODEL], "--min-count (100000) is more than any")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_new_run_in_a_folder_of_the_users_removes_nothing(data, tmp_path, capsys):
+    """Only a killed run's records are cleared (its config.json says it was one); and a refused
+    start clears nothing."""
+    out = tmp_path / "mine"
+    (out / "tensorboard").mkdir(parents=True)
+    (out / "tensorboard" / "events.other").write_text("x")
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "model.bin").write_text("y")
+    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(out),
+                            "--max-len", "5", *TINY_MODEL], "--max-len (5) is shorter")
+    assert fresh(data, out, "--epochs", "1") == 0
+    assert (out / "tensorboard" / "events.other").read_text() == "x"
+    assert (out / "checkpoints" / "model.bin").read_text() == "y"
+
+
+def test_a_run_whose_saved_epochs_are_below_its_progress_still_resumes(data, tmp_path):
+    """An earlier version let --resume --epochs lower the saved value: such a run is done."""
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "2") == 0
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["epochs"] = 1
+    (run / "config.json").write_text(json.dumps(config))
+    assert train("--out", str(run), "--resume") == 0
+
+
+def test_a_hand_written_config_keeps_its_select_by_whatever_the_task(data, tmp_path):
+    (tmp_path / "sel.yaml").write_text("train:\n  select_by: exact_match\n  epochs: 1\n")
+    run = tmp_path / "run"
+    assert train("--config", str(tmp_path / "sel.yaml"), "--task", "parallel", "--data-dir", str(data),
+                 "--out", str(run), "--batch-size", "16", *TINY_MODEL) == 0
+    assert json.loads((run / "config.json").read_text())["train"]["select_by"] == "exact_match"
+
+
+def test_a_killed_runs_data_of_another_seed_is_used_with_a_warning(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train("--task", "copy", "--out", str(run), "--seed", "1", "--max-steps", "1", *TINY_MODEL) == 0
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+        (run / name).unlink(missing_ok=True)  # killed before its first checkpoint
+    capsys.readouterr()
+    assert train("--task", "copy", "--out", str(run), "--seed", "2", "--max-steps", "1", *TINY_MODEL) == 0
+    assert f"the data in {run / 'data'} was generated with seed 1" in capsys.readouterr().err

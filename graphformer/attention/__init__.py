@@ -10,10 +10,11 @@ Five backends compute the same thing, each from a `graphformer.graphs.relation.R
   backward pass); much faster and leaner on long sequences with local patterns.
 * ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
   short sentences, as in translation.
-* ``auto`` (default): ``padded`` where at least a quarter of each per-sample tile is edges (full
-  and causal attention on length-bucketed batches); ``blocked`` on long relations (1024 queries or
-  more) whose edges fill at least a quarter of the 64 x 64 tiles they touch (windows, blocks);
-  elsewhere the ``dgl`` kernels where they can run on the tensors' device, else ``torch``.
+* ``auto`` (default): ``padded`` where edges fill at least a quarter of the batch's tiles (one per
+  sample, padded to the longest: full and causal attention on length-bucketed batches);
+  ``blocked`` on long relations (1024 queries or more) whose edges fill at least a quarter of the
+  64 x 64 tiles they touch (windows, blocks); elsewhere the ``dgl`` kernels where they can run on
+  the tensors' device, else ``torch``.
 
 The backend is an argument: models hold its name (``model.attention_backend``) and pass it to
 every call of `graph_attention`; layers never call a backend themselves.

@@ -55,7 +55,8 @@ def sha256_of(path: Path) -> str:
 def _download(url: str, target: Path, name: str) -> None:
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(target, "wb") as out:
-            total = int(response.headers.get("Content-Length") or 0) or None
+            length = response.headers.get("Content-Length") or ""
+            total = int(length) if length.isdigit() else None  # only for the progress bar
             with tqdm(total=total, unit="B", unit_scale=True, desc=name, leave=False) as bar:
                 for chunk in iter(lambda: response.read(1 << 16), b""):
                     out.write(chunk)

@@ -18,6 +18,7 @@ from pathlib import Path
 from graphformer.errors import UserError
 
 MODEL = "subwords.model"
+RECORD = "subwords.json"  # the options the model was learned with (bpe, train_limit)
 DATA_PREFIX = "data-bpe"  # RUN_DIR/data-bpeN: the splits in pieces of an N-piece model
 
 

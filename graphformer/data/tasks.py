@@ -11,6 +11,8 @@ This module imports neither torch nor DGL (the command line lists the task names
 """
 from __future__ import annotations
 
+import json
+import shutil
 from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
@@ -18,6 +20,7 @@ from typing import Callable, Optional
 from graphformer.data import listops, multi30k, recall, subwords, synthetic
 from graphformer.data.text import split_lines, write_lines_atomic
 from graphformer.errors import ConfigError, UserError
+from graphformer.files import write_text_atomic
 
 Tokenize = Callable[[str], list]
 Detokenize = Callable[[list], str]
@@ -94,6 +97,12 @@ class Multi30kTask(Task):
         if not cfg.bpe:
             return multi30k.prepare(run_dir / "data", mirror=cfg.data_dir)  # with the raw references
         folder = self.data_dir(cfg, run_dir)
+        learned_for = {"pieces": cfg.bpe, "train_limit": cfg.train_limit}
+        record = run_dir / subwords.RECORD
+        if record.is_file() and json.loads(record.read_text(encoding="utf-8")) != learned_for:
+            # learned for other options, by a run killed before its first checkpoint: learn anew
+            (run_dir / subwords.MODEL).unlink(missing_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)
         if all((folder / f"{split}.{side}").is_file() for split in multi30k.SPLIT_FILES for side in ("src", "tgt")):
             return folder
         raw = multi30k.fetch(cfg.data_dir)
@@ -103,6 +112,7 @@ class Multi30kTask(Task):
         if not (run_dir / subwords.MODEL).is_file():  # learned on the training pairs the run trains on
             en, de = (cfg.used("train", side) for side in sentences["train"])
             subwords.learn(en + de, cfg.bpe, run_dir / subwords.MODEL)
+            write_text_atomic(record, json.dumps(learned_for) + "\n")
         pieces = subwords.SubwordPipeline(run_dir / subwords.MODEL)
         folder.mkdir(exist_ok=True)
         for split, (en, de) in sentences.items():

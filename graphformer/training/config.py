@@ -8,7 +8,7 @@ may differ between sessions of one run without changing what it computes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
@@ -80,7 +80,7 @@ class TrainConfig(DictConfig):
     attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
                                     "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
                                     "(long sequences, local patterns); padded: one dense tile per sample (batches of "
-                                    "short sentences); auto: padded where edges fill a quarter of each sample's tile, "
+                                    "short sentences); auto: padded where edges fill a quarter of the batch's tiles, "
                                     "blocked on long relations whose tiles are a quarter edges, else dgl where DGL "
                                     "runs on the device, else torch", choices=ATTENTION_BACKENDS)
 
@@ -130,10 +130,12 @@ def check_device_name(name: str) -> None:
 
 def with_flags(file_values: dict, flags: dict) -> dict:
     """A ``--config`` file's train options, overridden by the command line's. A run's own
-    ``config.json`` holds the defaults it filled in, so a flag that sets one of batch_size and
-    batch_tokens unsets the other, and a flag that changes the task drops a select_by that was
-    only the file's task's default."""
+    ``config.json`` (every option present) holds the defaults it filled in, so with one a flag
+    that sets one of batch_size and batch_tokens unsets the other, and a flag that changes the
+    task drops a select_by that was the file's task's default."""
     merged = {**file_values, **flags}
+    if not {f.name for f in fields(TrainConfig)} <= set(file_values):
+        return merged  # a file the user wrote holds only what they chose
     for one, other in (("batch_size", "batch_tokens"), ("batch_tokens", "batch_size")):
         if flags.get(one) is not None and other not in flags:
             merged[other] = None

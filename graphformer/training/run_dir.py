@@ -12,6 +12,7 @@
     RUN_DIR/tensorboard/         the same logs for TensorBoard (--tensorboard)
     RUN_DIR/data/                generated data (copy, sort, listops, recall; unless --data-dir says otherwise)
                                  or Multi30k tokenized (data-bpeN: in subword pieces)
+    RUN_DIR/subwords.model       the SentencePiece model of --bpe (subwords.json: its options)
     RUN_DIR/.lock                held by the training process that writes the run
 
 Every file is replaced atomically (`graphformer.files`); the logs are appended a line at a
@@ -27,7 +28,6 @@ import os
 import shutil
 from pathlib import Path
 
-from graphformer.data import subwords
 from graphformer.data.text import split_lines
 from graphformer.errors import UserError
 from graphformer.files import remove_temporaries, write_json_atomic, write_text_atomic
@@ -175,13 +175,16 @@ class RunDir:
                 write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     def clear_records(self) -> None:
-        """Start a new run's records empty: a run killed before its first checkpoint (which a new
-        run may replace) leaves logs, maps and epoch checkpoints that belong to no run, and a
-        subword model learned with its options. (Data it generated or tokenized is kept: a
-        generated folder records its task, and Moses tokenization has no options.)"""
-        for name in (STEPS, METRICS, AVERAGED, subwords.MODEL):
+        """Start a new run's records empty where a run killed before its first checkpoint (which a
+        new run may replace: `holds_run` is false) left its logs, maps and epoch checkpoints; that
+        it was a run, not a folder of the user's, its ``config.json`` says. (Its data is kept: a
+        generated folder records its task and seed, a subword model the options it was learned
+        with, and Moses tokenization has no options.)"""
+        if not (self.path / CONFIG).is_file():
+            return
+        for name in (STEPS, METRICS, AVERAGED):
             (self.path / name).unlink(missing_ok=True)
-        for folder in (EPOCHS, ATTENTION, TENSORBOARD, *(p.name for p in self.path.glob(f"{subwords.DATA_PREFIX}*"))):
+        for folder in (EPOCHS, ATTENTION, TENSORBOARD):
             shutil.rmtree(self.path / folder, ignore_errors=True)
 
 

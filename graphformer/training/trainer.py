@@ -95,7 +95,6 @@ class Trainer:
             self._made_run_dir = created
             if new_run:
                 self._check_holds_no_run()  # again, now that no other trainer can write here
-                self.files.clear_records()
             if self.cfg.tensorboard:
                 self.board = TensorBoardLog(self.run_dir / TENSORBOARD)
 
@@ -130,6 +129,7 @@ class Trainer:
             init_weights(self.model, *init)
         self.pool = self.model.make_pool()
         if self.ctx.is_main:
+            self.files.clear_records()  # every check has passed: this run starts here
             self.files.write_config(model_cfg, self.cfg)
             self.files.write_vocab(self.src_vocab, self.tgt_vocab)
         self._build_optimizer()
@@ -181,17 +181,19 @@ class Trainer:
         if torch.cuda.is_available() and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self._check_epoch_has_steps()
-        self._check_limits_not_below_progress()
+        self._check_limits_not_below_progress(self.files.read_config()[1])
         if self.ctx.is_main:
             self.files.cut_logs(self.progress["step"], self.progress["epoch"])
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
 
-    def _check_limits_not_below_progress(self) -> None:
-        """A resumed run's --epochs and --max-steps must not undercut what it has done: config.json
-        would no longer describe the run (as --config, it would train a shorter one)."""
-        for flag, limit, done, unit in (("--epochs", self.cfg.epochs, self.progress["epoch"], "epochs"),
-                                        ("--max-steps", self.cfg.max_steps, self.progress["step"], "steps")):
-            if limit is not None and limit < done:
+    def _check_limits_not_below_progress(self, saved: dict) -> None:
+        """A resumed run's new --epochs and --max-steps must not undercut what it has done:
+        config.json would no longer describe the run (as --config, it would train a shorter one).
+        (A lower value saved by an earlier version is kept: the run is then done.)"""
+        for flag, name, done, unit in (("--epochs", "epochs", self.progress["epoch"], "epochs"),
+                                       ("--max-steps", "max_steps", self.progress["step"], "steps")):
+            limit = getattr(self.cfg, name)
+            if limit is not None and limit < done and limit != saved.get(name):  # config.json's: given now
                 raise UserError(f"{flag} {limit} is fewer than the {done} {unit} {self.run_dir} has trained; give at "
                                 f"least {done} (or leave it out)")
 
@@ -210,15 +212,17 @@ class Trainer:
     def _warn_about_generated_data(self) -> None:
         """Files already in a generated task's data folder are used as they are, whatever --seed
         says, and even if no generator made them: say so."""
-        if not (self.ctx.is_main and self.cfg.data_dir and isinstance(get_task(self.cfg.task), GeneratedTask)):
-            return  # only a generated task's --data-dir can hold files this run did not generate
-        record = generated_by(self.cfg.data_dir)
-        if record is None:
-            warning = (f"{self.cfg.data_dir} has no record of a generator ({RECORD}); training task {self.cfg.task!r} "
+        task = get_task(self.cfg.task)
+        if not (self.ctx.is_main and isinstance(task, GeneratedTask)):
+            return
+        folder = task.data_dir(self.cfg, self.run_dir)  # --data-dir, or RUN_DIR/data (a killed run's, maybe)
+        record = generated_by(folder)
+        if record is None and self.cfg.data_dir:
+            warning = (f"{folder} has no record of a generator ({RECORD}); training task {self.cfg.task!r} "
                        "on its files as they are (for your own files, --task parallel)")
-        elif record.get("seed", self.cfg.seed) != self.cfg.seed:
-            warning = (f"the data in {self.cfg.data_dir} was generated with seed {record['seed']}; training on it as "
-                       f"it is (--seed {self.cfg.seed} sets the initialisation, dropout and batch order; give a new "
+        elif record is not None and record.get("seed", self.cfg.seed) != self.cfg.seed:
+            warning = (f"the data in {folder} was generated with seed {record['seed']}; training on it as it is "
+                       f"(--seed {self.cfg.seed} sets the initialisation, dropout and batch order; give a new "
                        "--data-dir for data of this seed)")
         else:
             return
