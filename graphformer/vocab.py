@@ -68,6 +68,8 @@ class Vocab:
                     break
                 if i in (PAD, SOS):
                     continue
+            if not 0 <= i < len(self.itos):  # a negative id would read from the end
+                raise IndexError(f"id {i} is not in this vocabulary of {len(self.itos)} tokens")
             out.append(self.itos[i])
         return out
 

@@ -77,7 +77,7 @@ def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
     from graphformer.viz import attention_maps
     model = tiny()
     pool = model.make_pool()
-    classifier = make_model(10, 4, model="encoder", layers=1, d_model=8, heads=2, d_ff=16, max_len=16)
+    classifier = make_model(10, 6, model="encoder", layers=1, d_model=8, heads=2, d_ff=16, max_len=16)
     cases = [
         (lambda: to_torch_transformer(tiny(enc_attention="window:1")), "torch.nn.Transformer does not know"),
         (lambda: make_batch(pool, [[4.7, 5.2]]), "source token ids must be integers"),
@@ -107,3 +107,58 @@ def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
     for call, message in cases:
         with pytest.raises(ValueError, match=re.escape(message)):
             call()
+
+
+def test_python_api_misuse_found_by_a_users_review(tmp_path):
+    """More misuses, each a ValueError (or the library's UserError) naming the problem instead
+    of a torch or DGL error, or a silently wrong result."""
+    import dgl
+    import torch
+
+    from graphformer.attention import graph_attention
+    from graphformer.data import multi30k
+    from graphformer.decoding import IncrementalStepper, beam_search, greedy_search, translate_ids
+    from graphformer.errors import UserError
+    from graphformer.graphs import patterns
+    from graphformer.graphs.relation import Relation
+    from graphformer.viz.plots import animate, ponder_map
+    from graphformer.vocab import Vocab
+    model = tiny()
+    pool = model.make_pool()
+    q = k = v = torch.randn(3, 2, 4)
+    cases = [
+        (lambda: translate_ids(model, [[4, 5]], beam=3, alpha=float("nan")), "alpha (the length penalty) must be"),
+        (lambda: translate_ids(model, [[4, 5]], alpha=-1), "alpha (the length penalty) must be"),
+        (lambda: make_batch(pool, torch.tensor([[4, 5, 6], [7, 0, 0]])), "source sample 1 holds id 0"),
+        (lambda: make_batch(pool, [[4]], [[5, 2]]), "target sample 0 holds id 2"),
+        (lambda: make_batch(pool, [[True, False]]), "source token ids must be integers"),
+        (lambda: make_model(16, 0), "tgt_vocab must be at least 1"),
+        (lambda: make_model(16, 4, model="encoder", d_model=8, heads=2, d_ff=8), "holds no label besides"),
+        (lambda: Vocab.build([["a"]]).decode([-1]), "id -1 is not in this vocabulary"),
+        (lambda: animate([], tmp_path / "a.gif"), "no pictures to animate"),
+        (lambda: ponder_map([1, 2, 3], ["a", "b"], tmp_path / "p.png"), "3 step counts but 2 labels"),
+        (lambda: greedy_search(None, torch.tensor([], dtype=torch.int64)), "max_lengths must hold"),
+        (lambda: IncrementalStepper(tiny().train(), make_batch(pool, [[4, 5]]), 1, 4), "in training mode"),
+        (lambda: graph_attention(Relation(torch.tensor([0, 1]), torch.tensor([0, 1]), 3, 3), q, k, v),
+         "query node 2 has no in-edges"),
+        (lambda: graph_attention(Relation(torch.tensor([0, 0, 1, 2]), torch.tensor([0, 0, 1, 2]), 3, 3), q, k, v),
+         "lists 1 edge(s) twice"),
+        (lambda: graph_attention(dgl.graph(([0, 1, 2], [0, 1, 2])), q.double(), k, v), "one floating-point dtype"),
+        (lambda: graph_attention(dgl.heterograph({("a", "x", "b"): ([0], [0]), ("a", "y", "b"): ([0], [0])}),
+                                 q[:1], k[:1], v[:1]), "the graph has 2 relations"),
+        (lambda: GraphPool(enc=lambda nk, nq: (torch.arange(nk).float(), torch.arange(nq).float())).graph(3, 2),
+         "must return integer node ids"),
+        (lambda: GraphPool(enc=lambda nk, nq: (torch.tensor([0]), torch.arange(nq))).graph(3, 2),
+         "two 1-D tensors of one length"),
+        (lambda: GraphPool(enc=lambda nk, nq: None).graph(3, 2), "must return (u, v), two tensors"),
+        (lambda: patterns.from_edges([(0, 1, 2), (1, 2, 3)]), "is no (key, query) pair"),
+        (lambda: patterns.from_edges([(-1, 0)]), "is no (key, query) pair"),
+        (lambda: multi30k.fetch(mirror=tmp_path, cache=tmp_path / "cache"), "holds none of the six raw files"),
+    ]
+    for call, message in cases:
+        with pytest.raises((ValueError, IndexError, UserError), match=re.escape(message)):
+            call()
+    limits = [4]  # a list is read as a tensor
+    model.eval()
+    stepper = IncrementalStepper(model, make_batch(pool, [[4, 5]]), 2, 4)  # no torch.no_grad() needed
+    assert len(beam_search(stepper, limits, beam=2)) == 1

@@ -75,8 +75,11 @@ def _check_shapes(relation: Relation, q, k, v) -> None:
     Called by every attention call of every decoding step: the usual case is one comparison of shapes."""
     qs, ks, vs = q.shape, k.shape, v.shape
     if len(qs) == len(ks) == len(vs) == 3 and qs[1:] == ks[1:] == vs[1:] and \
-            (qs[0], ks[0], vs[0]) == (relation.num_queries, relation.num_keys, relation.num_keys):
+            (qs[0], ks[0], vs[0]) == (relation.num_queries, relation.num_keys, relation.num_keys) and \
+            q.dtype == k.dtype == v.dtype and q.is_floating_point():
         return
+    if not (q.dtype == k.dtype == v.dtype and q.is_floating_point()):
+        raise ValueError(f"q, k and v must share one floating-point dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if len(qs) != 3 or len(ks) != 3 or len(vs) != 3:
         raise ValueError(f"q, k and v must be (nodes, heads, d) tensors, got shapes {tuple(qs)}, "
                          f"{tuple(ks)} and {tuple(vs)}")
@@ -116,9 +119,14 @@ def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_we
     `record_attention`.
     """
     if not isinstance(relation, Relation):
+        if len(relation.canonical_etypes) != 1:
+            raise ValueError(f"the graph has {len(relation.canonical_etypes)} relations (edge types); attention runs "
+                             "on one: pass graph[etype]")
         relation = Relation.of_graph(relation)
-        _check_every_query_has_keys(relation)  # a pool's patterns are checked when the pool builds them
+    if not relation.verified:  # a user's graph or relation (a pool's patterns are checked when it builds them)
+        _check_every_query_has_keys(relation)
         _check_no_duplicate_edges(relation)
+        relation.verified = True
     _check_shapes(relation, q, k, v)
     attend = BACKENDS[check_backend(backend)]
     if not (_recorders and name):

@@ -74,6 +74,9 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
     if mirror is not None and not Path(mirror).is_dir():  # refused even when the cache needs nothing from it
         raise UserError(f"the Multi30k mirror {mirror} is not a directory; give the folder that holds the six "
                         "raw files, or no --data-dir to download them")
+    if mirror is not None and not any((Path(mirror) / name).is_file() for name in SHA256):  # a mistyped folder
+        raise UserError(f"the Multi30k mirror {mirror} holds none of the six raw files ({', '.join(SHA256)}); give "
+                        "the folder that holds them, or no --data-dir to download them")
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     for name, expected in SHA256.items():

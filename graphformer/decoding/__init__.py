@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 
 from graphformer.decoding.labels import classify_ids
-from graphformer.decoding.search import Hypothesis, beam_search, greedy_search
+from graphformer.decoding.search import Hypothesis, beam_search, check_alpha, greedy_search
 from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper
 from graphformer.graphs import GraphPool, make_batch
 
@@ -30,6 +30,7 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6
     for name, value, low in (("beam", beam, 1), ("batch_size", batch_size, 1), ("extra_len", extra_len, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
+    check_alpha(alpha)
     if model.cfg.classifies:
         labels = classify_ids(model, src, pool)
         if progress is not None:

@@ -53,6 +53,12 @@ def _mask_step_(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor
     return log_probs
 
 
+def check_alpha(alpha) -> None:
+    """The length penalty's exponent: a finite number, at least 0 (0: no penalty)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < float("inf"):
+        raise ValueError(f"alpha (the length penalty) must be a finite number of at least 0, got {alpha!r}")
+
+
 def reads_are_free(device: torch.device) -> bool:
     """Whether reading a tensor's values on the host costs nothing (a CPU), rather than waiting for
     the device (an accelerator): what decides how search and steppers read back."""
@@ -62,6 +68,16 @@ def reads_are_free(device: torch.device) -> bool:
 def steps_between_checks(device: torch.device) -> int:
     """How often search reads back which hypotheses ended: every step on a CPU, every 8th elsewhere."""
     return 1 if reads_are_free(device) else 8
+
+
+def _limits(max_lengths) -> torch.Tensor:
+    """(N,) int64 length limits, each at least 1 (a tensor or a list)."""
+    limits = torch.as_tensor(max_lengths)
+    if limits.dim() != 1 or len(limits) == 0 or limits.is_floating_point() or limits.dtype == torch.bool \
+            or bool((limits < 1).any()):
+        raise ValueError(f"max_lengths must hold one whole number of at least 1 per hypothesis or sentence, got "
+                         f"{max_lengths!r}")
+    return limits.long()
 
 
 def _interval(check_every: int | None, device: torch.device) -> int:
@@ -81,6 +97,7 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
         without it every hypothesis is stepped until the last one ends (as a padded batch is).
     check_every: steps between reads of which hypotheses ended (default: `steps_between_checks`).
     """
+    max_lengths = _limits(max_lengths)
     num = len(max_lengths)
     device = max_lengths.device
     check_every = _interval(check_every, device)
@@ -127,6 +144,8 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
     """
     if beam < 1:
         raise ValueError(f"beam size must be at least 1, got {beam}")
+    check_alpha(alpha)
+    max_lengths = _limits(max_lengths)
     B, k = len(max_lengths), beam
     device = max_lengths.device
     check_every = _interval(check_every, device)

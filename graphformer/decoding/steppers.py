@@ -27,6 +27,7 @@ import torch
 from graphformer.decoding.search import reads_are_free
 from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch, patterns
 from graphformer.graphs.relation import Relation
+from graphformer.vocab import EOS
 
 
 class IncrementalStepper:
@@ -34,7 +35,7 @@ class IncrementalStepper:
     `graphformer.model.UniversalTransformer`: both run ``model.decode`` on the new nodes.
 
     Args:
-        model: the model (used in eval mode under no_grad by the caller).
+        model: the model, in eval mode (the stepper runs it without gradients).
         batch: an inference batch of B source sentences (``make_batch(pool, src)``).
         hyps_per_sentence: k hypotheses per sentence (1 for greedy, the beam size for beam search);
             live hypothesis h belongs to live sentence h // k.
@@ -60,8 +61,12 @@ class IncrementalStepper:
     halted before the deepest step keeps serving its last keys and values there, as in training.
     """
 
+    @torch.no_grad()
     def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
                  pool: GraphPool | None = None, copy_moved_only: bool | None = None):
+        if model.training:
+            raise ValueError("the model is in training mode (dropout on: every run would decode other tokens); "
+                             "call model.eval() before decoding")
         if max_steps > model.tgt_embed.positions.max_len:  # checked once: the steps embed unchecked
             raise ValueError(f"max_steps {max_steps} exceeds the positional table (max_len="
                              f"{model.tgt_embed.positions.max_len}); decode fewer tokens")
@@ -125,6 +130,7 @@ class IncrementalStepper:
         self.reached = max(self.reached, depth + 1)
         return self.tables[0][depth], self.tables[1][depth]
 
+    @torch.no_grad()  # the cache is written in place: no autograd history to keep
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
@@ -191,13 +197,16 @@ class RecomputeStepper:
         self.model, self.pool, self.device = model, pool, device
         self.src = [s for s in src for _ in range(hyps_per_sentence)]  # of the live hypotheses
         self.prefixes = [[] for _ in self.src]
+        self.ended = [False for _ in self.src]  # stepped on after its </s> (search ignores what it gets)
         self.started = False
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        # The first token is <s>, which make_batch adds itself.
+        # The first token is <s>, which make_batch adds itself; a prefix holds words only.
         if self.started:
-            for prefix, tok in zip(self.prefixes, tokens.tolist()):
-                prefix.append(tok)
+            for h, tok in enumerate(tokens.tolist()):
+                self.ended[h] = self.ended[h] or tok == EOS
+                if not self.ended[h]:
+                    self.prefixes[h].append(tok)
         self.started = True
         batch = make_batch(self.pool, self.src, self.prefixes)
         if self.device is not None:
@@ -209,4 +218,5 @@ class RecomputeStepper:
     def reorder(self, parents: torch.Tensor) -> None:
         parents = parents.tolist()
         self.prefixes = [list(self.prefixes[p]) for p in parents]
+        self.ended = [self.ended[p] for p in parents]
         self.src = [self.src[p] for p in parents]

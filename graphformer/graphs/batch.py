@@ -87,7 +87,8 @@ class GraphBatch:
         if etype not in self._relations:
             keys, queries = {ENC: (self.src_nodes, self.src_nodes), DEC: (self.tgt_lengths, self.tgt_lengths),
                              CROSS: (self.src_nodes, self.tgt_lengths), SPAN: (self.src_nodes, self.src_nodes)}[etype]
-            self._relations[etype] = Relation.of_graph(self.graph[etype], keys, queries, device=self.device)
+            self._relations[etype] = Relation.of_graph(self.graph[etype], keys, queries, device=self.device,
+                                                       verified=True)  # the pool checked its patterns
         return self._relations[etype]
 
     @property
@@ -131,6 +132,9 @@ def make_batch(
             raise ValueError(f"sample {i} has an empty source sequence; drop it or add a token")
     if tgt is not None and len(tgt) != len(src):
         raise ValueError(f"{len(src)} source sequences but {len(tgt)} target sequences")
+    _check_words(src, "source")
+    if tgt is not None and pool.targets:
+        _check_words(tgt, "target")
 
     src_lengths = torch.tensor([pool.source_positions(len(s)) for s in src])
     spans = [pool.span_nodes(n) for n in src_lengths.tolist()]
@@ -164,10 +168,23 @@ def make_batch(
 
 def _ids(values: list, side: str) -> torch.Tensor:
     """(N,) int64 token ids; anything but whole numbers (floats, bools) is refused, not truncated."""
-    ids = torch.tensor(values) if values else torch.zeros(0, dtype=torch.int64)
+    ids = torch.tensor(values) if len(values) else torch.zeros(0, dtype=torch.int64)
     if ids.dtype != torch.int64:
         raise ValueError(f"{side} token ids must be integers, got {ids.dtype} values; encode tokens with Vocab.encode")
     return ids
+
+
+def _check_words(seqs: Sequence[Sequence[int]], side: str) -> None:
+    """Sequences hold words only: `<pad>`, `<s>` and `</s>` are the batch's to place (a row of a
+    padded tensor would make its padding attended nodes)."""
+    words = _ids([t for s in seqs for t in s], side)
+    markers = words <= EOS  # PAD, SOS, EOS are the ids below UNK
+    if bool(markers.any()):
+        at = int(markers.nonzero()[0])
+        sample = int(torch.searchsorted(torch.cumsum(torch.tensor([len(s) for s in seqs]), 0), at, right=True))
+        raise ValueError(f"{side} sample {sample} holds id {int(words[at])} (<pad>, <s> or </s>): give sequences "
+                         "without specials or padding (make_batch adds </s> and <s>), e.g. row[row > 2] of a padded "
+                         "tensor")
 
 
 def labels(tgt: Sequence[Sequence[int]]) -> torch.Tensor:

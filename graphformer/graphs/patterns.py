@@ -26,6 +26,7 @@ come after it, so incremental decoding sees exactly the edges that training saw.
 """
 from __future__ import annotations
 
+import numbers
 import random
 from typing import Callable, Iterable
 
@@ -206,8 +207,14 @@ def union(*patterns: Pattern) -> Pattern:
 
 
 def from_edges(pairs: Iterable[tuple[int, int]], name: str = "edges") -> Pattern:
-    """A fixed list of (key, query) pairs; pairs outside the current lengths are dropped."""
-    pairs = torch.tensor(list(pairs), dtype=torch.int64).view(-1, 2)
+    """A fixed list of (key, query) pairs of whole numbers of at least 0; pairs outside the current
+    lengths are dropped."""
+    pairs = list(pairs)
+    for pair in pairs:
+        if len(pair) != 2 or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0
+                                     for i in pair):
+            raise UserError(f"pattern {name!r}: {pair!r} is no (key, query) pair of whole numbers of at least 0")
+    pairs = torch.tensor(pairs, dtype=torch.int64).view(-1, 2)
 
     def pattern(nk: int, nq: int) -> EdgeList:
         keep = (pairs[:, 0] < nk) & (pairs[:, 1] < nq)

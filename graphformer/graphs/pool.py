@@ -49,6 +49,20 @@ def _as_pattern(p: Pattern | str) -> Pattern:
     return p
 
 
+def _edge_list(edges, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A pattern's (u, v): two 1-D integer tensors of one length, or a UserError saying so."""
+    if not (isinstance(edges, tuple) and len(edges) == 2 and all(isinstance(e, torch.Tensor) for e in edges)):
+        raise UserError(f"attention pattern {name!r} must return (u, v), two tensors; got {type(edges).__name__}")
+    u, v = edges
+    if u.dim() != 1 or v.dim() != 1 or len(u) != len(v):
+        raise UserError(f"attention pattern {name!r} must return two 1-D tensors of one length, got shapes "
+                        f"{tuple(u.shape)} and {tuple(v.shape)}")
+    whole = (torch.int8, torch.int16, torch.int32, torch.int64)  # not bool, not float: never truncated
+    if u.dtype not in whole or v.dtype not in whole:
+        raise UserError(f"attention pattern {name!r} must return integer node ids, got {u.dtype} and {v.dtype}")
+    return u.long(), v.long()
+
+
 class GraphPool:
     """Builds and caches the per-length graphs of one attention structure.
 
@@ -98,10 +112,10 @@ class GraphPool:
             empty = torch.zeros(0, dtype=torch.int64)
             return empty, empty
         pattern = {ENC: self.enc, DEC: self.dec, CROSS: self.cross}[relation]
-        u, v = pattern(n_keys, n_queries)
+        name = getattr(pattern, "spec", getattr(pattern, "__name__", "custom"))
+        u, v = _edge_list(pattern(n_keys, n_queries), name)
         if relation == ENC:  # span nodes are keys and queries too
             n_keys = n_queries = n_keys + self.span_nodes(n_keys)
-        name = getattr(pattern, "spec", getattr(pattern, "__name__", "custom"))
         if relation == DEC and bool((u > v).any()):
             raise UserError(f"decoder self-attention pattern {name!r} has an edge from a later target token; "
                             "use a causal one (causal, causal-window:W, ...)")

@@ -60,6 +60,9 @@ class Relation:
             when a backend asks for ``u``/``v``); ``None`` otherwise.
         graph: the DGL graph the edges were read from, where DGL keeps it (may be ``None``).
         layouts: backend layouts built from the edges, by name (see `layout`).
+        verified: every query has a key and no edge is listed twice. graphformer's own relations
+            are made so (a graph pool's patterns are checked when it builds them); one made by
+            hand is checked by `graphformer.attention.graph_attention` on first use.
     """
 
     _u: Optional[torch.Tensor]
@@ -73,6 +76,7 @@ class Relation:
     tiles: Optional[Tiles] = None
     num_edges: int = -1
     layouts: dict = field(default_factory=dict, repr=False)
+    verified: bool = False
 
     def __post_init__(self):
         if self.num_edges < 0:
@@ -80,20 +84,20 @@ class Relation:
 
     @classmethod
     def of_graph(cls, graph, key_counts: torch.Tensor | None = None, query_counts: torch.Tensor | None = None,
-                 device: torch.device | str | None = None) -> "Relation":
+                 device: torch.device | str | None = None, verified: bool = False) -> "Relation":
         """The relation of a single-relation DGL graph, its index tensors moved to ``device``
         (default: where the graph is). The graph itself stays where it is."""
         u, v = graph.edges()
         device = graph.device if device is None else device
         counts = [None if c is None else c.to(device) for c in (key_counts, query_counts)]
         return cls(u.to(device, torch.int64), v.to(device, torch.int64), graph.num_src_nodes(), graph.num_dst_nodes(),
-                   *counts, graph=graph)  # int64 whatever DGL's idtype: torch's scatter takes no other
+                   *counts, graph=graph, verified=verified)  # int64 whatever DGL's idtype: torch's scatter takes no other
 
     @classmethod
     def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> "Relation":
         """Query i attends to the key ids in row i of ``key_rows`` (-1: no key); edges row by row."""
         rows, columns = (key_rows >= 0).nonzero(as_tuple=True)
-        return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), _key_rows=key_rows)
+        return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), _key_rows=key_rows, verified=True)
 
     @classmethod
     def of_tiles(cls, num_tiles: int, queries: int, width: int, lengths: list[int] | int,
@@ -112,7 +116,7 @@ class Relation:
             padding = (torch.arange(span, device=device) >= counts[:, None])[:, None, None]
             tiles = Tiles(queries, width, span, device, counts, padding)
             num_edges = queries * sum(lengths)
-        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles, num_edges=num_edges)
+        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles, num_edges=num_edges, verified=True)
 
     @property
     def u(self) -> torch.Tensor:
@@ -162,7 +166,7 @@ class Relation:
         if self.key_rows is not None:
             key_rows = self.key_rows[active]
         return Relation(self.u[keep], new_id[self.v[keep]], self.num_keys, int(active.sum()),
-                        self.key_counts, query_counts, key_rows)
+                        self.key_counts, query_counts, key_rows, verified=self.verified)
 
 
 def _tile_rows(relation: Relation) -> torch.Tensor:

@@ -6,6 +6,7 @@ from graphformer.model.classifier import EncoderClassifier
 from graphformer.model.config import ModelConfig
 from graphformer.model.transformer import GraphTransformer
 from graphformer.model.universal import UniversalTransformer
+from graphformer.vocab import SPECIALS
 
 MODEL_CLASSES = {"transformer": GraphTransformer, "universal": UniversalTransformer, "encoder": EncoderClassifier,
                  "universal-encoder": EncoderClassifier}
@@ -13,6 +14,10 @@ MODEL_CLASSES = {"transformer": GraphTransformer, "universal": UniversalTransfor
 
 def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND) -> nn.Module:
     """The model that ``cfg.model`` names."""
+    if cfg.tgt_vocab <= len(SPECIALS):
+        what = "label" if cfg.classifies else "token"
+        raise ValueError(f"tgt_vocab ({cfg.tgt_vocab}) holds no {what} besides the {len(SPECIALS)} specials "
+                         f"{SPECIALS}: the model could only answer those")
     return MODEL_CLASSES[cfg.model](cfg, attention_backend)
 
 
@@ -21,5 +26,5 @@ def make_model(src_vocab: int, tgt_vocab: int | None = None, attention_backend: 
     """Build a `GraphTransformer` (or, with ``model="universal"``, a `UniversalTransformer`, with
     ``model="encoder"`` or ``"universal-encoder"`` an `EncoderClassifier` over ``tgt_vocab`` labels); ``hyper`` are
     `ModelConfig` fields."""
-    cfg = ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab or src_vocab, **hyper)
+    cfg = ModelConfig(src_vocab=src_vocab, tgt_vocab=src_vocab if tgt_vocab is None else tgt_vocab, **hyper)
     return build_model(cfg, attention_backend)

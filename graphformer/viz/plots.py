@@ -195,6 +195,8 @@ def animate(pictures: list[AttentionPicture], path: str | Path, view: str = "hea
             seconds_per_frame: float = 0.8) -> int:
     """One frame per picture: an animated GIF for ``.gif``, a self-contained HTML player (frames
     inlined as PNG, no network needed) for ``.html``. Returns the number of frames."""
+    if not pictures:
+        raise ValueError("no pictures to animate: give at least one")
     path = check_animation_path(path)
     frames = draw_frames(pictures, view, scale)
     write_animation(frames, [p.title for p in pictures], path, seconds_per_frame)
@@ -291,7 +293,10 @@ def player_page(frames: list[bytes], captions: list[str], title: str, seconds_pe
 
 # ---- the Universal Transformer and patterns --------------------------------------------------
 def ponder_map(steps, labels, path: str | Path, title: str = "ponder steps per token") -> None:
-    """Universal Transformer: how many steps each token of a sentence took."""
+    """Universal Transformer: how many steps each token of a sentence took (``steps`` and
+    ``labels`` one per token; a tree encoder's span nodes have steps too: label them, or leave them out)."""
+    if len(steps) != len(labels):
+        raise ValueError(f"{len(steps)} step counts but {len(labels)} labels: give one label per token")
     figure = new_figure(0.35 * len(labels) + 2, 2.2)
     ax = figure.subplots()
     ax.bar(range(len(labels)), steps, color="tab:orange")
