@@ -139,6 +139,8 @@ def test_python_api_misuse_found_by_a_users_review(tmp_path):
         (lambda: ponder_map([1, 2, 3], ["a", "b"], tmp_path / "p.png"), "3 step counts but 2 labels"),
         (lambda: greedy_search(None, torch.tensor([], dtype=torch.int64)), "max_lengths must hold"),
         (lambda: IncrementalStepper(tiny().train(), make_batch(pool, [[4, 5]]), 1, 4), "in training mode"),
+        (lambda: beam_search(IncrementalStepper(tiny().eval(), make_batch(pool, [[4, 5]]), 1, 4), [4], beam=3),
+         "the stepper holds 1 hypotheses, the search needs 3"),
         (lambda: graph_attention(Relation(torch.tensor([0, 1]), torch.tensor([0, 1]), 3, 3), q, k, v),
          "query node 2 has no in-edges"),
         (lambda: graph_attention(Relation(torch.tensor([0, 0, 1, 2]), torch.tensor([0, 0, 1, 2]), 3, 3), q, k, v),

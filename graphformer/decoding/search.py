@@ -80,6 +80,14 @@ def _limits(max_lengths) -> torch.Tensor:
     return limits.long()
 
 
+def _check_rows(stepper, rows: int) -> None:
+    """A stepper that says how many hypotheses it holds (``num_hyps``) must hold the search's."""
+    held = getattr(stepper, "num_hyps", rows)
+    if held != rows:
+        raise ValueError(f"the stepper holds {held} hypotheses, the search needs {rows} (one per sentence for "
+                         "greedy search, beam per sentence for beam search): make it with that many")
+
+
 def _interval(check_every: int | None, device: torch.device) -> int:
     if check_every is None:
         return steps_between_checks(device)
@@ -99,6 +107,7 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
     """
     max_lengths = _limits(max_lengths)
     num = len(max_lengths)
+    _check_rows(stepper, num)
     device = max_lengths.device
     check_every = _interval(check_every, device)
     live = torch.arange(num, device=device)  # the hypothesis of each stepper row
@@ -147,6 +156,7 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
     check_alpha(alpha)
     max_lengths = _limits(max_lengths)
     B, k = len(max_lengths), beam
+    _check_rows(stepper, B * k)
     device = max_lengths.device
     check_every = _interval(check_every, device)
     live = torch.arange(B, device=device)  # the sentence of each block of k stepper rows
