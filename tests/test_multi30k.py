@@ -213,3 +213,7 @@ def test_a_killed_runs_subword_model_of_other_options_is_learned_anew(tmp_path, 
     assert main([*common, "--bpe", "400"]) == 0
     assert SubwordPipeline(run / "subwords.model").model.get_piece_size() == 400
     assert json.loads((run / "subwords.json").read_text()) == {"pieces": 400, "train_limit": 100}
+    (run / "checkpoint_last.pt").unlink()  # a run of an earlier version, which kept no subwords.json
+    (run / "subwords.json").unlink()
+    assert main([*common, "--bpe", "300"]) == 0
+    assert SubwordPipeline(run / "subwords.model").model.get_piece_size() == 300

@@ -137,8 +137,13 @@ def test_tensorboard_logs_steps_metrics_and_attention_images(tmp_path):
 
     data = small_copy_data(tmp_path / "data", n_train=64)
     run = tmp_path / "run"
+    run.mkdir()  # where a run was killed before its first checkpoint: its records go, the new log stays
+    (run / "config.json").write_text("{}")
+    (run / "tensorboard").mkdir()
+    (run / "tensorboard" / "events.out.tfevents.old").write_bytes(b"")
     train(["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16", "--viz-every", "1",
            "--tensorboard", "--out", str(run), *TINY_MODEL])
+    assert not (run / "tensorboard" / "events.out.tfevents.old").exists()
     events = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
     steps = read_jsonl(run / "steps.jsonl")

@@ -98,10 +98,13 @@ class Multi30kTask(Task):
             return multi30k.prepare(run_dir / "data", mirror=cfg.data_dir)  # with the raw references
         folder = self.data_dir(cfg, run_dir)
         learned_for = {"pieces": cfg.bpe, "train_limit": cfg.train_limit}
-        record = run_dir / subwords.RECORD
-        if record.is_file() and json.loads(record.read_text(encoding="utf-8")) != learned_for:
-            # learned for other options, by a run killed before its first checkpoint: learn anew
-            (run_dir / subwords.MODEL).unlink(missing_ok=True)
+        record, model = run_dir / subwords.RECORD, run_dir / subwords.MODEL
+        if record.is_file():
+            stale = json.loads(record.read_text(encoding="utf-8")) != learned_for
+        else:  # learned before records were kept: its size is all there is to compare
+            stale = model.is_file() and subwords.SubwordPipeline(model).model.get_piece_size() != cfg.bpe
+        if stale:  # learned for other options, by a run killed before its first checkpoint: learn anew
+            model.unlink(missing_ok=True)
             shutil.rmtree(folder, ignore_errors=True)
         if all((folder / f"{split}.{side}").is_file() for split in multi30k.SPLIT_FILES for side in ("src", "tgt")):
             return folder
@@ -109,11 +112,11 @@ class Multi30kTask(Task):
         sentences = {split: (multi30k.read_gz(raw / f"{stem}.{multi30k.SRC_LANG}.gz"),
                              multi30k.read_gz(raw / f"{stem}.{multi30k.TGT_LANG}.gz"))
                      for split, stem in multi30k.SPLIT_FILES.items()}
-        if not (run_dir / subwords.MODEL).is_file():  # learned on the training pairs the run trains on
+        if not model.is_file():  # learned on the training pairs the run trains on
             en, de = (cfg.used("train", side) for side in sentences["train"])
-            subwords.learn(en + de, cfg.bpe, run_dir / subwords.MODEL)
+            subwords.learn(en + de, cfg.bpe, model)
             write_text_atomic(record, json.dumps(learned_for) + "\n")
-        pieces = subwords.SubwordPipeline(run_dir / subwords.MODEL)
+        pieces = subwords.SubwordPipeline(model)
         folder.mkdir(exist_ok=True)
         for split, (en, de) in sentences.items():
             write_lines_atomic(folder / f"{split}.ref", de)

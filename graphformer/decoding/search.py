@@ -70,9 +70,10 @@ def steps_between_checks(device: torch.device) -> int:
     return 1 if reads_are_free(device) else 8
 
 
-def _limits(max_lengths) -> torch.Tensor:
-    """(N,) int64 length limits, each at least 1 (a tensor or a list)."""
-    limits = torch.as_tensor(max_lengths)
+def _limits(max_lengths, stepper) -> torch.Tensor:
+    """(N,) int64 length limits, each at least 1 (a tensor or a list), where the stepper computes
+    (its ``device``, if it says)."""
+    limits = torch.as_tensor(max_lengths, device=getattr(stepper, "device", None))
     if limits.dim() != 1 or len(limits) == 0 or limits.is_floating_point() or limits.dtype == torch.bool \
             or bool((limits < 1).any()):
         raise ValueError(f"max_lengths must hold one whole number of at least 1 per hypothesis or sentence, got "
@@ -105,7 +106,7 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
         without it every hypothesis is stepped until the last one ends (as a padded batch is).
     check_every: steps between reads of which hypotheses ended (default: `steps_between_checks`).
     """
-    max_lengths = _limits(max_lengths)
+    max_lengths = _limits(max_lengths, stepper)
     num = len(max_lengths)
     _check_rows(stepper, num)
     device = max_lengths.device
@@ -154,7 +155,7 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
     if beam < 1:
         raise ValueError(f"beam size must be at least 1, got {beam}")
     check_alpha(alpha)
-    max_lengths = _limits(max_lengths)
+    max_lengths = _limits(max_lengths, stepper)
     B, k = len(max_lengths), beam
     _check_rows(stepper, B * k)
     device = max_lengths.device

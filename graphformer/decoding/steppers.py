@@ -130,8 +130,10 @@ class IncrementalStepper:
         self.reached = max(self.reached, depth + 1)
         return self.tables[0][depth], self.tables[1][depth]
 
-    @torch.no_grad()  # the cache is written in place: no autograd history to keep
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():  # called outside no_grad (search's callers run under inference_mode)
+            with torch.no_grad():  # the cache is written in place: no autograd history to keep
+                return self.step(tokens)
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
         t, self.reached = self.t, 0

@@ -95,8 +95,11 @@ class Trainer:
             self._made_run_dir = created
             if new_run:
                 self._check_holds_no_run()  # again, now that no other trainer can write here
-            if self.cfg.tensorboard:
-                self.board = TensorBoardLog(self.run_dir / TENSORBOARD)
+
+    def _open_board(self) -> None:
+        """TensorBoard's log, once the run directory holds no earlier run's records."""
+        if self.ctx.is_main and self.cfg.tensorboard:
+            self.board = TensorBoardLog(self.run_dir / TENSORBOARD)
 
     def _check_holds_no_run(self) -> None:
         if self.files.holds_run():
@@ -132,6 +135,7 @@ class Trainer:
             self.files.clear_records()  # every check has passed: this run starts here
             self.files.write_config(model_cfg, self.cfg)
             self.files.write_vocab(self.src_vocab, self.tgt_vocab)
+        self._open_board()
         self._build_optimizer()
         self._warn_about_generated_data()  # once the run has started: a refused start says only why
 
@@ -160,6 +164,7 @@ class Trainer:
                                 "one (an epoch's end), or for that run to finish")
             raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
         self._open_run_dir(new_run=False)
+        self._open_board()
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
         trained_by = state.get("processes")  # not recorded before 2026-12-01: then unknown, not checked
