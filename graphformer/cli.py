@@ -307,8 +307,10 @@ def cmd_train(args) -> int:
         print(warning, file=sys.stderr)
     try:
         metrics = trainer.run()
-    finally:
-        trainer.close()
+    except BaseException:
+        trainer.close(failed=True)
+        raise
+    trainer.close()
     if not trainer.ctx.is_main:
         return 0
     resume = resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node)

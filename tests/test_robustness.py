@@ -519,3 +519,64 @@ def test_a_killed_runs_data_of_another_seed_is_used_with_a_warning(tmp_path, cap
     capsys.readouterr()
     assert train("--task", "copy", "--out", str(run), "--seed", "2", "--max-steps", "1", *TINY_MODEL) == 0
     assert f"the data in {run / 'data'} was generated with seed 1" in capsys.readouterr().err
+
+
+def test_a_run_stopped_after_an_epochs_last_step_validates_it_on_resume(data, tmp_path, monkeypatch):
+    """A signal (or a kill after a --save-every checkpoint) on the last step of an epoch that is
+    also the last of --max-steps: the resumed run validates that epoch, as the uninterrupted one."""
+    import graphformer.training.trainer as trainer_module
+    run = tmp_path / "run"
+    original = trainer_module.Trainer._should_stop
+
+    def signal_at_step_6(self):
+        self._stop_requested = self._stop_requested or self.progress["step"] == 6
+        return original(self)
+    monkeypatch.setattr(trainer_module.Trainer, "_should_stop", signal_at_step_6)
+    assert fresh(data, run, "--epochs", "3", "--max-steps", "6") == 130  # 6 steps an epoch: interrupted on its last
+    monkeypatch.setattr(trainer_module.Trainer, "_should_stop", original)
+    assert not (run / "metrics.jsonl").exists() or read_jsonl(run / "metrics.jsonl") == []
+    assert train("--out", str(run), "--resume") == 0
+    assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1]
+    assert checkpoint.load(run / checkpoint.BEST)["progress"]["epoch"] == 1
+
+
+def test_resume_removes_temporaries_in_the_runs_subfolders(data, tmp_path):
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "1", "--keep-last", "1", "--viz-every", "1") == 0
+    left = [run / "checkpoints" / ".epoch_0002.pt.tmp-123", run / "attention" / ".epoch_0002.pt.tmp-123"]
+    for path in left:
+        path.write_bytes(b"half a checkpoint")
+    assert train("--out", str(run), "--resume", "--epochs", "2") == 0
+    assert not any(path.exists() for path in left)
+
+
+def test_tensorboard_drops_steps_logged_after_the_checkpoint_a_run_resumes_from(data, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = tmp_path / "run"
+    assert fresh(data, run, "--epochs", "2", "--max-steps", "3", "--tensorboard") == 0
+    at_step_3 = (run / checkpoint.LAST).read_bytes()
+    assert train("--out", str(run), "--resume", "--max-steps", "5") == 0
+    (run / checkpoint.LAST).write_bytes(at_step_3)  # a crash after step 5 whose last checkpoint was step 3
+    assert train("--out", str(run), "--resume", "--max-steps", "5") == 0
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5]
+
+
+def test_a_crash_between_the_epoch_checkpoint_and_the_last_one_leaves_no_gap(data, tmp_path, monkeypatch):
+    """The epoch's own checkpoint is written first: a crash before checkpoint_last.pt resumes from
+    the epoch before and writes it again, so `average --last` never meets a missing epoch."""
+    from graphformer.training.run_dir import RunDir
+    run = tmp_path / "run"
+    original = RunDir.save_checkpoint
+
+    def disk_full_at_epoch_2(self, state, best):
+        if state["progress"]["epoch"] == 2:
+            raise OSError(28, "No space left on device")
+        return original(self, state, best)
+    monkeypatch.setattr(RunDir, "save_checkpoint", disk_full_at_epoch_2)
+    assert fresh(data, run, "--epochs", "3", "--keep-last", "5") == 2
+    assert (run / "checkpoints" / "epoch_0002.pt").exists()
+    monkeypatch.setattr(RunDir, "save_checkpoint", original)
+    assert train("--out", str(run), "--resume") == 0
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [f"epoch_000{e}.pt" for e in (1, 2, 3)]

@@ -117,16 +117,18 @@ def any_rank(flags: tuple[bool, ...], ctx: Context) -> tuple[bool, ...]:
     return tuple(bool(x > 0) for x in t.tolist())
 
 
-def teardown(ctx: Context) -> None:
+def teardown(ctx: Context, together: bool = True) -> None:
     """Leave the process group together: a rank that exits while another still talks to it
-    can leave that one waiting for ever.
+    can leave that one waiting for ever. Not ``together`` (this rank failed, and the others may
+    be waiting in another collective), the group is left as it is: the process exits with its
+    error and torchrun stops the others.
 
     Gloo's worker threads release finished work (and the Python-owned tensors it holds, which
     needs the GIL) just after reporting it done. Destroying the group joins those threads while
     holding the GIL, so it must wait until they are idle, or both wait for ever (seen in CI with
     torch 2.2: the main thread in ~ProcessGroupGloo, a worker in ~AsyncBarrierWork).
     """
-    if ctx.distributed and dist.is_initialized():
+    if ctx.distributed and dist.is_initialized() and together:
         dist.barrier()
         time.sleep(0.5)  # releases the GIL: the workers drop their finished work
         dist.destroy_process_group()

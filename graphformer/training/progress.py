@@ -67,12 +67,13 @@ class TensorBoardLog:
     """Loss, learning rate and tokens/s per step, validation metrics per epoch, and recorded
     attention maps as images, in ``folder`` (``tensorboard --logdir RUN_DIR/tensorboard``)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, after_step: int = 0):
+        """``after_step``: a resumed run's checkpoint step; what was logged after it is dropped."""
         try:
             from torch.utils.tensorboard import SummaryWriter  # needs the optional tensorboard package
         except ImportError:
             raise UserError("tensorboard logging needs the tensorboard package: pip install -e .[tensorboard]") from None
-        self.writer = SummaryWriter(str(folder))
+        self.writer = SummaryWriter(str(folder), purge_step=after_step + 1 if after_step else None)
 
     def step(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
         self.writer.add_scalar("train/loss", loss, step)

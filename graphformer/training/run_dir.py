@@ -86,7 +86,8 @@ class RunDir:
         f.write(f"process {os.getpid()}\n")
         f.flush()
         self._lock_file = f
-        remove_temporaries(self.path)  # only an interrupted writer of this run can have left them
+        for folder in (self.path, self.path / EPOCHS, self.path / ATTENTION):  # only this run's writers
+            remove_temporaries(folder)  # (interrupted) can have left them
 
     def unlock(self) -> None:
         if self._lock_file is not None:

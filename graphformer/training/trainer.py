@@ -97,9 +97,10 @@ class Trainer:
                 self._check_holds_no_run()  # again, now that no other trainer can write here
 
     def _open_board(self) -> None:
-        """TensorBoard's log, once the run directory holds no earlier run's records."""
+        """TensorBoard's log, once the run directory holds no earlier run's records; a resumed
+        run's drops what was logged after its checkpoint (as `RunDir.cut_logs` does)."""
         if self.ctx.is_main and self.cfg.tensorboard:
-            self.board = TensorBoardLog(self.run_dir / TENSORBOARD)
+            self.board = TensorBoardLog(self.run_dir / TENSORBOARD, after_step=self.progress["step"])
 
     def _check_holds_no_run(self) -> None:
         if self.files.holds_run():
@@ -164,7 +165,6 @@ class Trainer:
                                 "one (an epoch's end), or for that run to finish")
             raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
         self._open_run_dir(new_run=False)
-        self._open_board()
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
         trained_by = state.get("processes")  # not recorded before 2026-12-01: then unknown, not checked
@@ -187,6 +187,7 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self._check_epoch_has_steps()
         self._check_limits_not_below_progress(self.files.read_config()[1])
+        self._open_board()
         if self.ctx.is_main:
             self.files.cut_logs(self.progress["step"], self.progress["epoch"])
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
@@ -332,11 +333,14 @@ class Trainer:
         # Every rank: a signal that reaches any of them (torchrun forwards Ctrl-C to all) stops all at one step.
         handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         metrics = None
-        # A resumed run that had stopped early stays stopped unless it is given more patience.
-        done = (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps) or self._out_of_patience()
-        if self.cfg.max_minutes is not None:
-            self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
         try:
+            if self.progress["batch"] and self.progress["batch"] == len(self.epoch_plan(self.progress["epoch"])[0]):
+                metrics = self._end_epoch()  # stopped (a signal, a kill) after its last step: validate it now
+            # A resumed run that had stopped early stays stopped unless it is given more patience.
+            done = (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps) or \
+                self._out_of_patience()
+            if self.cfg.max_minutes is not None:
+                self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
             if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
                 self._record_attention(0)  # the untrained model: the first frame of an animation
             while self.progress["epoch"] < self.cfg.epochs and not done:
@@ -418,9 +422,9 @@ class Trainer:
             self.board.epoch(metrics)
         if self.ctx.is_main and self.cfg.viz_every and (epoch + 1) % self.cfg.viz_every == 0:
             self._record_attention(epoch + 1)
-        self.save(best=is_best)
-        if self.ctx.is_main and self.cfg.keep_last:
+        if self.ctx.is_main and self.cfg.keep_last:  # first: a kill after it resumes from before this epoch
             self.files.keep_epoch_checkpoint(self.state(), epoch + 1, self.cfg.keep_last)
+        self.save(best=is_best)
         if self.show_progress:
             tqdm.write(format_metrics(metrics))
         return metrics
@@ -434,10 +438,12 @@ class Trainer:
             tqdm.write(f"early stop: no better valid {self.cfg.select_by} for {self.cfg.patience} epochs")
         return tired
 
-    def close(self):
-        """Release the DDP wrapper before the process group it uses, leave the group, unlock the run."""
+    def close(self, failed: bool = False):
+        """Release the DDP wrapper before the process group it uses, leave the group, unlock the run.
+        After a failure (``failed``: an exception, maybe on this rank alone) the others may never
+        reach the group's barrier: leave without it, and torchrun stops them when this one exits."""
         self.net = self.model
-        distributed.teardown(self.ctx)
+        distributed.teardown(self.ctx, together=not failed)
         if self.board:
             self.board.close()
         self.files.unlock()
