@@ -121,3 +121,26 @@ def test_two_processes_resume_exactly_with_dropout(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     whole, parts = (read_jsonl(tmp_path / out / "steps.jsonl") for out in ("whole", "parts"))
     assert [s["loss"] for s in parts] == [s["loss"] for s in whole] and len(whole) == 8
+
+
+@pytest.mark.slow
+def test_an_error_on_one_rank_ends_the_job_with_its_message(tmp_path):
+    """Rank 0 alone writes checkpoints: a full disk there must not leave the ranks waiting for
+    each other (rank 1 in the next collective, rank 0 in the group's barrier) until gloo's timeout."""
+    data = small_copy_data(tmp_path / "data")
+    script = tmp_path / "disk_full.py"
+    script.write_text(
+        "import sys\n"
+        "from graphformer.cli import main\n"
+        "from graphformer.training.run_dir import RunDir\n"
+        "def full(self, state, best):\n"
+        "    raise OSError(28, 'No space left on device')\n"
+        "RunDir.save_checkpoint = full\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
+               "--nproc_per_node=2", str(script), "train", "--task", "parallel", "--data-dir", str(data),
+               "--batch-size", "8", "--epochs", "3", "--device", "cpu", *TINY_MODEL, "--out", str(tmp_path / "run")]
+    done = _run(command, env, tmp_path / "ddp.log")  # fails the test if it hangs for 240 s
+    assert done.returncode != 0
+    assert "graphformer: error: " in done.stderr and "No space left on device" in done.stderr, done.stderr[-3000:]
