@@ -73,7 +73,7 @@ def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
     steps = read_jsonl(run / "steps.jsonl")
     assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"], printed[-3000:]
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in printed, printed[-3000:]
-    assert "torchrun --nproc_per_node=2 -m graphformer train" in printed  # how to resume it as it ran
+    assert "torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node=2 -m graphformer train" in printed  # as it ran
     # Rank 0 exits with 130 as an interrupted run does; torchrun reports that exit in its own words.
     assert agent.returncode != 0 and "Connection reset" not in printed and "(exitcode: 130) local_rank: 0" in printed
 

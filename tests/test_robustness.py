@@ -114,7 +114,8 @@ def test_a_run_resumes_only_with_as_many_processes_as_it_ran(trained, tmp_path, 
     checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 2}, run / checkpoint.LAST)
     before = snapshot(run)
     one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"],
-                   "trained by 2 process(es), this is 1", "torchrun --nproc_per_node=2 -m graphformer train --out")
+                   "trained by 2 process(es), this is 1",
+                   "torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node=2 -m graphformer train --out")
     assert snapshot(run) == before
     # A checkpoint written before the count was recorded: unknown, so not refused.
     checkpoint.save_atomic({k: v for k, v in state.items() if k not in ("format", "processes")}, run / checkpoint.LAST)

@@ -97,7 +97,11 @@ def make_data(task: str, length: int, sizes: dict, seed: int, folder: Path) -> P
 def run_measured(command: list[str]) -> tuple[int, int]:
     """(exit status, peak resident set in bytes) of one child process."""
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
+    try:
+        _, status, usage = os.wait4(child.pid, 0)
+    except KeyboardInterrupt:  # the child heard the Ctrl-C too: let it write its checkpoint first
+        child.wait()
+        raise
     return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024
 
 
@@ -131,16 +135,22 @@ def accuracy_bound(task: str, share: float) -> float | None:
 
 
 def train_one(name: str, spec: str, args, data: Path) -> str | None:
-    """Train one pattern's run (unless it is there) and record its peak memory; an error or None."""
+    """Train one pattern's run (unless it is done: its peak memory is recorded) and record its
+    peak memory; an error or None. An interrupted run is resumed (its peak is then the resumed
+    process's)."""
     run = args.out / "runs" / name
-    if (run / "checkpoint_last.pt").is_file():
+    if (run / "peak_rss_bytes").is_file():
         return None
-    status, peak = run_measured([
-        sys.executable, "-m", "graphformer", "train", "--task", args.task, "--data-dir", str(data), "--out", str(run),
-        "--quiet", "--model", "encoder", "--pooling", args.pooling, "--enc-attention", spec,
-        "--max-len", str(args.length + 2), "--batch-tokens", str(args.batch_tokens), "--epochs", "1000",
-        "--max-steps", str(args.steps), *(["--max-minutes", str(args.minutes)] if args.minutes else []),
-        "--seed", str(args.seed), *shlex.split(args.train_options)])
+    if (run / "checkpoint_last.pt").is_file():
+        command = [sys.executable, "-m", "graphformer", "train", "--out", str(run), "--quiet", "--resume"]
+    else:
+        command = [
+            sys.executable, "-m", "graphformer", "train", "--task", args.task, "--data-dir", str(data),
+            "--out", str(run), "--quiet", "--model", "encoder", "--pooling", args.pooling, "--enc-attention", spec,
+            "--max-len", str(args.length + 2), "--batch-tokens", str(args.batch_tokens), "--epochs", "1000",
+            "--max-steps", str(args.steps), *(["--max-minutes", str(args.minutes)] if args.minutes else []),
+            "--seed", str(args.seed), *shlex.split(args.train_options)]
+    status, peak = run_measured(command)
     if status != 0:
         return f"training exited with status {status}"
     (run / "peak_rss_bytes").write_text(str(peak))
@@ -272,4 +282,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit("sweep: interrupted; the same command picks up where it stopped")

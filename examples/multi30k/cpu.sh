@@ -8,7 +8,7 @@
 # 3. choose the checkpoint (best single or averaged) and length penalty on val (tune.sh);
 # 4. report val and test with that choice.
 set -euo pipefail
-BIN=${BIN:-.venv/bin}
+BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin}  # the repository's, from any folder
 RUN=${RUN:-runs/multi30k-cpu}
 MIRROR=${1:-}
 HERE=$(dirname "$0")

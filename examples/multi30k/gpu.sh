@@ -2,7 +2,7 @@
 # Multi30k English->German with the DGL example's model (6 layers, d_model 512, 8 heads) on a GPU.
 # Works with the plain install (attention on the GPU via the torch/padded backends; see the README).
 set -euo pipefail
-BIN=${BIN:-.venv/bin}
+BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin}  # the repository's, from any folder
 RUN=${RUN:-runs/multi30k-gpu}
 MIRROR=${1:-}
 "$BIN/graphformer" train --task multi30k ${MIRROR:+--data-dir "$MIRROR"} --out "$RUN" --device cuda \

@@ -5,7 +5,7 @@
 # Prints one JSON line per setting, then the winner as evaluate flags:
 #   best on valid: --checkpoint C --beam B --alpha A (tokenized BLEU X)
 set -euo pipefail
-BIN=${BIN:-.venv/bin}
+BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin}  # the repository's, from any folder
 RUN=${1:-runs/multi30k-cpu}
 best=""
 for checkpoint in ${CHECKPOINTS:-best averaged}; do
@@ -14,7 +14,11 @@ for checkpoint in ${CHECKPOINTS:-best averaged}; do
             # evaluate's own one-line error, if any, ends the script (set -e): nothing half-parsed
             scores=$("$BIN/graphformer" evaluate "$RUN" --split valid --checkpoint "$checkpoint" --beam "$beam" \
                      --alpha "$alpha" --json)
-            bleu=$("$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["bleu_tokenized"])' <<< "$scores")
+            bleu=$("$BIN/python" -c 'import json, sys
+scores = json.load(sys.stdin)
+if "bleu_tokenized" not in scores:
+    sys.exit(f"tune.sh: {sys.argv[1]} has no BLEU (not a translation run); tune a Multi30k run")
+print(scores["bleu_tokenized"])' "$RUN" <<< "$scores")
             echo "{\"checkpoint\": \"$checkpoint\", \"beam\": $beam, \"alpha\": $alpha, \"valid_bleu_tokenized\": $bleu}"
             if [ -z "$best" ] || "$BIN/python" -c "import sys; sys.exit(not $bleu > ${best##* })"; then
                 best="$checkpoint $beam $alpha $bleu"

@@ -3,7 +3,7 @@
 # Usage: bash examples/sparse/run.sh [EPOCHS]   (results also in runs/sparse/epochs-EPOCHS/*/metrics.jsonl)
 # A run that is there already is reused, and one that was interrupted is finished first.
 set -euo pipefail
-BIN=${BIN:-.venv/bin}
+BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin}  # the repository's, from any folder
 EPOCHS=${1:-6}
 MODEL=(--layers 2 --d-model 128 --heads 4 --d-ff 256 --dropout 0.1 --lr-factor 0.5 --batch-size 64 --quiet)
 run() {  # name task enc dec cross

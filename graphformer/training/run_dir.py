@@ -196,7 +196,8 @@ def resume_command(run_dir: str | Path, processes: int = 1, per_node: int | None
     if processes == 1:
         launch = "graphformer"
     elif per_node == processes:
-        launch = f"torchrun --nproc_per_node={processes} -m graphformer"
+        # As docs/howto/scale.md starts one machine's run: loopback, whether the host name resolves or not.
+        launch = f"torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node={processes} -m graphformer"
     else:
         launch = f"torchrun --nnodes={processes // per_node} --nproc_per_node={per_node} ... -m graphformer"
     return f"{launch} train --out {run_dir} --resume"
