@@ -132,7 +132,7 @@ class LoadedRun:
         try:
             check_lengths({name: split}, self.model.make_pool(), self.model.cfg.max_len)
         except ConfigError as err:  # max_len is the trained model's: the samples must fit it
-            where = self.data_dir() if folder is None else folder
+            where = self.task.data_dir(self.train_cfg, self.run_dir) if folder is None else folder  # prepared above
             raise UserError(f"{where}: the model's max_len {err.problem}; score samples that fit it") from None
         return split.encode(self.src_vocab, self.tgt_vocab)
 
