@@ -149,6 +149,14 @@ def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
     return x.view(-1, tiles.width, *x.shape[1:])[:, :tiles.span]
 
 
+def _fused_pays(tiles: Tiles, device: torch.device) -> bool:
+    """Whether PyTorch's fused attention (which reads the strided blocks in place) beats batched
+    matmuls on these unmasked tiles: on a GPU always; on a CPU (PyTorch 2.2) only with one query
+    per tile, since with a few queries per tile (beam search) it runs three to four times slower
+    than the matmuls (timed in docs/results.md, Decoding)."""
+    return tiles.queries == 1 or device.type != "cpu"
+
+
 def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):
     """Attention over tiles: m queries per tile against the tile's block of keys, read in place
     (strided views of the key and value tensors, nothing gathered)."""
@@ -164,10 +172,9 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
         return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
     Q = q.view(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
-    if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
+    if tiles.padding is None and not return_weights and _fused_pays(tiles, q.device):
         return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)  # scales by 1/sqrt(d) itself
-    # Several queries per tile of uneven length: masked batched matmuls (fused attention is slow
-    # with a mask on a CPU).
+    # Batched matmuls, masked past each tile's last key.
     scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
     if tiles.padding is not None:
         scores.masked_fill_(tiles.padding, float("-inf"))
