@@ -147,6 +147,8 @@ def test_incremental_decoding_equals_recompute(beam):
     ({"model": "universal", "act_threshold": 1.5}, r"act_threshold must be in \(0, 1\]"),
     ({"max_depth": 4}, "max_depth and the other adaptive computation time options apply only to the universal"),
     ({"act_threshold": 0.5}, "act_threshold and the other adaptive computation time options apply only"),
+    ({"model": "universal", "layers": 4}, "layers does not apply to model 'universal'"),
+    ({"model": "universal-encoder", "layers": 2, "tgt_vocab": 8}, "layers does not apply to model 'universal-enc"),
 ])
 def test_bad_act_options(kw, msg):
     with pytest.raises(ValueError, match=msg):
