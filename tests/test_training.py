@@ -9,7 +9,9 @@ from graphformer.training import checkpoint
 from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.training.schedule import make_optimizer, noam_rate
 from graphformer.vocab import NEVER_EMITTED, PAD, SOS
-from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data, train_straight_and_interrupted
+from graphformer.graphs import make_batch
+from helpers import (TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data, small_recall_data,
+                     train_straight_and_interrupted)
 
 
 def test_label_smoothing_matches_its_definition():
@@ -109,25 +111,40 @@ def test_training_lowers_the_validation_loss_and_keeps_best(tmp_path):
         assert key in best
 
 
-def test_gradient_accumulation_equals_one_big_batch(tmp_path):
-    """Two batches of 8 accumulated give the update of their union as one batch."""
+@pytest.mark.parametrize("model", ["transformer", "universal", "universal-encoder"])
+def test_gradient_accumulation_equals_one_big_batch(tmp_path, model):
+    """Two batches of 8 accumulated give the update of their union as one batch, the Universal
+    Transformer's ponder cost included (on data whose sources and targets differ in length, so
+    that each side's cost must be averaged over its own nodes)."""
     from graphformer.model import ModelConfig
     from graphformer.training.config import TrainConfig
     from graphformer.training.trainer import Trainer
 
-    data = small_copy_data(tmp_path / "data")
-    model_cfg = dict(src_vocab=1, tgt_vocab=1, layers=1, d_model=32, heads=4, d_ff=64, dropout=0.0)
-    cfg = dict(task="parallel", data_dir=str(data), batch_size=8, warmup=10)
+    if model == "universal-encoder":
+        data, task = small_recall_data(tmp_path / "data"), "recall"
+        depth = dict(model=model, max_depth=3, ponder_weight=0.05, pooling="mean")
+    else:
+        data, task = small_copy_data(tmp_path / "data"), "parallel"
+        src = (data / "train.src").read_text().splitlines()
+        (data / "train.tgt").write_text("".join(" ".join(line.split()[:1 + len(line.split()) // 3]) + "\n"
+                                                for line in src))  # a third of each source: other lengths
+        depth = dict(layers=1) if model == "transformer" else dict(model=model, max_depth=3, ponder_weight=0.05)
+    model_cfg = dict(src_vocab=1, tgt_vocab=1, d_model=32, heads=4, d_ff=64, dropout=0.0, **depth)
+    cfg = dict(task=task, data_dir=str(data), batch_size=8, warmup=10)
     acc = Trainer(tmp_path / "acc", ModelConfig(**model_cfg), TrainConfig(**cfg, accumulate=2), show_progress=False)
     one = Trainer(tmp_path / "one", ModelConfig(**model_cfg), TrainConfig(**cfg), show_progress=False)
     acc.model.double()
     one.model.double()
     one.model.load_state_dict(acc.model.state_dict())
     steps, global_steps = acc.epoch_plan(0)
+    train = acc.splits["train"]
     for s in range(3):
-        tokens = sum(len(acc.splits["train"].tgt[j]) + 1 for b in global_steps[s] for j in b)
-        acc.train_step(steps[s], tokens)
-        one.train_step([sum(steps[s], [])], tokens)
+        counts = acc.step_counts(global_steps[s])
+        union = make_batch(acc.pool, [train.src[j] for j in sum(steps[s], [])], [train.tgt[j] for j in sum(steps[s], [])])
+        assert counts["gold"] == len(union.gold) and counts["src"] == int(union.src_nodes.sum())
+        assert counts["tgt"] == (len(union.tgt_tokens) if model != "universal-encoder" else 0)
+        acc.train_step(steps[s], counts)
+        one.train_step([sum(steps[s], [])], counts)
     for (name, p), q in zip(acc.model.named_parameters(), one.model.parameters()):
         torch.testing.assert_close(p, q, atol=1e-10, rtol=0, msg=name)
 

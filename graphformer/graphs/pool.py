@@ -99,6 +99,15 @@ class GraphPool:
         """Positions a source of ``tokens`` tokens takes: its tokens, `</s>` and the `<cls>` node if any."""
         return tokens + 1 + self.cls_node
 
+    def source_nodes(self, tokens: int) -> int:
+        """Encoder nodes of a source of ``tokens`` tokens: its positions and the span nodes of a tree pattern."""
+        positions = self.source_positions(tokens)
+        return positions + self.span_nodes(positions)
+
+    def target_nodes(self, target_tokens: int) -> int:
+        """Decoder nodes of a target of ``target_tokens`` tokens: `<s>` and its tokens (none for a classifier)."""
+        return target_tokens + 1 if self.targets else 0
+
     def gold_count(self, target_tokens: int) -> int:
         """Entries of a batch's gold a sample adds: its target tokens and `</s>`, or one label."""
         return target_tokens + 1 if self.targets else 1

@@ -25,12 +25,15 @@ class ACTStats:
     states: list[torch.Tensor] = field(default_factory=list)  # (N, d) after each step, if recorded
 
     @property
+    def ponder_sum(self) -> torch.Tensor:
+        """Sum over tokens of steps + R (0 for a side without tokens)."""
+        return (self.steps.to(self.remainders.dtype) + self.remainders).sum()
+
+    @property
     def ponder_cost(self) -> torch.Tensor:
         """Mean over tokens of steps + R; 0 for a side without tokens (the target side of a batch
         without targets), not the NaN of an empty mean."""
-        if self.steps.numel() == 0:
-            return self.remainders.new_zeros(())
-        return (self.steps.to(self.remainders.dtype) + self.remainders).mean()
+        return self.ponder_sum / max(self.steps.numel(), 1)
 
 
 class HaltingUnit(nn.Module):

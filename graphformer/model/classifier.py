@@ -104,7 +104,7 @@ class EncoderClassifier(nn.Module):
             return log_probs
         if stats is None:
             return ModelOutput(log_probs)
-        return ModelOutput(log_probs, self.cfg.ponder_weight * stats.ponder_cost, {"src": stats})
+        return ModelOutput(log_probs, {"src": stats}, self.cfg.ponder_weight)
 
     @torch.no_grad()
     def predict(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:

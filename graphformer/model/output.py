@@ -7,10 +7,28 @@ import torch
 
 
 class ModelOutput(NamedTuple):
-    """log_probs: (N_tgt, vocab). aux_loss: a loss to add to the likelihood's (the Universal
-    Transformer's weighted ponder cost), ``None`` for the Transformer. stats: per side ('src',
-    'tgt') what adaptive computation time did (`graphformer.model.act.ACTStats`)."""
+    """log_probs: (N_tgt, vocab). stats: per side ('src', 'tgt') what adaptive computation time
+    did (`graphformer.model.act.ACTStats`), ``None`` for the Transformer. ponder_weight: the
+    weight of the ponder cost in the loss (see ``aux_loss``)."""
 
     log_probs: torch.Tensor
-    aux_loss: Optional[torch.Tensor] = None
     stats: Optional[dict] = None
+    ponder_weight: float = 0.0
+
+    @property
+    def aux_loss(self) -> Optional[torch.Tensor]:
+        """The loss to add to the likelihood's: the weighted ponder cost,
+
+            ponder_weight * sum over sides of (mean over the side's nodes of S + R),
+
+        ``None`` without adaptive computation time."""
+        return self.aux_loss_over(None)
+
+    def aux_loss_over(self, nodes: Optional[dict]) -> Optional[torch.Tensor]:
+        """``aux_loss`` with each side's sum of S + R divided by ``nodes[side]`` instead of this
+        batch's node count: this batch's share of the ponder cost of a larger batch it is part of
+        (an optimizer step's micro-batches on every process), whose shares add up to its cost."""
+        if not self.stats:
+            return None
+        return self.ponder_weight * sum(stats.ponder_sum / max(stats.steps.numel() if nodes is None else nodes[side], 1)
+                                        for side, stats in self.stats.items())

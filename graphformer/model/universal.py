@@ -153,7 +153,7 @@ class UniversalTransformer(nn.Module):
         steps = self.encoder.depth  # one table of step encodings serves both sides (fixed sinusoids)
         out, stats = ponder(h, lambda active, s: timing_signal(steps, self.tgt_embed, positions[active], s),
                             self.decoder_halt, update, self.cfg, self.record_states)
-        return ModelOutput(self.generator(self.decoder_norm(out)), stats={"tgt": stats})
+        return ModelOutput(self.generator(self.decoder_norm(out)), {"tgt": stats}, self.cfg.ponder_weight)
 
     def forward(self, batch: GraphBatch, full_output: bool = False):
         """(N_tgt, tgt_vocab) log-probabilities; with ``full_output`` a `ModelOutput` that
@@ -164,8 +164,7 @@ class UniversalTransformer(nn.Module):
         if not full_output:
             return out.log_probs
         tgt_stats = out.stats["tgt"]
-        aux_loss = self.cfg.ponder_weight * (src_stats.ponder_cost + tgt_stats.ponder_cost)
-        return ModelOutput(out.log_probs, aux_loss, {"src": src_stats, "tgt": tgt_stats})
+        return ModelOutput(out.log_probs, {"src": src_stats, "tgt": tgt_stats}, self.cfg.ponder_weight)
 
 
 # Before UniversalEncoder (graphformer's first release) the encoder's parts were the model's own.

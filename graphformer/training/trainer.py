@@ -295,15 +295,25 @@ class Trainer:
         per_step = [plan[s * k * world:(s + 1) * k * world] for s in range(steps)]
         return [shard(group, self.ctx.rank, world) for group in per_step], per_step
 
-    def train_step(self, batches: list[list[int]], global_tokens: int) -> float:
+    def step_counts(self, step_batches: list[list[int]]) -> dict:
+        """What the loss of a step is averaged over, from all ranks' batches of the step: gold
+        entries ('gold') and the nodes of each side that ACT runs on ('src', 'tgt')."""
+        train, pool = self.splits["train"], self.pool
+        samples = [j for batch in step_batches for j in batch]
+        return {"gold": sum(pool.gold_count(len(train.tgt[j])) for j in samples),
+                "src": sum(pool.source_nodes(len(train.src[j])) for j in samples),
+                "tgt": sum(pool.target_nodes(len(train.tgt[j])) for j in samples)}
+
+    def train_step(self, batches: list[list[int]], counts: dict) -> float:
         """One optimizer step over this rank's ``batches``; returns the summed loss of all ranks.
 
-        Each micro-batch's loss is divided by the token count of the whole step across all ranks
-        (and multiplied by the world size, since DDP averages gradients over ranks), so the update
-        equals one on the union of all batches in a single process. A step whose loss is not
-        finite is not applied: training stops with the weights from before it.
+        Each micro-batch's loss is divided by the gold count of the whole step across all ranks,
+        and the Universal Transformer's ponder cost by each side's node count (``counts``, see
+        `step_counts`), and both are multiplied by the world size, since DDP averages gradients over
+        ranks: the update equals one on the union of all batches in a single process. A step whose
+        loss is not finite is not applied: training stops with the weights from before it.
         """
-        train = self.splits["train"]
+        train, global_tokens = self.splits["train"], counts["gold"]
         self.net.train()
         total = 0.0
         for i, idx in enumerate(batches):
@@ -313,8 +323,8 @@ class Trainer:
                 output = self.net(batch, full_output=True)
                 loss = label_smoothed_nll(output.log_probs, batch.gold, self.cfg.label_smoothing)
                 objective = loss * (self.ctx.world / global_tokens)
-                if output.aux_loss is not None:  # the Universal Transformer's ponder cost
-                    objective = objective + output.aux_loss * (self.ctx.world * len(batch.gold) / global_tokens)
+                if output.stats:  # the universal models' ponder cost, this batch's share of the step's
+                    objective = objective + output.aux_loss_over(counts) * self.ctx.world
                 objective.backward()
             total += float(loss)
         total = distributed.all_reduce_sum(total, self.ctx)
@@ -361,15 +371,15 @@ class Trainer:
         epoch = self.progress["epoch"]
         steps, global_steps = self.epoch_plan(epoch)
         self._check_epoch_has_steps(steps)
-        train = self.splits["train"]
         report = Progress(len(steps), self.progress["batch"], f"epoch {epoch + 1}/{self.cfg.epochs}",
                           enabled=self.show_progress)
         for s in range(self.progress["batch"], len(steps)):
-            global_tokens = sum(self.pool.gold_count(len(train.tgt[j])) for b in global_steps[s] for j in b)
+            counts = self.step_counts(global_steps[s])
+            global_tokens = counts["gold"]
             lr = self.schedule.get_last_lr()[0]
             tic = time.perf_counter()
             try:
-                loss_sum = self.train_step(steps[s], global_tokens)
+                loss_sum = self.train_step(steps[s], counts)
             except NonFiniteLoss as err:
                 report.close()
                 self.save()
