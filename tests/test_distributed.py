@@ -13,7 +13,9 @@ from graphformer.training import checkpoint
 from helpers import TINY_MODEL, read_jsonl, small_copy_data, small_recall_data
 
 TASKS = {"transformer": (small_copy_data, ["--task", "parallel"]),
-         "encoder": (small_recall_data, ["--task", "recall", "--model", "encoder"])}
+         "encoder": (small_recall_data, ["--task", "recall", "--model", "encoder"]),
+         "universal": (small_copy_data, ["--task", "parallel", "--model", "universal", "--max-depth", "3",
+                                         "--ponder-weight", "0.05"])}
 
 
 @pytest.mark.slow
