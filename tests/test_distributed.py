@@ -50,6 +50,36 @@ def test_two_processes_match_single_process(tmp_path, model):
 
 
 @pytest.mark.slow
+def test_a_two_process_run_resumes_on_one_process_accumulating_two_batches(tmp_path):
+    """Stopped after 3 steps on 2 processes, resumed on 1 with --accumulate 2 (the same 2 batches
+    per step): the run ends where one process accumulating 2 batches from the start ends."""
+    data = small_copy_data(tmp_path / "data")
+    common = ["train", "--task", "parallel", "--data-dir", str(data), "--batch-size", "8", "--dropout", "0",
+              "--device", "cpu", *TINY_MODEL]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    ddp = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
+                "--nproc_per_node=2", "-m", "graphformer", *common, "--max-steps", "3", "--out", str(tmp_path / "run")],
+               env, tmp_path / "ddp.log")
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    refused = _run([sys.executable, "-m", "graphformer", "train", "--out", str(tmp_path / "run"), "--resume",
+                    "--max-steps", "6"], env, tmp_path / "refused.log")
+    assert refused.returncode != 0 and "resume it with --accumulate 2" in refused.stderr
+    resumed = _run([sys.executable, "-m", "graphformer", "train", "--out", str(tmp_path / "run"), "--resume",
+                    "--max-steps", "6", "--accumulate", "2"], env, tmp_path / "resumed.log")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    single = _run([sys.executable, "-m", "graphformer", *common, "--accumulate", "2", "--max-steps", "6",
+                   "--out", str(tmp_path / "single")], env, tmp_path / "single.log")
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert [s["tokens"] for s in read_jsonl(tmp_path / "run" / "steps.jsonl")] == \
+        [s["tokens"] for s in read_jsonl(tmp_path / "single" / "steps.jsonl")]
+    a = checkpoint.load(tmp_path / "run" / checkpoint.LAST)
+    b = checkpoint.load(tmp_path / "single" / checkpoint.LAST)
+    assert a["processes"] == 1 and a["train_config"]["accumulate"] == 2
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
 def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
     """A SIGTERM that reaches rank 1 alone (preemption, a killed worker's sibling) stops both ranks
     at the same step, and rank 0 writes that step's checkpoint: nothing trained is lost."""

@@ -104,22 +104,49 @@ def test_resume_refuses_options_that_would_make_another_run(trained, tmp_path, c
                    "--init-from is not set in this run; you gave")
 
 
-def test_a_run_resumes_only_with_as_many_processes_as_it_ran(trained, tmp_path, capsys):
-    """Step s of an epoch takes the batches of its processes: another count would train some
-    batches twice and skip others. (The checkpoint says 2 here, as a torchrun run's would.)"""
+def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys):
+    """Step s of an epoch takes accumulate x processes batches: another product would train some
+    batches twice and skip others. Another process count is taken with the --accumulate that keeps
+    the product. (The checkpoint says 2 processes here, as a torchrun run's would.)"""
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     state = checkpoint.load(run / checkpoint.LAST)
-    assert state["processes"] == 1
+    assert state["processes"] == 1 and state["train_config"]["accumulate"] == 1
     checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 2}, run / checkpoint.LAST)
     before = snapshot(run)
     one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"],
-                   "trained by 2 process(es), this is 1",
-                   "torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node=2 -m graphformer train --out")
+                   "takes 2 batches per optimizer step (--accumulate 1 x 2 process(es)), this would take 1 (1 x 1)",
+                   "resume it with --accumulate 2")
     assert snapshot(run) == before
-    # A checkpoint written before the count was recorded: unknown, so not refused.
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "3"],
+                   "this would take 3 (3 x 1)", "resume it with --accumulate 2")
+    assert snapshot(run) == before
+    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 3}, run / checkpoint.LAST)
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
+                   "takes 3 batches per optimizer step (--accumulate 1 x 3 process(es)), this would take 2 (2 x 1)",
+                   "resume it with --accumulate 3")
+    # A checkpoint written before the count was recorded: taken as this count.
     checkpoint.save_atomic({k: v for k, v in state.items() if k not in ("format", "processes")}, run / checkpoint.LAST)
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
+                   "this would take 2 (2 x 1)", "resume it with --accumulate 1")
     assert main(["train", "--out", str(run), "--resume", "--epochs", "2"]) == 0
+
+
+def test_batches_per_step_that_processes_cannot_share_evenly_name_the_original_count(tmp_path):
+    from types import SimpleNamespace
+
+    from graphformer.errors import UserError
+    from graphformer.training.trainer import Trainer
+    trainer = Trainer.__new__(Trainer)
+    trainer.run_dir, trainer.cfg, trainer.ctx = tmp_path, SimpleNamespace(accumulate=1), SimpleNamespace(world=2)
+    with pytest.raises(UserError, match=r"takes 3 batches per optimizer step \(--accumulate 3 x 1 process\(es\)\), "
+                                        r"this would take 2 \(1 x 2\); 2 process\(es\) cannot share 3 batches evenly: "
+                                        r"resume it on 1 process\(es\) \(graphformer train --out"):
+        trainer._check_batches_per_step({"train_config": {"accumulate": 3}, "processes": 1})
+    trainer.cfg.accumulate = 3
+    with pytest.raises(UserError, match="resume it with --accumulate 1"):  # 3 x 2 = 6 batches
+        trainer._check_batches_per_step({"train_config": {"accumulate": 1}, "processes": 2})
+    trainer._check_batches_per_step({"train_config": {"accumulate": 6}, "processes": 1})  # 3 x 2: accepted
 
 
 def test_a_start_refused_by_the_lock_removes_nothing(data, tmp_path, capsys, monkeypatch):

@@ -2,8 +2,10 @@
 the run (``RUN_DIR/config.json`` and every checkpoint).
 
 Resuming a run keeps its configuration: only the fields marked ``RESUME_OVERRIDES`` (how long to
-train) may be given again with another value, and ``RUNTIME`` fields (where and how fast to run)
-may differ between sessions of one run without changing what it computes.
+train) may be given again with another value, ``RUNTIME`` fields (where and how fast to run)
+may differ between sessions of one run without changing what it computes, and ``accumulate`` may
+change with the number of processes as long as their product, the batches of an optimizer step,
+stays (the trainer checks it: see ``Trainer._check_batches_per_step``).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
 DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
 RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
+PER_PROCESS = ("accumulate",)  # x processes: the batches per step, which a resumed run keeps
 PATHS = ("data_dir", "init_from")  # saved absolute: a run is evaluated and resumed from any folder
 
 
@@ -160,12 +163,12 @@ def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
     """
     values = saved.to_dict()
     for name, value in given.items():
-        if name in RESUME_OVERRIDES or name in RUNTIME:
+        if name in RESUME_OVERRIDES or name in RUNTIME or name in PER_PROCESS:
             values[name] = value
         elif value != values[name]:
             raise ConfigError(name, f"{differs(values[name], value)}: a resumed run keeps its configuration (only "
-                              f"{', '.join(RESUME_OVERRIDES)} and {', '.join(RUNTIME)} may change); start a new "
-                              "run to change it")
+                              f"{', '.join(RESUME_OVERRIDES)} and {', '.join(RUNTIME)} may change, and "
+                              f"{', '.join(PER_PROCESS)} with the number of processes); start a new run to change it")
     return TrainConfig(**values)
 
 

@@ -167,11 +167,7 @@ class Trainer:
         self._open_run_dir(new_run=False)
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
-        trained_by = state.get("processes")  # not recorded before 2026-12-01: then unknown, not checked
-        if trained_by is not None and trained_by != self.ctx.world:  # step s would take other batches
-            raise UserError(f"{self.run_dir} was trained by {trained_by} process(es), this is {self.ctx.world}: "
-                            f"resume it with as many ({resume_command(self.run_dir, trained_by)}, or its "
-                            "machines and processes per machine as it ran)")
+        self._check_batches_per_step(state)
         self._load_data()
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
         self._encode()
@@ -191,6 +187,23 @@ class Trainer:
         if self.ctx.is_main:
             self.files.cut_logs(self.progress["step"], self.progress["epoch"])
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
+
+    def _check_batches_per_step(self, state: dict) -> None:
+        """A resumed run keeps its batches per optimizer step, accumulate x processes: step s of an
+        epoch then takes the same batches, however many processes share them (another product would
+        train some batches twice and skip others). Resuming on another number of processes takes
+        the --accumulate that keeps the product."""
+        saved_k = state["train_config"]["accumulate"]
+        trained_by = state.get("processes", self.ctx.world)  # not recorded before 2026-12-01: taken as this count
+        per_step, k, world = saved_k * trained_by, self.cfg.accumulate, self.ctx.world
+        if k * world == per_step:
+            return
+        how = f"{self.run_dir} takes {per_step} batches per optimizer step (--accumulate {saved_k} x {trained_by} " \
+              f"process(es)), this would take {k * world} ({k} x {world})"
+        if per_step % world:
+            raise UserError(f"{how}; {world} process(es) cannot share {per_step} batches evenly: resume it on "
+                            f"{trained_by} process(es) ({resume_command(self.run_dir, trained_by)})")
+        raise UserError(f"{how}: resume it with --accumulate {per_step // world}")
 
     def _check_limits_not_below_progress(self, saved: dict) -> None:
         """A resumed run's new --epochs and --max-steps must not undercut what it has done:
