@@ -441,3 +441,25 @@ def test_a_universal_encoder_run_trains_resumes_exactly_and_reports_its_ponderin
     capsys.readouterr()
     assert main(["evaluate", str(straight_run), "--json"]) == 0
     assert 0.0 <= json.loads(capsys.readouterr().out)["accuracy"] <= 1.0
+
+
+def test_a_classifier_run_counts_its_source_nodes_for_tokens_per_second(tmp_path, monkeypatch):
+    """The progress line's tokens/s counts what a step reads: a classifier's source nodes, not its
+    one label per sample."""
+    from graphformer.model import ModelConfig
+    from graphformer.training import progress
+    from graphformer.training.config import TrainConfig
+    from graphformer.training.trainer import Trainer
+    from helpers import small_recall_data
+
+    counted = []
+    step = progress.Progress.step
+    monkeypatch.setattr(progress.Progress, "step", lambda self, tokens, **kw: counted.append(tokens) or step(self, tokens, **kw))
+    data = small_recall_data(tmp_path / "data")
+    trainer = Trainer(tmp_path / "run", ModelConfig(src_vocab=1, tgt_vocab=1, model="encoder", **TINY),
+                      TrainConfig(task="recall", data_dir=str(data), batch_size=16, epochs=1), show_progress=False)
+    trainer.run()
+    steps, _ = trainer.epoch_plan(0)
+    train = trainer.splits["train"]
+    samples = [j for batches in steps for batch in batches for j in batch]
+    assert sum(counted) == sum(len(train.src[j]) + 2 for j in samples)  # tokens, </s> and <cls>

@@ -46,7 +46,8 @@ class Progress:
                         disable=not (enabled and self.tty))
 
     def step(self, tokens: int, loss: float, lr: float) -> float:
-        """Count one optimizer step of ``tokens`` target tokens; returns tokens/s so far."""
+        """Count one optimizer step of ``tokens`` tokens (the target tokens of a sequence model, the
+        source nodes of a classifier, whose target is one label); returns tokens/s so far."""
         self.done += 1
         self.tokens += tokens
         now = time.perf_counter()

@@ -403,7 +403,7 @@ class Trainer:
             self.progress["batch"] = s + 1
             self.progress["step"] += 1
             loss = loss_sum / global_tokens
-            rate = report.step(global_tokens, loss=loss, lr=lr)
+            rate = report.step(counts["gold"] if self.pool.targets else counts["src"], loss=loss, lr=lr)
             if self.board:
                 self.board.step(self.progress["step"], loss, lr, rate)
             self._log(STEPS, {"step": self.progress["step"], "epoch": epoch, "loss": loss,
