@@ -33,6 +33,9 @@ from graphformer.graphs.relation import Relation, Tiles
 # attention, whose fixed cost dominates on a CPU (timed in docs/results.md, Decoding). A GPU
 # pays per kernel launch instead, and keeps the one fused call.
 SHORT_SPAN = 12
+# Scores per head and tile from which a CPU runs fused attention rather than batched matmuls on
+# tiles of several queries (see `_fused_pays`).
+FUSED_MIN_SCORES = 128 * 128
 
 
 class Segments:
@@ -150,11 +153,13 @@ def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
 
 
 def _fused_pays(tiles: Tiles, device: torch.device) -> bool:
-    """Whether PyTorch's fused attention (which reads the strided blocks in place) beats batched
-    matmuls on these unmasked tiles: on a GPU always; on a CPU (PyTorch 2.2) only with one query
-    per tile, since with a few queries per tile (beam search) it runs three to four times slower
-    than the matmuls (timed in docs/results.md, Decoding)."""
-    return tiles.queries == 1 or device.type != "cpu"
+    """Whether PyTorch's fused attention (which reads the strided blocks in place) is the kernel for
+    these unmasked tiles: on a GPU always. On a CPU (PyTorch 2.2) with one query per tile, and for
+    large tiles, whose (queries x keys) score matrices the matmuls would hold whole while fused
+    attention keeps a running softmax (long sequences: L = 8192 would take gigabytes). In between
+    (beam search, a batch of equal-length sentences) batched matmuls run up to four times faster
+    (timed in docs/results.md, Decoding)."""
+    return device.type != "cpu" or tiles.queries == 1 or tiles.queries * tiles.span >= FUSED_MIN_SCORES
 
 
 def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):
