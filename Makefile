@@ -32,6 +32,7 @@ bench: install
 	$(BIN)/python benchmarks/training_throughput.py
 	$(BIN)/python benchmarks/training_throughput.py --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
 	$(BIN)/python benchmarks/decoding.py
+	$(BIN)/python benchmarks/tile_kernels.py
 
 # On a CUDA machine: the gpu-marked tests, then training and decoding throughput per attention
 # backend against torch.nn.Transformer (benchmarks/results/gpu.json).

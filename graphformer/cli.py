@@ -25,9 +25,9 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
-from graphformer.model.config import UNIVERSALS, ModelConfig
-from graphformer.training.config import (DEVICES, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig, absolute_paths,
-                                         differs, resume_config, with_flags)
+from graphformer.model.config import ModelConfig, unused_layers
+from graphformer.training.config import (DEVICES, PER_PROCESS, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig,
+                                         absolute_paths, differs, resume_config, with_flags)
 
 
 class _ShowDefaults(argparse.HelpFormatter):
@@ -95,8 +95,8 @@ def _train_parser(sub):
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
     flags = lambda names: ", ".join("--" + name.replace("_", "-") for name in names)  # noqa: E731
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint, with "
-                   f"its saved configuration (only {flags(RESUME_OVERRIDES)}, and how it runs: {flags(RUNTIME)}, "
-                   "may change)")
+                   f"its saved configuration (only {flags(RESUME_OVERRIDES)}, how it runs: {flags(RUNTIME)}, and "
+                   f"{flags(PER_PROCESS)} on another number of processes, keeping accumulate x processes, may change)")
     p.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file {model: {...}, train: {...}} "
                    "(a run's config.json is one); flags given here override it")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -279,9 +279,9 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
 
 def ignored_flags_warning(args, model_cfg: ModelConfig) -> str | None:
     """A warning for a flag given on this command line that the model has no use for."""
-    if model_cfg.model in UNIVERSALS and "layers" in given(args, ModelConfig):
-        return (f"graphformer: warning: --layers does not apply to model {model_cfg.model!r}, which repeats one "
-                f"shared layer up to --max-depth ({model_cfg.max_depth}) times")
+    why = unused_layers(model_cfg.model)
+    if why and "layers" in given(args, ModelConfig):
+        return f"graphformer: warning: --{why} (--max-depth: {model_cfg.max_depth})"
     return None
 
 
@@ -581,6 +581,15 @@ def _out_of_memory(err: BaseException) -> bool:
         any(text in str(err) for text in OUT_OF_MEMORY)
 
 
+def _say(text: str) -> None:
+    """``graphformer: text`` on stderr in one write: torchrun's processes share the stream, and a line
+    written in pieces could run into another process's. Under torchrun every process reports its
+    own error (it may be that one's alone); the ones past the first say their rank."""
+    rank = os.environ.get("RANK", "0")
+    sys.stderr.write(f"graphformer{'' if rank == '0' else f' (rank {rank})'}: {text}\n")
+    sys.stderr.flush()
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -593,11 +602,10 @@ def main(argv=None) -> int:
     except UserError as err:
         if os.environ.get("GRAPHFORMER_DEBUG"):
             raise
-        message = f"{flag(err.name)} {err.problem}" if isinstance(err, ConfigError) else str(err)
-        print(f"graphformer: error: {message}", file=sys.stderr)
+        _say("error: " + (f"{flag(err.name)} {err.problem}" if isinstance(err, ConfigError) else str(err)))
         return 2
     except KeyboardInterrupt:
-        print("graphformer: interrupted", file=sys.stderr)
+        _say("interrupted")
         return 130
     except BrokenPipeError:  # the reader of stdout left (| head): stop quietly, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -606,12 +614,11 @@ def main(argv=None) -> int:
         if os.environ.get("GRAPHFORMER_DEBUG"):
             raise
         where = f"{err.filename}: " if err.filename else ""
-        print(f"graphformer: error: {where}{err.strerror or err}; check the path and its permissions",
-              file=sys.stderr)
+        _say(f"error: {where}{err.strerror or err}; check the path and its permissions")
         return 2
     except Exception as err:  # MemoryError, or torch's and DGL's allocation failures
         if os.environ.get("GRAPHFORMER_DEBUG") or not _out_of_memory(err):
             raise
-        print("graphformer: error: out of memory; ask for less at once (a smaller --beam, --batch-size or "
-              "--batch-tokens, a shorter --max-len, a smaller model)", file=sys.stderr)
+        _say("error: out of memory; ask for less at once (a smaller --beam, --batch-size or --batch-tokens, a shorter "
+             "--max-len, a smaller model)")
         return 2

@@ -116,20 +116,27 @@ def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys)
     before = snapshot(run)
     one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"],
                    "takes 2 batches per optimizer step (--accumulate 1 x 2 process(es)), this would take 1 (1 x 1)",
-                   "resume it with --accumulate 2")
+                   "--resume --accumulate 2")
     assert snapshot(run) == before
     one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "3"],
-                   "this would take 3 (3 x 1)", "resume it with --accumulate 2")
+                   "this would take 3 (3 x 1)", "--resume --accumulate 2")
     assert snapshot(run) == before
     checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 3}, run / checkpoint.LAST)
     one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
                    "takes 3 batches per optimizer step (--accumulate 1 x 3 process(es)), this would take 2 (2 x 1)",
-                   "resume it with --accumulate 3")
+                   "--resume --accumulate 3")
     # A checkpoint written before the count was recorded: taken as this count.
     checkpoint.save_atomic({k: v for k, v in state.items() if k not in ("format", "processes")}, run / checkpoint.LAST)
     one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
-                   "this would take 2 (2 x 1)", "resume it with --accumulate 1")
+                   "this would take 2 (2 x 1)", "--resume --accumulate 1")
     assert main(["train", "--out", str(run), "--resume", "--epochs", "2"]) == 0
+
+
+def test_under_torchrun_a_process_past_the_first_says_its_rank_in_its_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    assert main(["train", "--out", str(tmp_path / "run"), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphformer (rank 1): error: --resume: no run to continue") and err.count("\n") == 1, err
 
 
 def test_batches_per_step_that_processes_cannot_share_evenly_name_the_original_count(tmp_path):
@@ -144,7 +151,8 @@ def test_batches_per_step_that_processes_cannot_share_evenly_name_the_original_c
                                         r"resume it on 1 process\(es\) \(graphformer train --out"):
         trainer._check_batches_per_step({"train_config": {"accumulate": 3}, "processes": 1})
     trainer.cfg.accumulate = 3
-    with pytest.raises(UserError, match="resume it with --accumulate 1"):  # 3 x 2 = 6 batches
+    with pytest.raises(UserError, match=r"torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node=2 -m graphformer "
+                                        r"train --out .* --resume --accumulate 1"):  # 3 x 2 = 6 batches
         trainer._check_batches_per_step({"train_config": {"accumulate": 1}, "processes": 2})
     trainer._check_batches_per_step({"train_config": {"accumulate": 6}, "processes": 1})  # 3 x 2: accepted
 

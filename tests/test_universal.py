@@ -194,3 +194,13 @@ def test_weights_saved_with_the_first_releases_flat_encoder_names_still_load():
     again.load_state_dict(flat)
     b = batch()
     torch.testing.assert_close(again(b), model(b), atol=0, rtol=0)
+
+
+def test_aux_loss_over_needs_every_side():
+    model = universal()
+    out = model(batch(), full_output=True)
+    with pytest.raises(ValueError, match="node count of every side of the batch .src, tgt.; missing: tgt"):
+        out.aux_loss_over({"src": 10})
+    # The batch as its own whole step: its per-side node counts give its aux_loss.
+    nodes = {side: stats.steps.numel() for side, stats in out.stats.items()}
+    torch.testing.assert_close(out.aux_loss_over(nodes), out.aux_loss)

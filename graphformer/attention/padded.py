@@ -17,8 +17,9 @@ active nodes), or one row of keys per query (incremental decoding). A relation w
 one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
 A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
 keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
-and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place. A batch's
-relation of full attention on samples of one length is read as such tiles too (`uniform_tiles`).
+and PyTorch's fused ``scaled_dot_product_attention`` or batched matmuls read the strided blocks in
+place (`_fused_pays` chooses). A batch's relation of full attention on samples of one length is
+read as such tiles too (`uniform_tiles`).
 """
 from __future__ import annotations
 

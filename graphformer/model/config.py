@@ -114,6 +114,13 @@ class ModelConfig(DictConfig):
         return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention)
 
 
+def unused_layers(model: str) -> str | None:
+    """Why ``layers`` does not apply to this model (a universal one), or None if it does."""
+    if model in UNIVERSALS:
+        return f"layers does not apply to model {model!r}, which repeats one shared layer up to max_depth times"
+    return None
+
+
 def classifier_pool(enc_attention: str, pooling: str):
     """The source-only ``GraphPool`` of a classifier with this encoder pattern and pooling: cls
     pooling puts a global `<cls>` node before each sample's tokens, mean and last add nothing."""

@@ -3,7 +3,7 @@ from torch import nn
 
 from graphformer.attention import DEFAULT_BACKEND
 from graphformer.model.classifier import EncoderClassifier
-from graphformer.model.config import UNIVERSALS, ModelConfig
+from graphformer.model.config import ModelConfig, unused_layers
 from graphformer.model.transformer import GraphTransformer
 from graphformer.model.universal import UniversalTransformer
 from graphformer.vocab import SPECIALS
@@ -27,8 +27,9 @@ def make_model(src_vocab: int, tgt_vocab: int | None = None, attention_backend: 
     ``model="encoder"`` or ``"universal-encoder"`` an `EncoderClassifier` over ``tgt_vocab`` labels); ``hyper`` are
     `ModelConfig` fields. ``layers`` sets the depth of the layer stacks; the universal models have one shared layer
     and take ``max_depth`` instead (giving them ``layers`` is an error)."""
-    if hyper.get("model") in UNIVERSALS and "layers" in hyper:  # the command line warns instead (see cli.py)
-        raise ValueError(f"layers does not apply to model {hyper['model']!r}, which repeats one shared layer up to "
-                         "max_depth times; leave layers out (set max_depth for the most steps)")
+    # A config always holds a layers value (its default), so only a caller's explicit one is refused; the
+    # command line warns instead, since a --config file may be shared by several kinds of model.
+    if "layers" in hyper and (why := unused_layers(hyper.get("model", "transformer"))):
+        raise ValueError(f"{why}; leave layers out (set max_depth for the most steps)")
     cfg = ModelConfig(src_vocab=src_vocab, tgt_vocab=src_vocab if tgt_vocab is None else tgt_vocab, **hyper)
     return build_model(cfg, attention_backend)

@@ -30,5 +30,9 @@ class ModelOutput(NamedTuple):
         (an optimizer step's micro-batches on every process), whose shares add up to its cost."""
         if not self.stats:
             return None
-        return self.ponder_weight * sum(stats.ponder_sum / max(stats.steps.numel() if nodes is None else nodes[side], 1)
-                                        for side, stats in self.stats.items())
+        if nodes is None:
+            return self.ponder_weight * sum(stats.ponder_cost for stats in self.stats.values())
+        if missing := set(self.stats) - set(nodes):
+            raise ValueError(f"nodes must give the node count of every side of the batch ({', '.join(self.stats)}); "
+                             f"missing: {', '.join(sorted(missing))}")
+        return self.ponder_weight * sum(stats.ponder_sum / max(nodes[side], 1) for side, stats in self.stats.items())

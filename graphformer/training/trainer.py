@@ -203,7 +203,7 @@ class Trainer:
         if per_step % world:
             raise UserError(f"{how}; {world} process(es) cannot share {per_step} batches evenly: resume it on "
                             f"{trained_by} process(es) ({resume_command(self.run_dir, trained_by)})")
-        raise UserError(f"{how}: resume it with --accumulate {per_step // world}")
+        raise UserError(f"{how}: resume it with {resume_command(self.run_dir, world)} --accumulate {per_step // world}")
 
     def _check_limits_not_below_progress(self, saved: dict) -> None:
         """A resumed run's new --epochs and --max-steps must not undercut what it has done:
@@ -309,13 +309,16 @@ class Trainer:
         return [shard(group, self.ctx.rank, world) for group in per_step], per_step
 
     def step_counts(self, step_batches: list[list[int]]) -> dict:
-        """What the loss of a step is averaged over, from all ranks' batches of the step: gold
-        entries ('gold') and the nodes of each side that ACT runs on ('src', 'tgt')."""
+        """Counts of a step, from all ranks' batches of the step: what its loss is averaged over,
+        gold entries ('gold') and the nodes of each side that ACT runs on ('src', 'tgt'); and the
+        tokens it reads ('tokens', for tokens/s and steps.jsonl): a sequence model's target tokens
+        and `</s>` (its gold), a classifier's source nodes (its gold is one label per sample)."""
         train, pool = self.splits["train"], self.pool
         samples = [j for batch in step_batches for j in batch]
-        return {"gold": sum(pool.gold_count(len(train.tgt[j])) for j in samples),
-                "src": sum(pool.source_nodes(len(train.src[j])) for j in samples),
-                "tgt": sum(pool.target_nodes(len(train.tgt[j])) for j in samples)}
+        counts = {"gold": sum(pool.gold_count(len(train.tgt[j])) for j in samples),
+                  "src": sum(pool.source_nodes(len(train.src[j])) for j in samples),
+                  "tgt": sum(pool.target_nodes(len(train.tgt[j])) for j in samples)}
+        return counts | {"tokens": counts["gold"] if pool.targets else counts["src"]}
 
     def train_step(self, batches: list[list[int]], counts: dict) -> float:
         """One optimizer step over this rank's ``batches``; returns the summed loss of all ranks.
@@ -403,11 +406,11 @@ class Trainer:
             self.progress["batch"] = s + 1
             self.progress["step"] += 1
             loss = loss_sum / global_tokens
-            rate = report.step(counts["gold"] if self.pool.targets else counts["src"], loss=loss, lr=lr)
+            rate = report.step(counts["tokens"], loss=loss, lr=lr)
             if self.board:
                 self.board.step(self.progress["step"], loss, lr, rate)
             self._log(STEPS, {"step": self.progress["step"], "epoch": epoch, "loss": loss,
-                              "lr": lr, "tokens": global_tokens, "seconds": time.perf_counter() - tic})
+                              "lr": lr, "tokens": counts["tokens"], "seconds": time.perf_counter() - tic})
             if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
                 self.save()
             if self._should_stop():
