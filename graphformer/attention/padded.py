@@ -17,9 +17,8 @@ active nodes), or one row of keys per query (incremental decoding). A relation w
 one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
 A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
 keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
-and PyTorch's fused ``scaled_dot_product_attention`` or batched matmuls read the strided blocks in
-place (`_fused_pays` chooses). A batch's relation of full attention on samples of one length is
-read as such tiles too (`uniform_tiles`).
+and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place. A batch's
+relation of full attention on samples of one length is read as such tiles too (`uniform_tiles`).
 """
 from __future__ import annotations
 
@@ -34,9 +33,6 @@ from graphformer.graphs.relation import Relation, Tiles
 # attention, whose fixed cost dominates on a CPU (timed in docs/results.md, Decoding). A GPU
 # pays per kernel launch instead, and keeps the one fused call.
 SHORT_SPAN = 12
-# Scores per head and tile from which a CPU runs fused attention rather than batched matmuls on
-# tiles of several queries (see `_fused_pays`).
-FUSED_MIN_SCORES = 128 * 128
 
 
 class Segments:
@@ -153,16 +149,6 @@ def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
     return x.view(-1, tiles.width, *x.shape[1:])[:, :tiles.span]
 
 
-def _fused_pays(tiles: Tiles, device: torch.device) -> bool:
-    """Whether PyTorch's fused attention (which reads the strided blocks in place) is the kernel for
-    these unmasked tiles: on a GPU always. On a CPU (PyTorch 2.2) with one query per tile, and for
-    large tiles, whose (queries x keys) score matrices the matmuls would hold whole while fused
-    attention keeps a running softmax (long sequences: L = 8192 would take gigabytes). In between
-    (beam search, a batch of equal-length sentences) batched matmuls run up to four times faster
-    (timed in docs/results.md, Decoding)."""
-    return device.type != "cpu" or tiles.queries == 1 or tiles.queries * tiles.span >= FUSED_MIN_SCORES
-
-
 def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):
     """Attention over tiles: m queries per tile against the tile's block of keys, read in place
     (strided views of the key and value tensors, nothing gathered)."""
@@ -178,9 +164,10 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
         return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
     Q = q.view(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
-    if tiles.padding is None and not return_weights and _fused_pays(tiles, q.device):
+    if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
         return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)  # scales by 1/sqrt(d) itself
-    # Batched matmuls, masked past each tile's last key.
+    # Several queries per tile of uneven length: masked batched matmuls (fused attention is slow
+    # with a mask on a CPU).
     scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
     if tiles.padding is not None:
         scores.masked_fill_(tiles.padding, float("-inf"))
