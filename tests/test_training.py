@@ -202,3 +202,24 @@ def test_config_json_records_threads_and_backend(tmp_path):
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
     assert (saved["threads"], saved["attention_backend"]) == (1, "torch")
     assert checkpoint.load(tmp_path / "run" / checkpoint.LAST)["train_config"]["attention_backend"] == "torch"
+
+
+def test_plain_progress_shows_the_last_step_of_a_run_stopped_mid_epoch(capsys):
+    """Without a terminal a line is printed every 30 s and at the epoch's last step; a run stopped
+    before both (--max-steps, --max-minutes, Ctrl-C) shows its last step when the bar closes, once;
+    an error that ends the run stays the only line."""
+    import re
+
+    from graphformer.training.progress import Progress
+    report = Progress(total=10, done=0, desc="epoch 1/1", enabled=True)
+    for _ in range(3):
+        report.step(100, loss=1.5, lr=1e-3)
+    assert capsys.readouterr().err == ""  # not 30 s yet, not the last step
+    report.close()
+    report.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"epoch 1/1 step 3/10: loss 1\.500, \d+ tokens/s, lr 1\.00e-03", lines[0])
+    failing = Progress(total=10, done=0, desc="epoch 1/1", enabled=True)
+    failing.step(100, loss=1.5, lr=1e-3)
+    failing.close(show_last=False)
+    assert capsys.readouterr().err == ""

@@ -34,14 +34,15 @@ def _rounded(value) -> str:
 
 
 class Progress:
-    """Training progress on stderr: a tqdm bar on a terminal, else a plain line every 30 seconds
-    (log files get no carriage-return clutter)."""
+    """Training progress on stderr: a tqdm bar on a terminal, else a plain line every 30 seconds,
+    at the epoch's last step and at a stop before it (log files get no carriage-return clutter)."""
 
     def __init__(self, total: int, done: int, desc: str, enabled: bool, every_s: float = 30.0):
         self.total, self.done, self.desc, self.every_s = total, done, desc, every_s
         self.enabled, self.tty = enabled, sys.stderr.isatty()
         self.tic = self.last_line = time.perf_counter()
         self.tokens = 0
+        self.unprinted = None  # the latest step's line, if the plain output has not shown it
         self.bar = tqdm(total=total, initial=done, desc=desc, dynamic_ncols=True, leave=False,
                         disable=not (enabled and self.tty))
 
@@ -54,13 +55,22 @@ class Progress:
         rate = self.tokens / max(now - self.tic, 1e-9)
         self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}", refresh=False)
         self.bar.update()
-        if self.enabled and not self.tty and (now - self.last_line >= self.every_s or self.done == self.total):
+        self.unprinted = f"{self.desc} step {self.done}/{self.total}: loss {loss:.3f}, {rate:.0f} tokens/s, lr {lr:.2e}"
+        if now - self.last_line >= self.every_s or self.done == self.total:
+            self._print_line()
             self.last_line = now
-            print(f"{self.desc} step {self.done}/{self.total}: loss {loss:.3f}, {rate:.0f} tokens/s, lr {lr:.2e}",
-                  file=sys.stderr, flush=True)
         return rate
 
-    def close(self) -> None:
+    def _print_line(self) -> None:
+        if self.enabled and not self.tty and self.unprinted:
+            print(self.unprinted, file=sys.stderr, flush=True)
+        self.unprinted = None
+
+    def close(self, show_last: bool = True) -> None:
+        """End the bar; plain output shows the last step if it has not (a run stopped mid-epoch),
+        unless an error that ends the run is to be its only line."""
+        if show_last:
+            self._print_line()
         self.bar.close()
 
 

@@ -397,7 +397,7 @@ class Trainer:
             try:
                 loss_sum = self.train_step(steps[s], counts)
             except NonFiniteLoss as err:
-                report.close()
+                report.close(show_last=False)
                 self.save()
                 raise UserError(f"the loss became {err.value} at step {self.progress['step'] + 1} (the numbers "
                                 f"overflowed); {self.run_dir / checkpoint.LAST} holds the weights before that step: "
