@@ -2,16 +2,18 @@
 
 The ``padded`` backend gives unmasked tiles (`graphformer.attention.padded._attend_tiles`) to
 PyTorch's fused ``scaled_dot_product_attention``. Timed alone, one call of fused attention on a few
-queries per tile (beam search) runs three to four times slower on a CPU than the same attention as
+queries per tile (beam search) runs about three times slower on a CPU than the same attention as
 two batched matmuls, so this script times both end to end, the matmuls patched in for every tile of
 several queries, methods interleaved (best of ``--rounds``):
 
 * training: one forward and backward pass of the copy configuration (2 layers, d_model 128,
   4 heads) on a batch of about 4,096 tokens per side, every sample of one length L, so that the
-  encoder's and the cross-attention's relations are L x L tiles (`uniform_tiles`);
+  encoder's and the cross-attention's relations are (L + 1) x (L + 1) tiles (`uniform_tiles`; L
+  tokens and `</s>`, `<s>` and L tokens);
 * beam search: incremental decoding of the fixed-length benchmark's 32 sentences (20 tokens, 50
   output tokens, `</s>` suppressed until the limit) with beam 5 and 10: cross-attention tiles of 5
-  or 10 queries over 21 keys (`benchmarks/decoding.py`).
+  or 10 queries over 21 keys at every step, and the encoder's 21 x 21 tiles once
+  (`benchmarks/decoding.py`).
 
     python benchmarks/tile_kernels.py [--rounds 10] [--out benchmarks/results]
 """

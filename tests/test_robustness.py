@@ -616,3 +616,24 @@ def test_a_crash_between_the_epoch_checkpoint_and_the_last_one_leaves_no_gap(dat
     monkeypatch.setattr(RunDir, "save_checkpoint", original)
     assert train("--out", str(run), "--resume") == 0
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [f"epoch_000{e}.pt" for e in (1, 2, 3)]
+
+
+def test_a_checkpoint_that_cannot_be_written_at_a_stop_is_the_only_line(data, tmp_path, capsys, monkeypatch):
+    """Progress on (no --quiet, stderr not a terminal): a run stopped by --max-steps shows its last
+    step, unless writing the stop's checkpoint fails; then the error is the only line."""
+    import errno
+
+    from graphformer.training.trainer import Trainer
+    run = tmp_path / "run"
+    options = [t for t in TINY_MODEL if t != "--quiet"]
+    assert train("--task", "parallel", "--data-dir", str(data), "--out", str(run), "--batch-size", "8",
+                 "--max-steps", "2", *options) == 0
+    assert "step 2/" in capsys.readouterr().err
+
+    def full_disk(self):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.run_dir / "checkpoint_last.pt"))
+    monkeypatch.setattr(Trainer, "save", full_disk)
+    code = train("--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "run2"), "--batch-size", "8",
+                 "--max-steps", "2", *options)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("graphformer: error: ") and "No space left" in err, err

@@ -414,10 +414,15 @@ class Trainer:
             if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
                 self.save()
             if self._should_stop():
-                report.close()
                 if self.progress["batch"] == len(steps) and not self.interrupted:
+                    report.close()
                     return EpochEnd.LAST_STEP_STOPS  # its validation and checkpoint follow, as any epoch's
-                self.save()
+                try:
+                    self.save()
+                except BaseException:  # its error is to be the only line
+                    report.close(show_last=False)
+                    raise
+                report.close()
                 return EpochEnd.STOPPED
         report.close()
         return EpochEnd.COMPLETE
