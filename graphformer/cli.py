@@ -100,6 +100,9 @@ def _train_parser(sub):
     p.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file {model: {...}, train: {...}} "
                    "(a run's config.json is one); flags given here override it")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--processes", type=at_least_one, default=1, metavar="N",
+                   help="train with N processes on this machine, each on its share of every step's batches (gloo "
+                   "on CPUs; NCCL on GPUs, one each); Ctrl-C stops them all after the same step, with a checkpoint")
     add_config_options(p.add_argument_group("model"), ModelConfig)
     add_config_options(p.add_argument_group("training"), TrainConfig)
     p.set_defaults(func=cmd_train)
@@ -298,9 +301,17 @@ def init_model_options(where: str) -> dict:
 
 def cmd_train(args) -> int:
     from graphformer.training.run_dir import resume_command
+
+    model_cfg, train_cfg = train_configs(args)  # before any process starts: a mistake gets one line, once
+    world = os.environ.get("WORLD_SIZE")
+    if args.processes > 1 and world is None:  # start the processes, each of which runs this command
+        from graphformer.training.launch import run_processes
+        return run_processes(args.argv, args.processes, resume_command(args.out, args.processes))
+    if args.processes > 1 and world != str(args.processes):
+        raise UserError(f"--processes {args.processes} starts its own processes, but this one is already one of "
+                        f"{world} (torchrun): leave --processes out, or run it without torchrun")
     from graphformer.training.trainer import Trainer
 
-    model_cfg, train_cfg = train_configs(args)
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
     warning = None if args.resume else ignored_flags_warning(args, model_cfg)
     if warning and trainer.ctx.is_main:  # after the run's checks: an error stays the only line
@@ -581,9 +592,18 @@ def _out_of_memory(err: BaseException) -> bool:
         any(text in str(err) for text in OUT_OF_MEMORY)
 
 
+# How a collective reads when another process of the run has gone: gloo's socket errors, NCCL's.
+LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "remote process exited")
+
+
+def _lost_peer(err: BaseException) -> bool:
+    """Whether ``err`` is a collective that failed because another process of the run exited."""
+    return isinstance(err, RuntimeError) and any(text in str(err) for text in LOST_PEER)
+
+
 def _say(text: str) -> None:
-    """``graphformer: text`` on stderr in one write: torchrun's processes share the stream, and a line
-    written in pieces could run into another process's. Under torchrun every process reports its
+    """``graphformer: text`` on stderr in one write: a run's processes share the stream, and a line
+    written in pieces could run into another process's. With several processes each reports its
     own error (it may be that one's alone); the ones past the first say their rank."""
     rank = os.environ.get("RANK", "0")
     sys.stderr.write(f"graphformer{'' if rank == '0' else f' (rank {rank})'}: {text}\n")
@@ -593,6 +613,7 @@ def _say(text: str) -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # what `train --processes` runs in each process
     if unknown:
         parser.exit(2, f"{args.command_prog}: error: unrecognized arguments: {' '.join(unknown)}; "
                        f"see {args.command_prog} --help\n")
@@ -617,6 +638,9 @@ def main(argv=None) -> int:
         _say(f"error: {where}{err.strerror or err}; check the path and its permissions")
         return 2
     except Exception as err:  # MemoryError, or torch's and DGL's allocation failures
+        if _lost_peer(err) and not os.environ.get("GRAPHFORMER_DEBUG"):
+            _say(f"error: another process of this run stopped, and this one cannot go on without it ({err})")
+            return 1
         if os.environ.get("GRAPHFORMER_DEBUG") or not _out_of_memory(err):
             raise
         _say("error: out of memory; ask for less at once (a smaller --beam, --batch-size or --batch-tokens, a shorter "

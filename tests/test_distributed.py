@@ -25,11 +25,11 @@ def test_two_processes_match_single_process(tmp_path, model):
     data = write_data(tmp_path / "data")
     common = ["train", *task, "--data-dir", str(data), "--batch-size", "8", "--dropout", "0",
               "--max-steps", "5", "--device", "cpu", *TINY_MODEL]
-    # Loopback only: the machine's host name need not resolve (CI sandboxes), see docs/howto/scale.md.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    ddp = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-                "--nproc_per_node=2", "-m", "graphformer", *common, "--out", str(tmp_path / "ddp")], env, tmp_path / "ddp.log")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # --processes meets on the loopback itself
+    ddp = _run([sys.executable, "-m", "graphformer", *common, "--processes", "2", "--out", str(tmp_path / "ddp")], env,
+               tmp_path / "ddp.log")
     assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert "Traceback" not in ddp.stderr and "--processes 2 --out" in ddp.stderr  # how to go on, as it was started
     # One process, two batches accumulated per step: the same global batch as the two ranks together.
     single = _run([sys.executable, "-m", "graphformer", *common, "--accumulate", "2", "--out", str(tmp_path / "single")],
                   env, tmp_path / "single.log")
@@ -89,29 +89,78 @@ def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
                "--nproc_per_node=2", "-m", "graphformer", "train", "--task", "parallel", "--data-dir", str(data),
                "--batch-size", "8", "--epochs", "1000", "--device", "cpu", *TINY_MODEL, "--out", str(run)]
-    with open(tmp_path / "ddp.log", "w+") as log:
-        agent = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            deadline = time.monotonic() + 180
-            while len(read_jsonl(run / "steps.jsonl") if (run / "steps.jsonl").is_file() else []) < 3:
-                assert agent.poll() is None and time.monotonic() < deadline, "training did not start"
-                time.sleep(0.2)
-            os.kill(_worker(agent.pid, local_rank=1), signal.SIGTERM)
-            agent.wait(timeout=120)
-        finally:
-            agent.kill()
-        log.seek(0)
-        printed = log.read()
+    printed, code = _signal_after_steps(command, env, run, tmp_path / "ddp.log",
+                                        lambda agent: os.kill(_worker(agent, local_rank=1), signal.SIGTERM))
     steps = read_jsonl(run / "steps.jsonl")
     assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"], printed[-3000:]
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in printed, printed[-3000:]
-    assert "torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node=2 -m graphformer train" in printed  # as it ran
+    assert f"continue with: graphformer train --processes 2 --out {run} --resume" in printed  # one machine
     # Rank 0 exits with 130 as an interrupted run does; torchrun reports that exit in its own words.
-    assert agent.returncode != 0 and "Connection reset" not in printed and "(exitcode: 130) local_rank: 0" in printed
+    assert code != 0 and "Connection reset" not in printed and "(exitcode: 130) local_rank: 0" in printed
+
+
+def _processes_run(data, run) -> list[str]:
+    return [sys.executable, "-m", "graphformer", "train", "--processes", "2", "--task", "parallel", "--data-dir",
+            str(data), "--batch-size", "8", "--epochs", "1000", "--device", "cpu", *TINY_MODEL, "--out", str(run)]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_processes_run_after_one_step_with_a_checkpoint_and_no_traceback(tmp_path):
+    """`train --processes 2` keeps its processes in their own process group: the Ctrl-C a terminal
+    sends the launcher reaches each of them once, through it. Both stop after the same step, rank
+    0 writes its checkpoint, the run ends with status 130 and its own lines, and the command it
+    prints continues it."""
+    data = small_copy_data(tmp_path / "data")
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    printed, code = _signal_after_steps(_processes_run(data, run), env, run, tmp_path / "ddp.log",
+                                        lambda launcher: os.kill(launcher, signal.SIGINT))
+    steps = read_jsonl(run / "steps.jsonl")
+    assert code == 130 and "Traceback" not in printed, printed[-3000:]
+    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"]
+    resume = f"graphformer train --processes 2 --out {run} --resume"
+    assert f"interrupted at step {steps[-1]['step']}; checkpoint written to {run}; continue with: {resume}" in printed
+    more = str(steps[-1]["step"] + 2)
+    done = _run([sys.executable, "-m", *resume.split(), "--max-steps", more], env, tmp_path / "resume.log")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert [s["step"] for s in read_jsonl(run / "steps.jsonl")][-3:] == [steps[-1]["step"] + i for i in range(3)]
+
+
+@pytest.mark.slow
+def test_a_killed_process_of_a_processes_run_stops_the_other_and_the_launcher_says_how_to_go_on(tmp_path):
+    """A process killed from outside (the out-of-memory killer, kill -9) says nothing, and the other
+    cannot go on without it: the launcher stops that one at once, and its one line names the process,
+    the signal and the command that continues the run. No traceback from anyone."""
+    data = small_copy_data(tmp_path / "data")
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    printed, code = _signal_after_steps(_processes_run(data, run), env, run, tmp_path / "ddp.log",
+                                        lambda launcher: os.kill(_worker(launcher, local_rank=1), signal.SIGKILL))
+    assert code == 128 + signal.SIGKILL and "Traceback" not in printed, printed[-3000:]
+    assert "graphformer: process 1 was killed by SIGKILL; the other processes were stopped; continue from the last " \
+           f"checkpoint with: graphformer train --processes 2 --out {run} --resume" in printed, printed[-3000:]
+
+
+def _signal_after_steps(command: list[str], env: dict, run, log, send) -> tuple[str, int]:
+    """Start ``command``, call ``send(pid)`` once the run has logged 3 steps, and wait for the end:
+    (what it printed, its exit status)."""
+    with open(log, "w+") as out:
+        launcher = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 180
+            while len(read_jsonl(run / "steps.jsonl") if (run / "steps.jsonl").is_file() else []) < 3:
+                assert launcher.poll() is None and time.monotonic() < deadline, "training did not start"
+                time.sleep(0.2)
+            send(launcher.pid)
+            launcher.wait(timeout=120)
+        finally:
+            launcher.kill()
+        out.seek(0)
+        return out.read(), launcher.returncode
 
 
 def _worker(agent: int, local_rank: int) -> int:
-    """The pid of torchrun's worker process of this local rank."""
+    """The pid of the worker process of this local rank that torchrun (or `train --processes`) started."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])

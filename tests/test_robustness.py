@@ -151,10 +151,37 @@ def test_batches_per_step_that_processes_cannot_share_evenly_name_the_original_c
                                         r"resume it on 1 process\(es\) \(graphformer train --out"):
         trainer._check_batches_per_step({"train_config": {"accumulate": 3}, "processes": 1})
     trainer.cfg.accumulate = 3
-    with pytest.raises(UserError, match=r"torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node=2 -m graphformer "
-                                        r"train --out .* --resume --accumulate 1"):  # 3 x 2 = 6 batches
+    with pytest.raises(UserError, match=r"resume it with graphformer train --processes 2 --out .* --resume "
+                                        r"--accumulate 1"):  # 3 x 2 = 6 batches
         trainer._check_batches_per_step({"train_config": {"accumulate": 1}, "processes": 2})
     trainer._check_batches_per_step({"train_config": {"accumulate": 6}, "processes": 1})  # 3 x 2: accepted
+
+
+def test_processes_under_torchrun_of_another_count_is_one_line_and_starts_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")  # this process is one of torchrun's 3
+    one_line_error(capsys, ["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2"],
+                   "--processes 2 starts its own processes, but this one is already one of 3 (torchrun)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_processes_run_blames_a_process_killed_by_a_signal_before_the_ones_that_lost_it():
+    """When one process is killed, the others fail on the lost connection within the same moment:
+    the launcher reports the killed one (and its status), not the lowest rank that failed."""
+    from types import SimpleNamespace
+
+    from graphformer.training.launch import _first_failure
+    ranks = lambda *codes: [SimpleNamespace(returncode=c) for c in codes]  # noqa: E731
+    assert _first_failure(ranks(1, -9)) == 1
+    assert _first_failure(ranks(None, 2, 1)) == 1
+    assert _first_failure(ranks(0, None)) is None
+    assert _first_failure(ranks(130, 130)) == 0
+
+
+def test_the_command_that_continues_a_run_names_how_it_is_launched(tmp_path):
+    from graphformer.training.run_dir import resume_command
+    assert resume_command("runs/a") == "graphformer train --out runs/a --resume"
+    assert resume_command("runs/a", 2) == "graphformer train --processes 2 --out runs/a --resume"
+    assert resume_command("runs/a", 4, 2).startswith("torchrun --nnodes=2 --nproc_per_node=2 ... -m graphformer train")
 
 
 def test_a_start_refused_by_the_lock_removes_nothing(data, tmp_path, capsys, monkeypatch):

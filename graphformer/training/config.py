@@ -77,7 +77,7 @@ class TrainConfig(DictConfig):
                                       range=AT_LEAST_1)
     device: str = option("auto", DEVICES)
     threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
-                                    "use, shared among torchrun's processes)", range=AT_LEAST_1)
+                                    "use, shared among the run's processes on this machine)", range=AT_LEAST_1)
     tensorboard: bool = option(False, "also log loss, learning rate, tokens/s, validation metrics and recorded "
                                "attention maps to RUN_DIR/tensorboard (needs the tensorboard extra)")
     attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; torch: the "

@@ -1,6 +1,7 @@
-"""Multi-process training with torch.distributed, started by ``torchrun``.
+"""Multi-process training with torch.distributed, started by ``graphformer train --processes N``
+on one machine (`graphformer.training.launch`) or by torchrun across several.
 
-torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; without them training runs in one process.
+Both set RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE; without them training runs in one process.
 Gloo serves CPU processes, NCCL one GPU per process.
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Context:
 
 
 def local_processes(default: int = 1) -> int:
-    """The processes torchrun started on this machine (its LOCAL_WORLD_SIZE), else ``default``."""
+    """The run's processes on this machine (LOCAL_WORLD_SIZE), else ``default``."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", default))
 
 
@@ -58,10 +59,10 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def default_threads() -> int:
-    """The physical cores this process may use, shared among the processes torchrun started on
-    this machine (hyper-threads add little to BLAS kernels and contend for the same units).
-    OMP_NUM_THREADS, where set, is the user's own choice and wins, except under torchrun, which
-    sets it to 1 for every process itself whenever it starts several (``--threads`` chooses there)."""
+    """The physical cores this process may use, shared among the run's processes on this machine
+    (hyper-threads add little to BLAS kernels and contend for the same units). OMP_NUM_THREADS,
+    where set, is the user's own choice and wins for one process; for several it is not read,
+    since torchrun sets it to 1 for every process itself (``--threads`` chooses there)."""
     processes = local_processes()
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if processes == 1 and omp.isdigit() and int(omp) > 0:
@@ -121,7 +122,7 @@ def teardown(ctx: Context, together: bool = True) -> None:
     """Leave the process group together: a rank that exits while another still talks to it
     can leave that one waiting for ever. Not ``together`` (this rank failed, and the others may
     be waiting in another collective), the group is left as it is: the process exits with its
-    error and torchrun stops the others.
+    error and its launcher stops the others.
 
     Gloo's worker threads release finished work (and the Python-owned tensors it holds, which
     needs the GIL) just after reporting it done. Destroying the group joins those threads while

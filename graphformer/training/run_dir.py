@@ -191,13 +191,12 @@ class RunDir:
 
 def resume_command(run_dir: str | Path, processes: int = 1, per_node: int | None = None) -> str:
     """The command that continues a run of ``processes`` processes, ``per_node`` of them on each
-    machine (default: all on one), launched as it was: torchrun for several."""
+    machine (default: all on one): ``--processes`` on one machine (however it was started), torchrun
+    across several."""
     per_node = per_node or processes
     if processes == 1:
-        launch = "graphformer"
-    elif per_node == processes:
-        # As docs/howto/scale.md starts one machine's run: loopback, whether the host name resolves or not.
-        launch = f"torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node={processes} -m graphformer"
-    else:
-        launch = f"torchrun --nnodes={processes // per_node} --nproc_per_node={per_node} ... -m graphformer"
+        return f"graphformer train --out {run_dir} --resume"
+    if per_node == processes:
+        return f"graphformer train --processes {processes} --out {run_dir} --resume"
+    launch = f"torchrun --nnodes={processes // per_node} --nproc_per_node={per_node} ... -m graphformer"
     return f"{launch} train --out {run_dir} --resume"

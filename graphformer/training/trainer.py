@@ -356,7 +356,7 @@ class Trainer:
 
     def run(self) -> dict | None:
         """Train until cfg.epochs (or cfg.max_steps); returns the last validation metrics."""
-        # Every rank: a signal that reaches any of them (torchrun forwards Ctrl-C to all) stops all at one step.
+        # Every rank: a signal that reaches any of them (the launcher passes Ctrl-C on to all) stops all at one step.
         handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         metrics = None
         try:
@@ -472,7 +472,7 @@ class Trainer:
     def close(self, failed: bool = False):
         """Release the DDP wrapper before the process group it uses, leave the group, unlock the run.
         After a failure (``failed``: an exception, maybe on this rank alone) the others may never
-        reach the group's barrier: leave without it, and torchrun stops them when this one exits."""
+        reach the group's barrier: leave without it, and the launcher stops them when this one exits."""
         self.net = self.model
         distributed.teardown(self.ctx, together=not failed)
         if self.board:
