@@ -310,7 +310,10 @@ def cmd_train(args) -> int:
     if args.processes > 1 and world != str(args.processes):
         raise UserError(f"--processes {args.processes} starts its own processes, but this one is already one of "
                         f"{world} (torchrun): leave --processes out, or run it without torchrun")
+    from graphformer.training.launch import follow_launcher
     from graphformer.training.trainer import Trainer
+
+    follow_launcher()
 
     trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
     warning = None if args.resume else ignored_flags_warning(args, model_cfg)
@@ -593,12 +596,13 @@ def _out_of_memory(err: BaseException) -> bool:
 
 
 # How a collective reads when another process of the run has gone: gloo's socket errors, NCCL's.
-LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "remote process exited")
+LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "remote process exited")
 
 
 def _lost_peer(err: BaseException) -> bool:
-    """Whether ``err`` is a collective that failed because another process of the run exited."""
-    return isinstance(err, RuntimeError) and any(text in str(err) for text in LOST_PEER)
+    """Whether ``err``, in one of several processes, is a collective that failed because another
+    process of the run exited."""
+    return "WORLD_SIZE" in os.environ and isinstance(err, RuntimeError) and any(t in str(err) for t in LOST_PEER)
 
 
 def _say(text: str) -> None:
@@ -613,7 +617,7 @@ def _say(text: str) -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)  # what `train --processes` runs in each process
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # the command `train --processes` runs in each process
     if unknown:
         parser.exit(2, f"{args.command_prog}: error: unrecognized arguments: {' '.join(unknown)}; "
                        f"see {args.command_prog} --help\n")

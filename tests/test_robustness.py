@@ -164,17 +164,56 @@ def test_processes_under_torchrun_of_another_count_is_one_line_and_starts_nothin
     assert not (tmp_path / "run").exists()
 
 
-def test_a_processes_run_blames_a_process_killed_by_a_signal_before_the_ones_that_lost_it():
+def test_a_processes_run_blames_a_process_killed_from_outside_before_the_ones_that_lost_it():
     """When one process is killed, the others fail on the lost connection within the same moment:
-    the launcher reports the killed one (and its status), not the lowest rank that failed."""
+    the launcher reports the killed one (and its status), not the lowest rank that failed. A
+    process ended by a signal the launcher passed on was not killed from outside."""
     from types import SimpleNamespace
 
-    from graphformer.training.launch import _first_failure
-    ranks = lambda *codes: [SimpleNamespace(returncode=c) for c in codes]  # noqa: E731
-    assert _first_failure(ranks(1, -9)) == 1
-    assert _first_failure(ranks(None, 2, 1)) == 1
-    assert _first_failure(ranks(0, None)) is None
-    assert _first_failure(ranks(130, 130)) == 0
+    from graphformer.training.launch import Launch
+
+    def first_failure(*codes, passed_on=()):
+        launch = Launch()
+        launch.ranks, launch.passed_on = [SimpleNamespace(returncode=c) for c in codes], set(passed_on)
+        return launch.first_failure()
+    assert first_failure(1, -9) == 1
+    assert first_failure(1, -15, passed_on=[15]) == 0
+    assert first_failure(None, 2, 1) == 1
+    assert first_failure(0, None) is None
+    assert first_failure(130, 130) == 0
+
+
+def _launch_of(*scripts: str):
+    """A `Launch` of Python processes running these scripts (stand-ins for training processes)."""
+    import subprocess
+    import sys
+
+    from graphformer.training.launch import Launch
+    launch = Launch()
+    launch.ranks = [subprocess.Popen([sys.executable, "-c", script]) for script in scripts]
+    return launch
+
+
+def test_the_launcher_stops_the_others_at_once_when_a_process_is_killed_from_outside(capsys):
+    """Whatever its rank: a higher one killed while a lower one runs is noticed at once."""
+    import time
+    launch = _launch_of("import time; time.sleep(60)", "import os; os.kill(os.getpid(), 9)")
+    tic = time.monotonic()
+    assert launch.wait("RESUME") == 128 + 9 and time.monotonic() - tic < 30
+    assert launch.ranks[0].returncode == -9
+    assert capsys.readouterr().err == ("graphformer: process 1 was killed by SIGKILL; the other processes were "
+                                       "stopped; continue from the last checkpoint with: RESUME\n")
+
+
+def test_the_launcher_gives_the_others_time_to_exit_after_an_error_then_stops_them(capsys, monkeypatch):
+    """A process that fails with its own message (status 2) leaves the others a grace period to
+    report theirs; one still running after it is killed, and the status is the failed one's."""
+    from graphformer.training import launch as launcher
+    monkeypatch.setattr(launcher, "GRACE_SECONDS", 1.0)
+    launch = _launch_of("import time; time.sleep(60)", "import sys; sys.exit(2)",
+                        "import sys, time; time.sleep(0.3); sys.exit(0)")
+    assert launch.wait("RESUME") == 2
+    assert [p.returncode for p in launch.ranks] == [-9, 2, 0] and capsys.readouterr().err == ""
 
 
 def test_the_command_that_continues_a_run_names_how_it_is_launched(tmp_path):

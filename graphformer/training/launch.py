@@ -6,17 +6,21 @@ training code cannot tell the two launchers apart. What this one changes is how 
 
 * The processes live in their own process group, so a Ctrl-C on the terminal reaches only the
   launcher, which passes it on once to each of them (twice would abort them: see the trainer).
-  SIGTERM is passed on too, and a hang-up as a SIGTERM, so that each stops with a checkpoint.
+  SIGTERM and SIGHUP are passed on too; a signal the launcher ignores (``nohup``) stays ignored.
 * A run that stops or fails ends with the processes' own lines and exit status, not with a
   launcher's traceback.
 * Every step needs every process, so when one fails the others cannot go on: after a few
-  seconds to report the same error themselves, they are killed (their checkpoints are written
-  atomically: nothing half-written stays behind).
+  seconds to report the same error themselves, they are killed (at once when the failed one was
+  killed from outside: it said nothing, and the others may wait for it for ever). Checkpoints are
+  written atomically, so nothing half-written stays behind.
+* On Linux a process gets a SIGTERM when the launcher dies (`follow_launcher`), so a killed
+  launcher does not leave its processes training on their own.
 
 Several machines still need torchrun (docs/howto/scale.md).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -27,7 +31,9 @@ import time
 LOOPBACK = "lo0" if sys.platform == "darwin" else "lo"
 GRACE_SECONDS = 5.0  # after a failure, the others' time to exit by themselves before they are killed
 POLL_SECONDS = 0.1
-PASSED_ON = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+LAUNCHER_PID = "GRAPHFORMER_LAUNCHER_PID"  # set in each process's environment
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
 
 def free_port() -> int:
@@ -40,63 +46,89 @@ def free_port() -> int:
 def process_environment(rank: int, processes: int, port: int) -> dict:
     """What torchrun --standalone would set for process ``rank`` of ``processes`` on one machine."""
     env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(processes),
-           "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+           "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           LAUNCHER_PID: str(os.getpid())}
     env.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK)  # gloo would look the host name up, which need not resolve
     return env
+
+
+def follow_launcher() -> None:
+    """In a process that `run_processes` started: ask Linux for a SIGTERM when the launcher dies
+    (the trainer then stops after its step, with a checkpoint). Elsewhere, or in a process started
+    otherwise, nothing."""
+    launcher = os.environ.get(LAUNCHER_PID)
+    if launcher is None or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != int(launcher):  # it died before the request: act on it now
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Launch:
+    """The processes of one run, and the signals passed on to them."""
+
+    def __init__(self):
+        self.ranks: list[subprocess.Popen] = []
+        self.passed_on: set[int] = set()  # sent by this launcher: a process they end was not killed from outside
+
+    def pass_on(self, sig: int) -> None:
+        self.passed_on.add(sig)
+        for process in self.ranks:
+            if process.poll() is None:
+                process.send_signal(sig)
+
+    def first_failure(self) -> int | None:
+        """The rank to blame among those that have failed: one killed from outside first (the
+        others' errors, a lost connection, follow from it), else the lowest."""
+        failed = [r for r, process in enumerate(self.ranks) if process.returncode not in (None, 0)]
+        return min(failed, key=lambda r: (not self.killed_from_outside(r), r), default=None)
+
+    def killed_from_outside(self, rank: int) -> bool:
+        code = self.ranks[rank].returncode
+        return code is not None and code < 0 and -code not in self.passed_on
+
+    def wait(self, resume: str) -> int:
+        """Wait for every process; the exit status of the one to blame (0 if none failed)."""
+        failed, deadline, stopped = None, None, False
+        while None in [process.poll() for process in self.ranks]:  # every process polled on every pass
+            if failed is None and (failed := self.first_failure()) is not None:
+                outside = self.killed_from_outside(failed)  # before this launcher sends any SIGKILL
+                deadline = time.monotonic() + (0 if outside else GRACE_SECONDS)
+            if deadline is not None and time.monotonic() >= deadline:
+                self.pass_on(signal.SIGKILL)
+                stopped = True
+            time.sleep(POLL_SECONDS)
+        if failed is None and (failed := self.first_failure()) is not None:
+            outside = self.killed_from_outside(failed)
+        if failed is None:
+            return 0
+        code = self.ranks[failed].returncode
+        if code >= 0:
+            return code
+        if outside:  # the out-of-memory killer, kill -9: the process said nothing
+            others = "the other processes were stopped; " if stopped else ""
+            sys.stderr.write(f"graphformer: process {failed} was killed by {signal.Signals(-code).name}; {others}"
+                             f"continue from the last checkpoint with: {resume}\n")
+        return 128 - code
 
 
 def run_processes(argv: list[str], processes: int, resume: str) -> int:
     """Run ``graphformer argv`` as ``processes`` ranks and wait for them; returns the exit status
     of the first that failed (0 if none did). ``resume``: the command that continues the run, for
-    a process that dies without a word (killed by a signal)."""
-    port = free_port()
-    ranks = [subprocess.Popen([sys.executable, "-m", "graphformer", *argv], process_group=0,
-                              env=process_environment(rank, processes, port)) for rank in range(processes)]
-    previous = {sig: signal.signal(sig, lambda signum, frame: _pass_on(ranks, PASSED_ON[signum]))
-                for sig in PASSED_ON}
+    a process that dies without a word (killed from outside)."""
+    launch, port = Launch(), free_port()
+    # Installed first: a signal while the processes start reaches the ones started so far.
+    previous = {sig: signal.signal(sig, lambda signum, frame: launch.pass_on(signum))
+                for sig in PASSED_ON if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
-        return _wait(ranks, resume)
+        for rank in range(processes):
+            launch.ranks.append(subprocess.Popen([sys.executable, "-m", "graphformer", *argv], process_group=0,
+                                                 env=process_environment(rank, processes, port)))
+        return launch.wait(resume)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for process in ranks:  # only if waiting itself was cut short (a second error): leave nothing running
+        for process in launch.ranks:  # left running only if starting or waiting raised: leave nothing behind
             if process.poll() is None:
                 process.kill()
                 process.wait()
-
-
-def _pass_on(ranks: list[subprocess.Popen], sig: int) -> None:
-    for process in ranks:
-        if process.poll() is None:
-            process.send_signal(sig)
-
-
-def _first_failure(ranks: list[subprocess.Popen]) -> int | None:
-    """The rank to blame among those that have failed: one killed by a signal first (the others'
-    errors, a lost connection, follow from it), else the lowest."""
-    failed = [r for r, process in enumerate(ranks) if process.returncode not in (None, 0)]
-    return min(failed, key=lambda r: (ranks[r].returncode >= 0, r), default=None)
-
-
-def _wait(ranks: list[subprocess.Popen], resume: str) -> int:
-    failed, deadline = None, None  # the first process that failed, and when the others are killed
-    while any(process.poll() is None for process in ranks):
-        if failed is None:
-            failed = _first_failure(ranks)
-            if failed is not None:
-                # Killed by a signal, it said nothing and the others are stuck without it: stop them now.
-                deadline = time.monotonic() + (0 if ranks[failed].returncode < 0 else GRACE_SECONDS)
-        if deadline is not None and time.monotonic() >= deadline:
-            _pass_on(ranks, signal.SIGKILL)
-        time.sleep(POLL_SECONDS)
-    if failed is None:
-        failed = _first_failure(ranks)
-    if failed is None:
-        return 0
-    code = ranks[failed].returncode
-    if code < 0:  # a signal that did not come through this launcher (the out-of-memory killer, kill -9)
-        name = signal.Signals(-code).name
-        sys.stderr.write(f"graphformer: process {failed} was killed by {name}; the other processes were stopped; "
-                         f"continue from the last checkpoint with: {resume}\n")
-        return 128 - code
-    return code
