@@ -210,8 +210,8 @@ def test_the_launcher_gives_the_others_time_to_exit_after_an_error_then_stops_th
     report theirs; one still running after it is killed, and the status is the failed one's."""
     from graphformer.training import launch as launcher
     monkeypatch.setattr(launcher, "GRACE_SECONDS", 1.0)
-    launch = _launch_of("import time; time.sleep(60)", "import sys; sys.exit(2)",
-                        "import sys, time; time.sleep(0.3); sys.exit(0)")
+    launch = _launch_of("import time; time.sleep(60)", "import sys, time; time.sleep(1); sys.exit(2)",
+                        "import sys; sys.exit(0)")  # done long before the failure
     assert launch.wait("RESUME") == 2
     assert [p.returncode for p in launch.ranks] == [-9, 2, 0] and capsys.readouterr().err == ""
 
