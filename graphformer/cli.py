@@ -305,7 +305,9 @@ def cmd_train(args) -> int:
     model_cfg, train_cfg = train_configs(args)  # before any process starts: a mistake gets one line, once
     world = os.environ.get("WORLD_SIZE")
     if args.processes > 1 and world is None:  # start the processes, each of which runs this command
+        from graphformer.training.distributed import check_devices_for
         from graphformer.training.launch import run_processes
+        check_devices_for(args.processes, train_cfg.device)
         return run_processes(args.argv, args.processes, resume_command(args.out, args.processes))
     if args.processes > 1 and world != str(args.processes):
         raise UserError(f"--processes {args.processes} starts its own processes, but this one is already one of "

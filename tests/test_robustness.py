@@ -164,6 +164,34 @@ def test_processes_under_torchrun_of_another_count_is_one_line_and_starts_nothin
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("device,gpus,needles", [
+    ("cuda:0", 2, ["--device cuda:0 names one GPU, and each of the 2 processes takes its own: use --device cuda"]),
+    ("cuda", 1, ["--device cuda: 2 processes take one GPU each, and 1 is visible"]),
+    ("auto", 1, ["--device auto: 2 processes take one GPU each, and 1 is visible", "or use --device cpu"]),
+    ("cuda", 0, ["--device cuda: 2 processes take one GPU each, and 0 are visible"])])
+def test_processes_that_the_gpus_cannot_serve_one_each_are_refused_before_any_starts(tmp_path, capsys, monkeypatch,
+                                                                                    device, gpus, needles):
+    from graphformer.training import launch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(launch, "run_processes", lambda *args: pytest.fail("processes were started"))
+    one_line_error(capsys, ["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2",
+                            "--device", device], *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_processes_on_the_cpu_or_on_enough_gpus_start(tmp_path, monkeypatch):
+    from graphformer.training import launch
+    started = []
+    monkeypatch.setattr(launch, "run_processes", lambda argv, processes, resume: started.append(processes) or 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for device in ("cpu", "auto", "cuda"):
+        assert main(["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2",
+                     "--device", device]) == 0
+    assert started == [2, 2, 2]
+
+
 def test_a_processes_run_blames_a_process_killed_from_outside_before_the_ones_that_lost_it():
     """When one process is killed, the others fail on the lost connection within the same moment:
     the launcher reports the killed one (and its status), not the lowest rank that failed. A

@@ -58,6 +58,21 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device(name)
 
 
+def check_devices_for(processes: int, device_name: str) -> None:
+    """Several processes on this machine take one GPU each (the one of their local rank): a
+    ConfigError before any of them starts when the device choice cannot give them that."""
+    check_device_name(device_name)
+    if processes == 1:
+        return
+    if device_name.startswith("cuda:"):
+        raise ConfigError("device", f"{device_name} names one GPU, and each of the {processes} processes takes "
+                          "its own: use --device cuda")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device_name != "cpu" and (gpus or device_name == "cuda") and gpus < processes:
+        raise ConfigError("device", f"{device_name}: {processes} processes take one GPU each, and "
+                          f"{gpus} {'is' if gpus == 1 else 'are'} visible; start fewer --processes, or use --device cpu")
+
+
 def default_threads() -> int:
     """The physical cores this process may use, shared among the run's processes on this machine
     (hyper-threads add little to BLAS kernels and contend for the same units). OMP_NUM_THREADS,
