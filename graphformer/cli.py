@@ -645,8 +645,9 @@ def main(argv=None) -> int:
         return 2
     except Exception as err:  # MemoryError, or torch's and DGL's allocation failures
         if _lost_peer(err) and not os.environ.get("GRAPHFORMER_DEBUG"):
+            from graphformer.training.launch import LOST_PEER_STATUS
             _say(f"error: another process of this run stopped, and this one cannot go on without it ({err})")
-            return 1
+            return LOST_PEER_STATUS
         if os.environ.get("GRAPHFORMER_DEBUG") or not _out_of_memory(err):
             raise
         _say("error: out of memory; ask for less at once (a smaller --beam, --batch-size or --batch-tokens, a shorter "

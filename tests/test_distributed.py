@@ -151,12 +151,23 @@ def test_processes_whose_launcher_is_killed_stop_after_their_step_with_a_checkpo
     data = small_copy_data(tmp_path / "data")
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    log = tmp_path / "ddp.log"
-    _signal_after_steps(_processes_run(data, run), env, run, log, lambda launcher: os.kill(launcher, signal.SIGKILL))
-    deadline = time.monotonic() + 120
-    while "interrupted at step" not in log.read_text():
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.2)
+    log, workers = tmp_path / "ddp.log", []
+
+    def kill_launcher(launcher: int) -> None:
+        workers.extend(_worker(launcher, local_rank=rank) for rank in (0, 1))
+        os.kill(launcher, signal.SIGKILL)
+    try:
+        _signal_after_steps(_processes_run(data, run), env, run, log, kill_launcher)
+        deadline = time.monotonic() + 120
+        while "interrupted at step" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+    finally:  # on a failure, leave no orphan training on
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     steps = read_jsonl(run / "steps.jsonl")
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in log.read_text()
     assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"]

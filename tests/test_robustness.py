@@ -168,7 +168,7 @@ def test_processes_under_torchrun_of_another_count_is_one_line_and_starts_nothin
     ("cuda:0", 2, ["--device cuda:0 names one GPU, and each of the 2 processes takes its own: use --device cuda"]),
     ("cuda", 1, ["--device cuda: 2 processes take one GPU each, and 1 is visible"]),
     ("auto", 1, ["--device auto: 2 processes take one GPU each, and 1 is visible", "or use --device cpu"]),
-    ("cuda", 0, ["--device cuda: 2 processes take one GPU each, and 0 are visible"])])
+    ("cuda", 0, ["--device cuda: no CUDA device is visible here; use cpu"])])
 def test_processes_that_the_gpus_cannot_serve_one_each_are_refused_before_any_starts(tmp_path, capsys, monkeypatch,
                                                                                     device, gpus, needles):
     from graphformer.training import launch
@@ -205,6 +205,7 @@ def test_a_processes_run_blames_a_process_killed_from_outside_before_the_ones_th
         launch.ranks, launch.passed_on = [SimpleNamespace(returncode=c) for c in codes], set(passed_on)
         return launch.first_failure()
     assert first_failure(1, -9) == 1
+    assert first_failure(3, 2) == 1  # 3: rank 0 only lost rank 1, whose own error is 2
     assert first_failure(1, -15, passed_on=[15]) == 0
     assert first_failure(None, 2, 1) == 1
     assert first_failure(0, None) is None

@@ -68,7 +68,9 @@ def check_devices_for(processes: int, device_name: str) -> None:
         raise ConfigError("device", f"{device_name} names one GPU, and each of the {processes} processes takes "
                           "its own: use --device cuda")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device_name != "cpu" and (gpus or device_name == "cuda") and gpus < processes:
+    if device_name == "cuda" and gpus == 0:
+        raise ConfigError("device", "cuda: no CUDA device is visible here; use cpu")
+    if device_name != "cpu" and gpus and gpus < processes:
         raise ConfigError("device", f"{device_name}: {processes} processes take one GPU each, and "
                           f"{gpus} {'is' if gpus == 1 else 'are'} visible; start fewer --processes, or use --device cpu")
 

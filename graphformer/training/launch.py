@@ -34,6 +34,7 @@ POLL_SECONDS = 0.1
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 LAUNCHER_PID = "GRAPHFORMER_LAUNCHER_PID"  # set in each process's environment
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+LOST_PEER_STATUS = 3  # a process's exit when a collective lost another process: that one is to blame
 
 
 def free_port() -> int:
@@ -71,17 +72,21 @@ class Launch:
         self.ranks: list[subprocess.Popen] = []
         self.passed_on: set[int] = set()  # sent by this launcher: a process they end was not killed from outside
 
-    def pass_on(self, sig: int) -> None:
+    def pass_on(self, sig: int) -> bool:
+        """Send ``sig`` to every process still running; whether there was one."""
         self.passed_on.add(sig)
-        for process in self.ranks:
-            if process.poll() is None:
-                process.send_signal(sig)
+        running = [process for process in self.ranks if process.poll() is None]
+        for process in running:
+            process.send_signal(sig)
+        return bool(running)
 
     def first_failure(self) -> int | None:
-        """The rank to blame among those that have failed: one killed from outside first (the
-        others' errors, a lost connection, follow from it), else the lowest."""
+        """The rank to blame among those that have failed: one killed from outside first, then one
+        with its own error, and one that only lost another (`LOST_PEER_STATUS`) last; the lowest
+        rank among equals."""
         failed = [r for r, process in enumerate(self.ranks) if process.returncode not in (None, 0)]
-        return min(failed, key=lambda r: (not self.killed_from_outside(r), r), default=None)
+        return min(failed, key=lambda r: (not self.killed_from_outside(r),
+                                          self.ranks[r].returncode == LOST_PEER_STATUS, r), default=None)
 
     def killed_from_outside(self, rank: int) -> bool:
         code = self.ranks[rank].returncode
@@ -95,8 +100,7 @@ class Launch:
                 outside = self.killed_from_outside(failed)  # before this launcher sends any SIGKILL
                 deadline = time.monotonic() + (0 if outside else GRACE_SECONDS)
             if deadline is not None and time.monotonic() >= deadline:
-                self.pass_on(signal.SIGKILL)
-                stopped = True
+                stopped = self.pass_on(signal.SIGKILL) or stopped
             time.sleep(POLL_SECONDS)
         if failed is None and (failed := self.first_failure()) is not None:
             outside = self.killed_from_outside(failed)
@@ -117,13 +121,15 @@ def run_processes(argv: list[str], processes: int, resume: str) -> int:
     of the first that failed (0 if none did). ``resume``: the command that continues the run, for
     a process that dies without a word (killed from outside)."""
     launch, port = Launch(), free_port()
+    group = 0  # one process group for all: `kill -- -PGID` reaches every process
     # Installed first: a signal while the processes start reaches the ones started so far.
     previous = {sig: signal.signal(sig, lambda signum, frame: launch.pass_on(signum))
                 for sig in PASSED_ON if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         for rank in range(processes):
-            launch.ranks.append(subprocess.Popen([sys.executable, "-m", "graphformer", *argv], process_group=0,
+            launch.ranks.append(subprocess.Popen([sys.executable, "-m", "graphformer", *argv], process_group=group,
                                                  env=process_environment(rank, processes, port)))
+            group = launch.ranks[0].pid
         return launch.wait(resume)
     finally:
         for sig, handler in previous.items():

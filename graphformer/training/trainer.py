@@ -507,8 +507,10 @@ class Trainer:
             self.files.log(name, record)
 
     def _on_interrupt(self, signum, frame):
-        if self._stop_requested:  # a second Ctrl-C: stop now, the last checkpoint stays as it was
+        if self._stop_requested and signum == signal.SIGINT:  # a second Ctrl-C: stop now, the last checkpoint stays
             raise KeyboardInterrupt
+        # A repeated SIGTERM only asks again: a scheduler may send one to every process of a job, and the
+        # launcher of several processes passes its own copy on.
         self._stop_requested = True
         if self.ctx.is_main:
             tqdm.write("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort)")
