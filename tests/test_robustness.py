@@ -192,6 +192,22 @@ def test_processes_on_the_cpu_or_on_enough_gpus_start(tmp_path, monkeypatch):
     assert started == [2, 2, 2]
 
 
+def test_only_a_second_ctrl_c_aborts_a_stopping_run_a_repeated_sigterm_asks_again(capsys):
+    """A job scheduler may send SIGTERM to every process and the launcher passes its own copy on:
+    a second SIGTERM must not throw away the checkpoint the first one asked for."""
+    import signal
+    from types import SimpleNamespace
+
+    from graphformer.training.trainer import Trainer
+    trainer = Trainer.__new__(Trainer)
+    trainer._stop_requested, trainer.ctx = False, SimpleNamespace(is_main=True)
+    trainer._on_interrupt(signal.SIGTERM, None)
+    trainer._on_interrupt(signal.SIGTERM, None)
+    assert trainer._stop_requested
+    with pytest.raises(KeyboardInterrupt):
+        trainer._on_interrupt(signal.SIGINT, None)
+
+
 def test_a_processes_run_blames_a_process_killed_from_outside_before_the_ones_that_lost_it():
     """When one process is killed, the others fail on the lost connection within the same moment:
     the launcher reports the killed one (and its status), not the lowest rank that failed. A
