@@ -35,7 +35,9 @@ count the Python function calls, as cProfile does, to make the stepper and per s
 (``python_calls_setup``, ``python_calls_per_step``): interpreter overhead in a figure that does not
 depend on the machine's speed. Multi30k rows give the total ratio that a graph search costing the
 dense one's per row stepped would reach (``equal_cost_per_row_bound``): both pay the setup, which
-caps the gain.
+caps the gain. They also give what a padded batch waits for: each batch's longest output
+(``longest_output_per_batch``, tokens with </s>), the mean length, and how many outputs ran to
+their length limit without choosing </s> (``outputs_at_their_limit``).
 
 With ``--batch-budgets 1000,2000,4000,8000`` the Multi30k greedy setting is also timed at those
 source-token budgets per batch, and each decoder is compared at its own best: a padded decoder
@@ -370,6 +372,9 @@ def multi30k_setting(rounds: int, inputs) -> list[dict]:
         seconds = time_methods(methods, rounds, check)
         lengths = [len(tokens) + 1 for tokens in check.tokens()]  # each output and its </s>
         padded = sum(len(idx) * max(lengths[i] for i in idx) for idx in batches)
+        # What a padded batch waits for: its longest output, and outputs stopped only by their limit.
+        longest = [max(lengths[i] for i in idx) for idx in batches]
+        at_limit = sum(length >= limit for length, limit in zip(lengths, limits))
         padding = padded / sum(lengths)  # the most dropping finished rows can gain at equal cost per row
         split = fastest_split(clocks)
         graph_split, dense_split = split["graph incremental (auto)"], split["dense KV cache"]
@@ -385,7 +390,8 @@ def multi30k_setting(rounds: int, inputs) -> list[dict]:
                          "search_seconds": mine["search"],
                          "search_vs_dense_kv_cache": dense_split["search"] / mine["search"],
                          "equal_cost_per_row_bound": bound,
-                         "batch_sizes": [len(idx) for idx in batches]})
+                         "batch_sizes": [len(idx) for idx in batches], "longest_output_per_batch": longest,
+                         "mean_output_length": sum(lengths) / len(lengths), "outputs_at_their_limit": at_limit})
     return rows
 
 
