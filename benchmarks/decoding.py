@@ -371,9 +371,9 @@ def multi30k_setting(rounds: int, inputs) -> list[dict]:
         check = same_outputs()
         seconds = time_methods(methods, rounds, check)
         lengths = [len(tokens) + 1 for tokens in check.tokens()]  # each output and its </s>
-        padded = sum(len(idx) * max(lengths[i] for i in idx) for idx in batches)
         # What a padded batch waits for: its longest output, and outputs stopped only by their limit.
         longest = [max(lengths[i] for i in idx) for idx in batches]
+        padded = sum(len(idx) * most for idx, most in zip(batches, longest))
         at_limit = sum(length >= limit for length, limit in zip(lengths, limits))
         padding = padded / sum(lengths)  # the most dropping finished rows can gain at equal cost per row
         split = fastest_split(clocks)
