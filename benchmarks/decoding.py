@@ -39,6 +39,16 @@ caps the gain. They also give what a padded batch waits for: each batch's longes
 (``longest_output_per_batch``, tokens with </s>), the mean length, and how many outputs ran to
 their length limit without choosing </s> (``outputs_at_their_limit``).
 
+Per step, both decoders also pay a cost that does not shrink with the rows: reading every weight
+(the generator's vocabulary x d_model matrix above all) and the per-call overheads. The Multi30k
+setting times one greedy step of each decoder at 1 to all of the first batch's rows
+(``multi30k step cost`` rows: ``seconds_per_step``), fits ``seconds = per_step + per_row * rows``
+to each (``multi30k step cost fit``), and from the dense fit predicts both searches over the real
+batches (the graph decoder steps each batch's live rows, the padded one all of them until its
+longest output ends, ``predicted_search_ratio``): ``equal_cost_per_step_estimate`` is the total
+ratio the graph decoder would reach if it paid exactly the dense peer's cost per step and per row.
+It is below the per-row bound: a step's fixed cost is paid as often by both.
+
 With ``--batch-budgets 1000,2000,4000,8000`` the Multi30k greedy setting is also timed at those
 source-token budgets per batch, and each decoder is compared at its own best: a padded decoder
 pays for the spread of output lengths, which grows with the batch, while one that drops finished
@@ -359,7 +369,70 @@ def multi30k_inputs(mirror: Path, sentences: int, run_dir: Path | None = None):
     return model, to_torch_transformer(model).eval(), src, limits
 
 
-def multi30k_setting(rounds: int, inputs) -> list[dict]:
+STEP_COST_ROWS = (1, 16, 64, 128, 256)  # and all of the first batch's rows
+
+
+@torch.inference_mode()
+def step_seconds(make, chunk, device, prefix: int = 10, steps: int = 8) -> float:
+    """Seconds of one greedy step over all of ``chunk``'s sentences, after ``prefix`` steps
+    (attention then spans a translation's usual prefix); ``make(chunk, beam, max_steps)`` makes the
+    stepper."""
+    stepper, _ = make(chunk, 1, prefix + steps)
+    tokens = torch.full((len(chunk),), UNK, device=device)
+    for _ in range(prefix):
+        stepper.step(tokens)
+    tic = time.perf_counter()
+    for _ in range(steps):
+        stepper.step(tokens)
+    return (time.perf_counter() - tic) / steps
+
+
+def step_cost_setting(rounds: int, inputs) -> tuple[list[dict], dict]:
+    """(rows, {method: (per_step, per_row)}): each decoder's greedy step timed at several row
+    counts (the first translate batch's first sentences; every count and decoder once per round,
+    the best round counts) and a line fitted to each."""
+    model, dense, src, _ = inputs
+    first = [src[i] for i in decoding_batches([len(s) for s in src])[0]]
+    counts = sorted({n for n in STEP_COST_ROWS if n < len(first)} | {len(first)})
+    makers = {"graph incremental (auto)": graph_stepper(model, "auto"), "dense KV cache": dense_stepper(model, dense)}
+    device = next(model.parameters()).device
+    seconds = {(name, n): float("inf") for n in counts for name in makers}
+    for _ in range(rounds):
+        for name, n in seconds:
+            seconds[name, n] = min(seconds[name, n], step_seconds(makers[name], first[:n], device))
+    rows = [{"setting": "multi30k step cost", "beam": 1, "method": name, "rows": n, "seconds_per_step": s}
+            for (name, n), s in seconds.items()]
+    fits = {}
+    for name in makers:
+        fit = statistics.linear_regression(counts, [seconds[name, n] for n in counts])
+        fits[name] = (fit.intercept, fit.slope)
+        rows.append({"setting": "multi30k step cost fit", "beam": 1, "method": name,
+                     "seconds_per_step": fit.intercept, "seconds_per_row": fit.slope})
+    for n in counts:
+        g, d = seconds["graph incremental (auto)", n], seconds["dense KV cache", n]
+        print(f"multi30k greedy step at {n:4d} rows: graph {g * 1e3:7.2f} ms, dense {d * 1e3:7.2f} ms ({d / g:.2f}x)")
+    for name, (per_step, per_row) in fits.items():
+        print(f"  {name}: {per_step * 1e3:.2f} ms per step + {per_row * 1e6:.1f} us per row")
+    return rows, fits
+
+
+def predicted_searches(cost: tuple[float, float], batches: list[list[int]], lengths: list[int]) -> tuple[float, float]:
+    """(graph, padded) greedy search seconds at ``cost`` = (per step, per row): a graph decoder
+    steps each batch's live rows (output i, </s> included, is live for lengths[i] steps); a padded
+    one steps every row of a batch until its longest output ends."""
+    per_step, per_row = cost
+    graph = padded = 0.0
+    for idx in batches:
+        ends = [lengths[i] for i in idx]
+        longest = max(ends)
+        graph += longest * per_step + per_row * sum(ends)
+        padded += longest * (per_step + per_row * len(idx))
+    return graph, padded
+
+
+def multi30k_setting(rounds: int, inputs, step_cost: tuple[float, float] | None = None) -> list[dict]:
+    """``step_cost``: the dense peer's fitted (per step, per row) greedy step cost, for
+    ``equal_cost_per_step_estimate``."""
     model, dense, src, limits = inputs
     batches = decoding_batches([len(s) for s in src])
     print(f"multi30k: {len(batches)} batches of {min(map(len, batches))}-{max(map(len, batches))} sentences")
@@ -384,12 +457,22 @@ def multi30k_setting(rounds: int, inputs) -> list[dict]:
               f"setup (batching, encoder, memory) {graph_split['setup']:.2f} s graph, {dense_split['setup']:.2f} s "
               f"dense; search {dense_split['search'] / graph_split['search']:.2f}x; at equal cost per row the total "
               f"could reach {bound:.2f}x")
+        extra = {}
+        if beam == 1 and step_cost is not None:
+            graph_pred, dense_pred = predicted_searches(step_cost, batches, lengths)
+            # The fit gives the ratio of the two searches; the measured dense search sets the scale
+            # (the fit's own times were taken at another moment of a noisy run).
+            estimate = (dense_split["setup"] + dense_split["search"]) / (
+                graph_split["setup"] + dense_split["search"] * graph_pred / dense_pred)
+            extra = {"equal_cost_per_step_estimate": estimate, "predicted_search_ratio": dense_pred / graph_pred}
+            print(f"  with the dense peer's cost per step and per row, the graph search would be about "
+                  f"{dense_pred / graph_pred:.2f}x the dense one and the total {estimate:.2f}x")
         for row in rows_of("multi30k", beam, seconds, len(src), sum(lengths)):
             mine = split[row["method"]]
             rows.append({**row, "padded_over_live_row_steps": padding, "setup_seconds": mine["setup"],
                          "search_seconds": mine["search"],
                          "search_vs_dense_kv_cache": dense_split["search"] / mine["search"],
-                         "equal_cost_per_row_bound": bound,
+                         "equal_cost_per_row_bound": bound, **extra,
                          "batch_sizes": [len(idx) for idx in batches], "longest_output_per_batch": longest,
                          "mean_output_length": sum(lengths) / len(lengths), "outputs_at_their_limit": at_limit})
     return rows
@@ -446,7 +529,8 @@ def main():
     rows = fixed_setting(args.rounds)
     if have_multi30k:
         inputs = multi30k_inputs(mirror, args.multi30k_sentences, args.multi30k_run)
-        rows += multi30k_setting(args.multi30k_rounds, inputs)
+        cost_rows, fits = step_cost_setting(args.rounds, inputs)
+        rows += multi30k_setting(args.multi30k_rounds, inputs, fits["dense KV cache"]) + cost_rows
         if args.batch_budgets:
             rows += batch_budget_setting(args.multi30k_rounds, inputs, args.batch_budgets)
     else:

@@ -1,5 +1,7 @@
 """The benchmark scripts run end to end at their smallest sizes (their figures are measured by
-`make bench`; here only that they produce them, and refuse what they cannot measure)."""
+`make bench`; here that they produce them, refuse what they cannot measure, and that the decoding
+benchmark's predictions count what each decoder steps)."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -34,3 +36,14 @@ def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, mess
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir())
+
+
+def test_predicted_searches_pay_per_live_row_and_per_step_until_the_longest_output():
+    spec = importlib.util.spec_from_file_location("decoding_benchmark", BENCHMARKS / "decoding.py")
+    decoding = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decoding)
+    batches, lengths = [[0, 1, 2], [3]], [2, 5, 3, 4]
+    # Per row only: the graph decoder steps 2 + 5 + 3 + 4 live rows, a padded one 3 x 5 + 1 x 4.
+    assert decoding.predicted_searches((0.0, 1.0), batches, lengths) == (14.0, 19.0)
+    # Per step only: both step each batch until its longest output ends, 5 + 4 steps.
+    assert decoding.predicted_searches((1.0, 0.0), batches, lengths) == (9.0, 9.0)
