@@ -142,6 +142,75 @@ def test_beam_of_one_takes_the_first_of_tied_tokens_as_greedy_does():
     assert greedy[0].tokens == beamed[0].tokens == [3, 3, 3]
 
 
+class PrefixStepper:
+    """Next-token log-probabilities that are a fixed random function of each hypothesis's sentence
+    and prefix, over 40 tokens: a model whose every continuation a test can enumerate."""
+
+    VOCAB = 40
+
+    def __init__(self, sentences, k):
+        self.rows = [((s,), ()) for s in range(sentences) for _ in range(k)]  # (sentence, prefix)
+        self.started = False
+
+    @classmethod
+    def log_probs(cls, sentence, prefix):
+        generator = torch.Generator().manual_seed(hash(sentence + prefix) % 2 ** 31)  # ints hash alike in every run
+        return torch.log_softmax(3 * torch.randn(cls.VOCAB, generator=generator, dtype=torch.float64), 0)
+
+    def step(self, tokens):
+        if self.started:
+            self.rows = [(s, prefix + (tok,)) for (s, prefix), tok in zip(self.rows, tokens.tolist())]
+        self.started = True
+        return torch.stack([self.log_probs(s, prefix) for s, prefix in self.rows])
+
+    def reorder(self, parents):
+        self.rows = [self.rows[p] for p in parents.tolist()]
+
+
+def reference_beam_search(sentence, k, alpha, limit):
+    """(score, tokens): beam search written out over lists. Every candidate of every hypothesis is
+    scored (a live one by each token, an ended one as it is); the beam keeps the k best; the answer
+    is the best ended hypothesis the beam ever held."""
+    from graphformer.vocab import EOS, NEVER_EMITTED
+    beam, best = [((), 0.0, None)], (float("-inf"), None)  # (tokens, log P, length if ended)
+    for t in range(limit):
+        candidates = []
+        for tokens, log_p, ended in beam:
+            if ended is not None:
+                candidates.append((tokens, log_p, ended))
+                continue
+            step = PrefixStepper.log_probs((sentence,), tokens).tolist()
+            for token, value in enumerate(step):
+                if token in NEVER_EMITTED or (t + 1 == limit and token != EOS):
+                    continue
+                candidates.append((tokens, log_p + value, t + 1) if token == EOS else
+                                  (tokens + (token,), log_p + value, None))
+
+        def score(candidate):  # GNMT: log P / ((5 + |Y|) / 6) ** alpha, |Y| counting </s>
+            return candidate[1] / ((5.0 + (candidate[2] or t + 1)) / 6.0) ** alpha
+        beam = sorted(candidates, key=score, reverse=True)[:k]
+        for candidate in beam:
+            if candidate[2] is not None and score(candidate) > best[0]:
+                best = (score(candidate), list(candidate[0]))
+        if all(candidate[2] is not None for candidate in beam):
+            break
+    return best
+
+
+@pytest.mark.parametrize("k", [2, 5])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.4])
+def test_beam_search_equals_scoring_every_candidate(k, alpha):
+    """Search scores only each hypothesis's best k tokens (the others cannot enter the beam); the
+    result must be that of scoring all of them, with 40 tokens and a beam of 2 or 5."""
+    from graphformer.decoding import beam_search
+    limits = [7, 4, 6]
+    found = beam_search(PrefixStepper(len(limits), k), torch.tensor(limits), beam=k, alpha=alpha)
+    for sentence, (hyp, limit) in enumerate(zip(found, limits)):
+        score, tokens = reference_beam_search(sentence, k, alpha, limit)
+        assert hyp.tokens == tokens and hyp.score == pytest.approx(score, abs=1e-9)
+    assert len({len(h.tokens) for h in found}) > 1, "test should cover outputs of different lengths"
+
+
 def test_length_penalty_formula():
     assert float(length_penalty(torch.tensor(1.0), 0.6)) == pytest.approx(1.0)
     assert float(length_penalty(torch.tensor(7.0), 1.0)) == pytest.approx(2.0)

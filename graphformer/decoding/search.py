@@ -44,15 +44,6 @@ def _never_specials_(log_probs: torch.Tensor) -> torch.Tensor:
     return log_probs
 
 
-def _mask_step_(log_probs: torch.Tensor, at_limit: torch.Tensor) -> torch.Tensor:
-    """In place: never emit <pad> or <s>; emit only </s> where the (L,) ``at_limit`` says the
-    length limit is reached. A masked fill, not boolean indexing: no host sync."""
-    eos = _never_specials_(log_probs)[:, EOS].clone()
-    log_probs.masked_fill_(at_limit[:, None], float("-inf"))
-    log_probs[:, EOS] = eos
-    return log_probs
-
-
 def check_alpha(alpha) -> None:
     """The length penalty's exponent: a finite number, at least 0 (0: no penalty)."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < float("inf"):
@@ -183,24 +174,27 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
     for t in range(int(max_lengths.max())):
         S = len(live)
         rows = torch.arange(S, device=device)[:, None]
-        at_limit = (t + 1 >= max_lengths[live]).repeat_interleave(k)
-        step = _mask_step_(stepper.step(tokens), at_limit).double()
-        V = step.shape[1]
-        step = step.view(S, k, V)
-        # Live hypotheses: extend by every token. Frozen ones: a single </s> continuation at no cost.
-        cand_log_p = log_p[:, :, None] + step
-        cand_len = torch.full_like(cand_log_p, t + 1.0)
-        frozen = torch.full_like(cand_log_p, float("-inf"))
-        frozen[:, :, EOS] = log_p
-        cand_log_p = torch.where(finished[:, :, None], frozen, cand_log_p)
-        cand_len = torch.where(finished[:, :, None], length[:, :, None], cand_len)
+        step = _never_specials_(stepper.step(tokens))
+        cand_token, cand_log_p = _best_tokens(step, S, k, log_p)
+        c = cand_token.shape[2]
+        # Live hypotheses: extended by their best c tokens, all of length t + 1; at the length
+        # limit, by </s> alone. Frozen ones: a single </s> continuation at no cost, at their own
+        # length. (Masked fills of the few candidates, not of the (S * k, V) step: no host sync.)
+        only_first = torch.where(torch.arange(c, device=device) == 0, 0.0, float("-inf"))  # (c,)
+        must_end = (t + 1 >= max_lengths[live])[:, None, None]
+        eos = log_p[:, :, None] + step[:, EOS].view(S, k, 1).double()
+        cand_log_p = torch.where(must_end, eos + only_first, cand_log_p)
+        frozen = finished[:, :, None]
+        cand_log_p = torch.where(frozen, log_p[:, :, None] + only_first, cand_log_p)
+        cand_token = torch.where(must_end | frozen, EOS, cand_token)
+        cand_len = torch.where(frozen, length[:, :, None], t + 1.0).expand(S, k, c)
         scores = cand_log_p / length_penalty(cand_len, alpha)
 
-        flat = scores.view(S, k * V)  # one beam: the first best, as greedy search takes it (topk breaks ties otherwise)
-        top = flat.argmax(1, keepdim=True) if k == 1 else flat.topk(k, dim=1).indices
-        parent, token = top // V, top % V
-        log_p = cand_log_p.view(S, k * V).gather(1, top)
-        length = cand_len.view(S, k * V).gather(1, top)
+        flat = scores.reshape(S, k * c)
+        top = flat.argmax(1, keepdim=True) if k == 1 else flat.topk(k, dim=1).indices  # one beam: the first best
+        parent, token = top // c, cand_token.reshape(S, k * c).gather(1, top)
+        log_p = cand_log_p.reshape(S, k * c).gather(1, top)
+        length = cand_len.reshape(S, k * c).gather(1, top)
         finished = finished.gather(1, parent) | (token == EOS)
         history = torch.cat([history[rows, parent], token[:, :, None]], dim=2)
         ended = torch.where(finished, log_p / length_penalty(length, alpha), float("-inf"))
@@ -224,6 +218,18 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
         tokens = token.flatten()
     finish(torch.arange(len(live), device=device))
     return results
+
+
+def _best_tokens(log_probs: torch.Tensor, sentences: int, k: int, log_p: torch.Tensor):
+    """Each hypothesis's c = min(k, V) best tokens, (S, k, c), and their candidates' log-probabilities
+    log_p + log P(token), (S, k, c) float64. A hypothesis's candidates share its log_p and (live,
+    all of one length) its length penalty, so they rank as its tokens do: its best k tokens hold all
+    of its candidates that can enter the beam, and only those are scored. ``log_probs`` is the
+    step's (S * k, V) output; ``log_p`` (S, k) the hypotheses' log-probabilities so far."""
+    c = min(k, log_probs.shape[1])
+    # One beam: the first of tied tokens, as greedy search takes it (topk breaks ties otherwise).
+    best, token = log_probs.max(1, keepdim=True) if c == 1 else log_probs.topk(c, dim=1)
+    return token.view(sentences, k, c), log_p[:, :, None] + best.view(sentences, k, c).double()
 
 
 def survivors(keep: torch.Tensor) -> torch.Tensor:
