@@ -24,7 +24,7 @@ Methods, all running the same greedy / beam search code and required to produce 
 * graph recompute (fixed setting only, timed once: it is slow): the whole prefix rebuilt as a
   training batch at every step (the reference);
 * dense KV cache: the same weights in ``torch.nn.Transformer``, decoded on padded tensors with
-  the usual key/value cache (reordered by indexing, as dense libraries do), the memory's keys and
+  the usual key/value cache (its filled steps reordered by indexing, as dense libraries do), the memory's keys and
   values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
   batch keeps its shape until its last sentence ends.
 
@@ -138,8 +138,8 @@ class DenseCacheStepper:
         self.t += 1
         return self.model.generator(self.dense.decoder.norm(x[:, 0]))
 
-    def reorder(self, parents):
-        self.cache = self.cache[:, :, parents]
+    def reorder(self, parents):  # the filled steps only, as a cache that grows by steps holds them
+        self.cache[:, :, :, :, :self.t] = self.cache[:, :, parents, :, :self.t]
 
 
 def search(stepper, limits, beam, drop_finished):
