@@ -404,7 +404,7 @@ def step_cost_setting(rounds: int, inputs) -> tuple[list[dict], dict]:
     rows = [{"setting": "multi30k step cost", "beam": 1, "method": name, "rows": n, "seconds_per_step": s}
             for (name, n), s in seconds.items()]
     fits = {}
-    for name in makers:
+    for name in makers if len(counts) > 1 else ():  # a line needs two row counts (a batch of one sentence has one)
         fit = statistics.linear_regression(counts, [seconds[name, n] for n in counts])
         fits[name] = (fit.intercept, fit.slope)
         rows.append({"setting": "multi30k step cost fit", "beam": 1, "method": name,
@@ -531,7 +531,7 @@ def main():
     if have_multi30k:
         inputs = multi30k_inputs(mirror, args.multi30k_sentences, args.multi30k_run)
         cost_rows, fits = step_cost_setting(args.rounds, inputs)
-        rows += multi30k_setting(args.multi30k_rounds, inputs, fits["dense KV cache"]) + cost_rows
+        rows += multi30k_setting(args.multi30k_rounds, inputs, fits.get("dense KV cache")) + cost_rows
         if args.batch_budgets:
             rows += batch_budget_setting(args.multi30k_rounds, inputs, args.batch_budgets)
     else:

@@ -167,7 +167,20 @@ class PrefixStepper:
         self.rows = [self.rows[p] for p in parents.tolist()]
 
 
-def reference_beam_search(sentence, k, alpha, limit):
+class EarlyEndStepper(PrefixStepper):
+    """Ending at once is likeliest (</s> at -0.1); every later token costs 0.001 and </s> 0.5. With a
+    strong length penalty a long output scores best, so the beam must keep a live hypothesis
+    beside the ended one: an ended hypothesis that took more than its one slot would push it out."""
+
+    @classmethod
+    def log_probs(cls, sentence, prefix):
+        from graphformer.vocab import EOS
+        out = torch.full((cls.VOCAB,), -5.0, dtype=torch.float64)
+        out[EOS], out[4] = (-0.1, -1.0) if not prefix else (-0.5, -0.001)
+        return out
+
+
+def reference_beam_search(sentence, k, alpha, limit, model=PrefixStepper):
     """(score, tokens): beam search written out over lists. Every candidate of every hypothesis is
     scored (a live one by each token, an ended one as it is); the beam keeps the k best; the answer
     is the best ended hypothesis the beam ever held."""
@@ -179,7 +192,7 @@ def reference_beam_search(sentence, k, alpha, limit):
             if ended is not None:
                 candidates.append((tokens, log_p, ended))
                 continue
-            step = PrefixStepper.log_probs((sentence,), tokens).tolist()
+            step = model.log_probs((sentence,), tokens).tolist()
             for token, value in enumerate(step):
                 if token in NEVER_EMITTED or (t + 1 == limit and token != EOS):
                     continue
@@ -209,6 +222,14 @@ def test_beam_search_equals_scoring_every_candidate(k, alpha):
         score, tokens = reference_beam_search(sentence, k, alpha, limit)
         assert hyp.tokens == tokens and hyp.score == pytest.approx(score, abs=1e-9)
     assert len({len(h.tokens) for h in found}) > 1, "test should cover outputs of different lengths"
+
+
+def test_an_ended_hypothesis_takes_one_slot_of_the_beam():
+    from graphformer.decoding import beam_search
+    found = beam_search(EarlyEndStepper(1, 2), torch.tensor([10]), beam=2, alpha=3.0)
+    score, tokens = reference_beam_search(0, 2, 3.0, 10, EarlyEndStepper)
+    assert len(tokens) > 0, "the long output should win: the test needs it"
+    assert found[0].tokens == tokens and found[0].score == pytest.approx(score, abs=1e-9)
 
 
 def test_length_penalty_formula():
