@@ -190,8 +190,7 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.
         cand_len = torch.where(frozen, length[:, :, None], t + 1.0).expand(S, k, c)
         scores = cand_log_p / length_penalty(cand_len, alpha)
 
-        flat = scores.reshape(S, k * c)
-        top = flat.argmax(1, keepdim=True) if k == 1 else flat.topk(k, dim=1).indices  # one beam: the first best
+        top = scores.reshape(S, k * c).topk(k, dim=1).indices  # one beam: one candidate, its first best token
         parent, token = top // c, cand_token.reshape(S, k * c).gather(1, top)
         log_p = cand_log_p.reshape(S, k * c).gather(1, top)
         length = cand_len.reshape(S, k * c).gather(1, top)
