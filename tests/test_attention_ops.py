@@ -182,45 +182,51 @@ def test_decoding_with_the_padded_backend_equals_recompute():
     assert [h.score for h in fast] == pytest.approx([h.score for h in reference], abs=1e-9)
 
 
-def test_full_attention_on_equal_lengths_is_read_as_tiles():
-    """A batch whose samples share one length reads full attention in place (uniform tiles), with
-    the numbers of the edge-wise kernel; one shorter sample, or a causal pattern, keeps the
-    gathered layout."""
-    from graphformer.attention.padded import uniform_tiles
+def test_full_attention_is_read_in_place_run_by_run():
+    """A length-sorted batch reads full attention one run of equal-size samples at a time, in
+    place, with the numbers of the edge-wise kernel; a causal pattern, or sizes that change at
+    almost every sample, keep the gathered layout."""
+    from graphformer.attention.padded import Run, full_runs
     from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
     gen = torch.Generator().manual_seed(7)
     pool = GraphPool()
-    batch = make_batch(pool, [[4, 5, 6]] * 3, [[7, 8]] * 3)  # 4 source nodes, 3 target nodes each
-    for etype, keys, queries in ((ENC, 12, 12), (CROSS, 12, 9)):
+    # Three runs of four samples: 3, 2 and 4 source tokens (+ </s>) with 2, 2 and 1 target tokens (+ <s>).
+    src = [[4, 5, 6]] * 4 + [[4, 5]] * 4 + [[7, 8, 9, 10]] * 4
+    tgt = [[7, 8]] * 4 + [[9, 9]] * 4 + [[5]] * 4
+    batch = make_batch(pool, src, tgt)
+    expected = {ENC: [Run(0, 0, 4, 4, 4), Run(16, 16, 4, 3, 3), Run(28, 28, 4, 5, 5)],
+                CROSS: [Run(0, 0, 4, 4, 3), Run(16, 12, 4, 3, 3), Run(28, 24, 4, 5, 2)]}
+    for etype, runs in expected.items():
         relation = batch.relation(etype)
-        tiles = uniform_tiles(relation)
-        assert (tiles.queries, tiles.width, tiles.span) == (queries // 3, keys // 3, keys // 3)
-        q = torch.randn(queries, 2, 4, dtype=torch.float64, generator=gen)
-        k, v = (torch.randn(keys, 2, 4, dtype=torch.float64, generator=gen) for _ in range(2))
+        assert full_runs(relation) == runs
+        q = torch.randn(relation.num_queries, 2, 4, dtype=torch.float64, generator=gen)
+        k, v = (torch.randn(relation.num_keys, 2, 4, dtype=torch.float64, generator=gen) for _ in range(2))
         torch.testing.assert_close(BACKENDS["padded"](relation, q, k, v), BACKENDS["dgl"](relation, q, k, v),
                                    atol=1e-12, rtol=0)
-    assert uniform_tiles(batch.relation(DEC)) is None  # causal: not every pair is an edge
-    uneven = make_batch(pool, [[4, 5, 6], [4, 5]], [[7], [7]])
-    assert uniform_tiles(uneven.relation(ENC)) is None
+    assert full_runs(batch.relation(DEC)) is None  # causal: not every pair is an edge
+    alternating = make_batch(pool, [[4, 5, 6], [4, 5]] * 4, [[7], [7]] * 4)
+    assert full_runs(alternating.relation(ENC)) is None  # eight runs of one sample
+    one_length = make_batch(pool, [[4, 5, 6]] * 3, [[7, 8]] * 3)
+    assert full_runs(one_length.relation(ENC)) == [Run(0, 0, 3, 4, 4)]
 
 
-def test_training_on_equal_lengths_gives_the_same_gradients_with_uniform_tiles():
-    """Encoder and cross-attention of a batch of one length run as tiles in place under
+def test_training_on_runs_of_lengths_gives_the_same_gradients():
+    """Encoder and cross-attention of a length-sorted batch run in place, run by run, under
     ``padded``: loss and gradients equal those of the edge-wise ``dgl`` kernels."""
     from graphformer import make_model
-    from graphformer.attention.padded import uniform_tiles
+    from graphformer.attention.padded import full_runs
     from graphformer.graphs import CROSS, ENC, make_batch
     from graphformer.vocab import EOS
     model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0).double()
     gen = torch.Generator().manual_seed(3)
-    src = torch.randint(4, 23, (5, 7), generator=gen).tolist()
-    tgt = torch.randint(4, 23, (5, 6), generator=gen).tolist()
+    src = [torch.randint(4, 23, (n,), generator=gen).tolist() for n in (5, 5, 5, 5, 7, 7, 7, 7)]
+    tgt = [torch.randint(4, 23, (n,), generator=gen).tolist() for n in (6, 6, 6, 6, 4, 4, 4, 4)]
     results = []
     for name in ("dgl", "padded"):
         model.attention_backend = name
         model.zero_grad()
         batch = make_batch(model.make_pool(), src, tgt)
-        assert uniform_tiles(batch.relation(ENC)) is not None and uniform_tiles(batch.relation(CROSS)) is not None
+        assert len(full_runs(batch.relation(ENC))) == len(full_runs(batch.relation(CROSS))) == 2
         out = model(batch)
         out.gather(1, torch.tensor([t for y in tgt for t in (*y, EOS)])[:, None]).sum().backward()
         results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))

@@ -30,7 +30,7 @@ from graphformer.graphs.relation import Relation
 
 
 def _auto(relation: Relation, q, k, v, return_weights: bool = False):
-    if padded.worth_it(relation):
+    if padded.worth_it(relation, return_weights):
         attend = padded.attend
     elif blocked.worth_it(relation):
         attend = blocked.attend

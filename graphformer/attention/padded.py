@@ -18,11 +18,14 @@ one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the r
 A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
 keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
 and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place. A batch's
-relation of full attention on samples of one length is read as such tiles too (`uniform_tiles`).
+relation of full attention (the encoder's, and training's cross-attention) is read the same way,
+one fused call per run of consecutive samples of one size (`full_runs`): length-bucketed batches
+come sorted by length, so a few runs cover a batch, and nothing is padded, gathered or masked.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -101,11 +104,15 @@ def _build_segments(relation: Relation) -> Segments:
     return Segments.of_batch(relation.u, relation.v, one * relation.num_keys, one * relation.num_queries)
 
 
-def worth_it(relation: Relation, max_waste: float = 4.0) -> bool:
-    """Whether the relation's padded tiles hold at most ``max_waste`` slots per edge (dense
-    patterns on similar lengths: yes; a window over long sequences: no). Decided once per
-    relation: the counts may live on a GPU, and reading them waits for it."""
+def worth_it(relation: Relation, return_weights: bool = False, max_waste: float = 4.0) -> bool:
+    """Whether this backend suits the relation: tiles or runs it reads in place (`full_runs`,
+    unless the weights are asked for: those come from padded tiles), or padded tiles that hold at
+    most ``max_waste`` slots per edge (dense patterns on similar lengths: yes; a window over long
+    sequences: no). Decided once per relation: the counts may live on a GPU, and reading them
+    waits for it."""
     if relation.tiles is not None:  # read in place: the padding of uneven tiles is all it wastes
+        return True
+    if not return_weights and full_runs(relation) is not None:  # read in place, run by run: nothing padded
         return True
     return relation.layout(("padded pays", max_waste), lambda r: _tile_slots(r) <= max_waste * r.num_edges)
 
@@ -126,21 +133,57 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[index].transpose(1, 2)
 
 
-def uniform_tiles(relation: Relation) -> Tiles | None:
-    """A batch relation as `Tiles` when every sample has n keys and m queries and each query
-    attends to all n keys of its sample (full attention on equal lengths: fixed-length tasks,
-    length-bucketed batches): nodes are numbered sample by sample, so sample b's keys are the
-    block [b * n, (b + 1) * n) and attention reads the blocks in place. None otherwise. Edges
-    are unique, so B * n * m of them are all the pairs. Decided once per relation."""
-    def build(r: Relation) -> Tiles | None:
+@dataclass(frozen=True)
+class Run:
+    """``count`` consecutive samples of one size: ``keys`` keys and ``queries`` queries each, every
+    query attending to all of its sample's keys. Nodes are numbered sample by sample, so the run's
+    keys are the block of ``count * keys`` nodes from ``key_start``, read in place as (count, keys,
+    H, d), and likewise its queries from ``query_start``."""
+
+    key_start: int
+    query_start: int
+    count: int
+    keys: int
+    queries: int
+
+    def tiles(self, device: torch.device) -> Tiles:
+        return Tiles(self.queries, self.keys, self.keys, device)
+
+
+def full_runs(relation: Relation, max_runs_per_sample: float = 0.25) -> list[Run] | None:
+    """A batch relation of full attention (each query attends to every key of its sample) as runs
+    of consecutive samples of one size, each attended in place by one fused call: no gather, no
+    padding, no mask. Length-bucketed batches come sorted by length, so a few runs cover them (one
+    for samples of one length). None when some pair of a sample is not an edge (causal, windows:
+    edges are unique, so full attention has sum(n_b * m_b) of them), or when sizes change so
+    often (more than ``max_runs_per_sample`` runs per sample) that the calls' fixed cost would
+    exceed one padded tile's. Decided once per relation."""
+    def build(r: Relation) -> list[Run] | None:
         keys, queries = r.key_counts, r.query_counts
         if keys is None or queries is None or r.key_rows is not None or len(keys) == 0:
             return None
-        n, m = int(keys[0]), int(queries[0])
-        if n == 0 or r.num_edges != len(keys) * n * m or bool((keys != n).any()) or bool((queries != m).any()):
+        if r.num_edges != int((keys * queries).sum()):
             return None
-        return Tiles(m, n, n, r.device)
-    return relation.layout("uniform tiles", build)
+        sizes, counts = torch.unique_consecutive(torch.stack([keys, queries], 1), dim=0, return_counts=True)
+        if len(counts) > 1 and len(counts) > max_runs_per_sample * len(keys):
+            return None
+        runs, key_start, query_start = [], 0, 0
+        for (n, m), count in zip(sizes.tolist(), counts.tolist()):
+            runs.append(Run(key_start, query_start, count, n, m))
+            key_start, query_start = key_start + count * n, query_start + count * m
+        return runs
+    return relation.layout(("full runs", max_runs_per_sample), build)
+
+
+def _attend_runs(relation: Relation, runs: list[Run], q, k, v):
+    """Full attention run by run: each run's queries against its samples' key blocks, in place."""
+    out = []
+    for run in runs:
+        if run.queries:  # a run without queries (no targets) has nothing to compute
+            keys = slice(run.key_start, run.key_start + run.count * run.keys)
+            queries = slice(run.query_start, run.query_start + run.count * run.queries)
+            out.append(_attend_tiles(relation, run.tiles(q.device), q[queries], k[keys], v[keys], False))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
@@ -184,9 +227,11 @@ def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
     if relation.num_queries == 0:  # e.g. the decoder of a batch without targets: no tile to pad
         return (q.new_zeros(q.shape), q.new_zeros(0, q.shape[1], 1)) if return_weights else q.new_zeros(q.shape)
-    tiles = relation.tiles or (None if return_weights else uniform_tiles(relation))
-    if tiles is not None:
-        return _attend_tiles(relation, tiles, q, k, v, return_weights)
+    if relation.tiles is not None:
+        return _attend_tiles(relation, relation.tiles, q, k, v, return_weights)
+    runs = None if return_weights else full_runs(relation)  # weights come back in edge order below
+    if runs is not None:
+        return _attend_runs(relation, runs, q, k, v)
     seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad
