@@ -115,7 +115,8 @@ class DenseCacheStepper:
             # over strided views would copy them at every step.
             self.memory_kv.append((self._heads(mk).contiguous(), self._heads(mv).contiguous()))
         hyps, d_head = len(memory), model.cfg.d_model // self.heads
-        self.cache = memory.new_zeros(len(dense.decoder.layers), 2, hyps, self.heads, max_steps, d_head)
+        # Unwritten, as the graph decoder's: a step reads the slots up to its own only.
+        self.cache = memory.new_empty(len(dense.decoder.layers), 2, hyps, self.heads, max_steps, d_head)
         self.t = 0
 
     def _heads(self, x):  # (hyps, n, d) -> (hyps, heads, n, d_head)

@@ -8,7 +8,7 @@ several queries, methods interleaved (best of ``--rounds``):
 
 * training: one forward and backward pass of the copy configuration (2 layers, d_model 128,
   4 heads) on a batch of about 4,096 tokens per side, every sample of one length L, so that the
-  encoder's and the cross-attention's relations are (L + 1) x (L + 1) tiles (`uniform_tiles`; L
+  encoder's and the cross-attention's relations are (L + 1) x (L + 1) tiles (`full_runs`: one run; L
   tokens and `</s>`, `<s>` and L tokens);
 * beam search: incremental decoding of the fixed-length benchmark's 32 sentences (20 tokens, 50
   output tokens, `</s>` suppressed until the limit) with beam 5 and 10: cross-attention tiles of 5

@@ -84,15 +84,17 @@ class IncrementalStepper:
         self.num_hyps = batch.size * hyps_per_sentence
         cfg = model.cfg
         self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
-        # Keys (cache[0]) and values (cache[1]). They start as zeros and only ever hold finite
-        # numbers, so slots past t are harmless to a backend that reads whole blocks (it
-        # multiplies them by 0).
+        self.causal = self.pool.dec is patterns.causal
+        # Keys (cache[0]) and values (cache[1]), sized for the longest output allowed. A step reads
+        # slots up to its own, all written, so the rest is left unwritten (no zeroing, no page
+        # touched in advance). Only the blocked backend reads whole 64-key tiles, multiplying the
+        # slots past t by 0: for it (and for patterns whose rows it might be picked for), zeros.
         shape = (2, self.depth, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
-        self.cache = memory.new_zeros(shape)
+        reads_past_t = model.attention_backend == "blocked" or not self.causal
+        self.cache = memory.new_zeros(shape) if reads_past_t else memory.new_empty(shape)
         self.tables = self._tables()
         self.max_steps = max_steps
         self.t = 0
-        self.causal = self.pool.dec is patterns.causal
         self.cross = self._full_cross() if self.pool.cross_is_full else None
 
     def _full_cross(self) -> Relation:
