@@ -210,6 +210,24 @@ def test_full_attention_is_read_in_place_run_by_run():
     assert full_runs(one_length.relation(ENC)) == [Run(0, 0, 3, 4, 4)]
 
 
+def test_runs_refuse_an_edge_that_joins_two_samples():
+    """Full attention is told by its edge count; an edge swapped across samples keeps the count,
+    so counts that do not match the edges must still be refused, as the masked tiles refuse them."""
+    from graphformer.attention.padded import full_runs
+    keys = torch.tensor([2] * 4 + [3] * 4)
+    first = torch.cumsum(keys, 0) - keys
+    u = torch.cat([f + torch.arange(n) for f, n in zip(first.tolist(), keys.tolist())])
+    v = torch.repeat_interleave(torch.arange(8), keys)
+    u[[0, 2]] = u[[2, 0]]  # query 0 takes a key of sample 1 and query 1 one of sample 0
+    relation = Relation(u, v, int(keys.sum()), 8, key_counts=keys, query_counts=torch.ones(8, dtype=torch.int64))
+    with pytest.raises(ValueError, match="joins two samples"):
+        full_runs(relation)
+    q, k = torch.randn(8, 2, 4), torch.randn(int(keys.sum()), 2, 4)
+    for backend in ("padded", "auto"):
+        with pytest.raises(ValueError, match="joins two samples"):
+            BACKENDS[backend](relation, q, k, k)
+
+
 def test_training_on_runs_of_lengths_gives_the_same_gradients():
     """Encoder and cross-attention of a length-sorted batch run in place, run by run, under
     ``padded``: loss and gradients equal those of the edge-wise ``dgl`` kernels."""

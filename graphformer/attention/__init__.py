@@ -10,8 +10,9 @@ Five backends compute the same thing, each from a `graphformer.graphs.relation.R
   backward pass); much faster and leaner on long sequences with local patterns.
 * ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
   short sentences, as in translation.
-* ``auto`` (default): ``padded`` where edges fill at least a quarter of the batch's tiles (one per
-  sample, padded to the longest: full and causal attention on length-bucketed batches);
+* ``auto`` (default): ``padded`` where it reads full attention run by run (`padded.full_runs`,
+  unless the weights are asked for) or where edges fill at least a quarter of the batch's tiles
+  (one per sample, padded to the longest: full and causal attention on length-bucketed batches);
   ``blocked`` on long relations (1024 queries or more) whose edges fill at least a quarter of the
   64 x 64 tiles they touch (windows, blocks); elsewhere the ``dgl`` kernels where they can run on
   the tensors' device, else ``torch``.

@@ -63,8 +63,7 @@ class Segments:
         """Keys and queries numbered sample by sample, ``counts`` of each per sample."""
         key_sample, key_pos = _sample_and_index(key_counts)
         query_sample, query_pos = _sample_and_index(query_counts)
-        if bool((key_sample[u] != query_sample[v]).any()):
-            raise ValueError("an edge joins two samples; padded attention needs per-sample edges")
+        _check_within_samples(key_sample[u], query_sample[v])
         size, n, m = len(key_counts), max(int(key_counts.max()), 1), max(int(query_counts.max()), 1)
         first = torch.cumsum(key_counts, 0) - key_counts
         columns = torch.arange(n, device=u.device)
@@ -81,6 +80,12 @@ class Segments:
         edge_at = mask.nonzero(as_tuple=True)
         rows = torch.arange(len(key_index), device=key_index.device)
         return cls(key_index, rows, 1, mask[:, None], (edge_at[0], torch.zeros_like(edge_at[0]), edge_at[1]))
+
+
+def _check_within_samples(key_sample: torch.Tensor, query_sample: torch.Tensor) -> None:
+    """A ValueError if some edge's key and query (their samples given per edge) are in two samples."""
+    if bool((key_sample != query_sample).any()):
+        raise ValueError("an edge joins two samples; padded attention needs per-sample edges")
 
 
 def _sample_and_index(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,6 +172,9 @@ def full_runs(relation: Relation, max_runs_per_sample: float = 0.25) -> list[Run
         sizes, counts = torch.unique_consecutive(torch.stack([keys, queries], 1), dim=0, return_counts=True)
         if len(counts) > 1 and len(counts) > max_runs_per_sample * len(keys):
             return None
+        # The count means full attention only if no edge crosses samples, as counts promise:
+        # checked once, as the masked tiles check it.
+        _check_within_samples(_sample_and_index(keys)[0][r.u], _sample_and_index(queries)[0][r.v])
         runs, key_start, query_start = [], 0, 0
         for (n, m), count in zip(sizes.tolist(), counts.tolist()):
             runs.append(Run(key_start, query_start, count, n, m))
