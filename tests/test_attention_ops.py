@@ -208,6 +208,12 @@ def test_full_attention_is_read_in_place_run_by_run():
     assert full_runs(alternating.relation(ENC)) is None  # eight runs of one sample
     one_length = make_batch(pool, [[4, 5, 6]] * 3, [[7, 8]] * 3)
     assert full_runs(one_length.relation(ENC)) == [Run(0, 0, 3, 4, 4)]
+    # Queries without keys (four samples of 0 keys, then four of 2, one query each) are no run.
+    keys = torch.tensor([0] * 4 + [2] * 4)
+    u = torch.arange(8)
+    keyless = Relation(u, torch.repeat_interleave(torch.arange(4, 8), 2), 8, 8, key_counts=keys,
+                       query_counts=torch.ones(8, dtype=torch.int64))
+    assert full_runs(keyless) is None
 
 
 def test_runs_refuse_an_edge_that_joins_two_samples():

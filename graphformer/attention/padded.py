@@ -172,6 +172,8 @@ def full_runs(relation: Relation, max_runs_per_sample: float = 0.25) -> list[Run
         sizes, counts = torch.unique_consecutive(torch.stack([keys, queries], 1), dim=0, return_counts=True)
         if len(counts) > 1 and len(counts) > max_runs_per_sample * len(keys):
             return None
+        if bool(((sizes[:, 0] == 0) & (sizes[:, 1] > 0)).any()):  # queries without keys: the masked tiles' case
+            return None
         # The count means full attention only if no edge crosses samples, as counts promise:
         # checked once, as the masked tiles check it.
         _check_within_samples(_sample_and_index(keys)[0][r.u], _sample_and_index(queries)[0][r.v])
