@@ -127,6 +127,29 @@ def test_blocked_backend_with_extreme_scores():
     torch.testing.assert_close(out, dense_reference(q, k, v, mask)[0], atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["dgl", "torch", "blocked", "padded"])
+def test_keys_that_no_edge_names_never_reach_a_result(name):
+    """A decoding cache leaves the slots past the current step unwritten, so keys that no edge
+    names may hold anything: NaN there changes no output and no gradient, though the blocked
+    backend's tiles span them. (The keys are listed row by row, as decoding lists them: the padded
+    backend then gathers each row's keys, where a batch's tile would read its samples whole.)"""
+    gen = torch.Generator().manual_seed(4)
+    edges = torch.rand(21, 33, generator=gen) < 0.3  # keys 33..39 are named by no edge
+    edges[:, 0] = True  # every query has a key
+    rows = torch.full((21, int(edges.sum(1).max())), -1)
+    for query, keys in enumerate(edges):
+        rows[query, :int(keys.sum())] = keys.nonzero().squeeze(1)
+    relation = Relation.of_rows(rows, 40)
+    q = torch.randn(21, 3, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(40, 3, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    reference = _backend_run("dgl", relation, q, k, v)
+    with torch.no_grad():
+        k[33:], v[33:] = float("nan"), float("nan")
+    found = _backend_run(name, relation, q, k, v, **({"block": 16} if name == "blocked" else {}))
+    for mine, ref in zip(found, reference):
+        torch.testing.assert_close(mine, ref, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("enc,cross", [("full", "full"), ("window:2+global:1", "window:3"), ("tree:1", "full")])
 def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     from graphformer import GraphPool, make_model

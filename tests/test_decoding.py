@@ -268,26 +268,26 @@ def test_tiled_relation_is_its_edges(backend, lengths, queries):
     torch.testing.assert_close(graph_attention(tiled, q, k, v, backend), ref_out)  # without weights
 
 
-@pytest.mark.parametrize("backend", ["auto", "padded", "dgl", "torch", "blocked"])
+@pytest.mark.parametrize("backend,dec", [(b, "causal") for b in ("auto", "padded", "dgl", "torch", "blocked")]
+                         + [(b, "causal-window:2") for b in ("auto", "padded", "blocked")])
 @pytest.mark.parametrize("beam", [1, 3])
-def test_cache_slots_past_the_step_are_never_read(backend, beam):
+def test_cache_slots_past_the_step_are_never_read(backend, dec, beam):
     """The key/value cache is allocated unwritten, not zeroed: a slot past the current step must
     never reach a result. Filled with NaN before decoding, it decodes what recomputing every
-    prefix does. The blocked backend reads whole tiles: its cache starts as zeros."""
+    prefix does, with every backend (the blocked one's tiles span the unwritten slots) and with a
+    decoder pattern other than causal attention (its keys are listed row by row)."""
     from graphformer.decoding import IncrementalStepper, RecomputeStepper, beam_search, greedy_search
     from graphformer.graphs import make_batch
     model = random_model(seed=5)
     model.attention_backend = backend
     src, _ = random_pairs(6, VOCAB, max_len=9, seed=2)
     limits = torch.tensor([len(s) for s in src]) + 4
-    incremental = IncrementalStepper(model, make_batch(GraphPool(), src), beam, int(limits.max()))
-    if backend == "blocked":
-        assert not incremental.cache.any()
-    else:
-        incremental.cache.fill_(float("nan"))
+    pool = GraphPool(dec=dec)
+    incremental = IncrementalStepper(model, make_batch(pool, src), beam, int(limits.max()), pool)
+    incremental.cache.fill_(float("nan"))
     found = []
     with torch.no_grad():
-        for stepper in (incremental, RecomputeStepper(model, src, beam, GraphPool())):
+        for stepper in (incremental, RecomputeStepper(model, src, beam, pool)):
             found.append(greedy_search(stepper, limits) if beam == 1 else beam_search(stepper, limits, beam))
     assert [h.tokens for h in found[0]] == [h.tokens for h in found[1]]
     assert [h.score for h in found[0]] == pytest.approx([h.score for h in found[1]], abs=1e-9)

@@ -12,6 +12,10 @@ of short sentences) keeps few tiles. The result is exactly graph attention over 
 
 Tiles are processed in chunks, forward and backward (FlashAttention-style recomputation), so
 memory stays O(nodes) plus one chunk of tiles: no (edges x heads) tensor is ever stored.
+A tile spans whole blocks of keys, so it meets keys that no edge names; those are read as zeros
+(their weight is 0, and 0 * NaN would still be NaN): like every backend, this one reads only the
+keys the edges name, whatever the key tensor holds elsewhere (a decoding cache leaves the slots
+past the current step unwritten).
 No DGL kernel is involved: the work is plain PyTorch matmuls on whatever device q, k, v are on.
 Per-edge weights (for inspection) are exp(scale * q_v . k_u - lse_v), read off the same pass.
 """
@@ -48,6 +52,9 @@ class BlockLayout:
         self.k_block = tiles % self.key_blocks
         self.mask = torch.zeros(len(tiles), block, block, dtype=torch.bool, device=u.device)
         self.mask[tile_of_edge, v % block, u % block] = True
+        read = torch.zeros(num_keys, dtype=torch.bool, device=u.device)
+        read[u] = True
+        self.unread_keys = None if bool(read.all()) else ~read  # (num_keys,) bool; None: every key is read
 
 
 def layout_of(relation: Relation, block: int) -> BlockLayout:
@@ -67,11 +74,11 @@ def worth_it(relation: Relation, min_queries: int = 1024, min_fill: float = 0.25
                            lambda r: r.num_edges >= min_fill * layout_of(r, BLOCK).mask.numel())
 
 
-def _to_blocks(x: torch.Tensor, num_blocks: int, block: int) -> torch.Tensor:
-    """(N, H, D) -> (num_blocks, H, block, D), zero-padded."""
+def _to_blocks(x: torch.Tensor, num_blocks: int, block: int, zeroed: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, H, D) -> (num_blocks, H, block, D), zero-padded, with the ``zeroed`` rows ((N,) bool) zeros."""
     n, h, d = x.shape
     padded = x.new_zeros(num_blocks * block, h, d)
-    padded[:n] = x
+    padded[:n] = x if zeroed is None else x.masked_fill(zeroed[:, None, None], 0)
     return padded.view(num_blocks, block, h, d).transpose(1, 2).contiguous()
 
 
@@ -98,8 +105,8 @@ class BlockedAttention(torch.autograd.Function):
     def forward(ctx, layout: BlockLayout, q, k, v):
         scale = 1.0 / math.sqrt(q.shape[-1])
         B = layout.block
-        Q, K, V = (_to_blocks(x, n, B) for x, n in ((q, layout.query_blocks), (k, layout.key_blocks),
-                                                   (v, layout.key_blocks)))
+        Q = _to_blocks(q, layout.query_blocks, B)
+        K, V = (_to_blocks(x, layout.key_blocks, B, layout.unread_keys) for x in (k, v))
         H = q.shape[1]
         peak = Q.new_full((layout.query_blocks, H, B), float("-inf"))
         for c in _chunks(layout, H, q.element_size()):

@@ -85,13 +85,12 @@ class IncrementalStepper:
         cfg = model.cfg
         self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
         self.causal = self.pool.dec is patterns.causal
-        # Keys (cache[0]) and values (cache[1]), sized for the longest output allowed. A step reads
-        # slots up to its own, all written, so the rest is left unwritten (no zeroing, no page
-        # touched in advance). Only the blocked backend reads whole 64-key tiles, multiplying the
-        # slots past t by 0: for it (and for patterns whose rows it might be picked for), zeros.
+        # Keys (cache[0]) and values (cache[1]), sized for the longest output allowed, and left
+        # unwritten (no zeroing, no page touched in advance): a step's keys are slots up to its
+        # own, all written, and nothing else reaches a result. Causal tiles are read up to the
+        # step, rows gather their listed keys, and blocked tiles zero the keys no edge names.
         shape = (2, self.depth, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
-        reads_past_t = model.attention_backend == "blocked" or not self.causal
-        self.cache = memory.new_zeros(shape) if reads_past_t else memory.new_empty(shape)
+        self.cache = memory.new_empty(shape)
         self.tables = self._tables()
         self.max_steps = max_steps
         self.t = 0
