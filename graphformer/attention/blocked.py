@@ -78,7 +78,9 @@ def _to_blocks(x: torch.Tensor, num_blocks: int, block: int, zeroed: torch.Tenso
     """(N, H, D) -> (num_blocks, H, block, D), zero-padded, with the ``zeroed`` rows ((N,) bool) zeros."""
     n, h, d = x.shape
     padded = x.new_zeros(num_blocks * block, h, d)
-    padded[:n] = x if zeroed is None else x.masked_fill(zeroed[:, None, None], 0)
+    padded[:n] = x
+    if zeroed is not None:
+        padded[:n].masked_fill_(zeroed[:, None, None], 0)
     return padded.view(num_blocks, block, h, d).transpose(1, 2).contiguous()
 
 
