@@ -13,9 +13,8 @@ of short sentences) keeps few tiles. The result is exactly graph attention over 
 Tiles are processed in chunks, forward and backward (FlashAttention-style recomputation), so
 memory stays O(nodes) plus one chunk of tiles: no (edges x heads) tensor is ever stored.
 A tile spans whole blocks of keys, so it meets keys that no edge names; those are read as zeros
-(their weight is 0, and 0 * NaN would still be NaN): like every backend, this one reads only the
-keys the edges name, whatever the key tensor holds elsewhere (a decoding cache leaves the slots
-past the current step unwritten).
+(their weight is 0, but 0 * NaN is NaN), so whatever the key tensor holds there never reaches a
+result (a decoding cache leaves the slots past the current step unwritten).
 No DGL kernel is involved: the work is plain PyTorch matmuls on whatever device q, k, v are on.
 Per-edge weights (for inspection) are exp(scale * q_v . k_u - lse_v), read off the same pass.
 """
