@@ -415,18 +415,13 @@ def _warn_about_unknown_tokens(split, folder: str, own: Path) -> None:
 
 def read_input(path: str | None) -> list[str]:
     """The lines to translate, from a file or standard input."""
-    from graphformer.data.text import split_lines
+    from graphformer.data.text import decode_utf8, split_lines
 
     if path is not None and not Path(path).is_file():
         what = "a directory" if Path(path).is_dir() else "not found"
         raise UserError(f"--input {path}: {what}; give a text file with one sentence per line")
     raw = Path(path).read_bytes() if path else sys.stdin.buffer.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise UserError(f"{path or 'standard input'}: line {line} is not valid UTF-8; convert the input to UTF-8") from None
-    return split_lines(text)
+    return split_lines(decode_utf8(raw, path or "standard input", "the input"))
 
 
 def cmd_translate(args) -> int:

@@ -116,6 +116,19 @@ def test_translate_rejects_non_utf8(trained, tmp_path, capsys):
     one_line_error(capsys, ["translate", str(trained), "--input", str(tmp_path / "bad.txt")], "line 2", "UTF-8")
 
 
+def test_translate_reads_past_a_byte_order_mark(trained, tmp_path, capsys):
+    """A file saved with a UTF-8 byte-order mark (Windows editors write one, with CRLF line ends)
+    translates as the same lines without it: the mark is no part of the first word."""
+    outputs = []
+    for name, raw in (("plain.txt", b"a b\nc d e\n"), ("bom.txt", b"\xef\xbb\xbfa b\r\nc d e\r\n")):
+        (tmp_path / name).write_bytes(raw)
+        assert main(["translate", str(trained), "--input", str(tmp_path / name), "--beam", "1"]) == 0
+        captured = capsys.readouterr()
+        assert "<unk>" not in captured.err
+        outputs.append(captured.out)
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 2
+
+
 def test_translate_reports_truncation_of_long_lines(trained, tmp_path, capsys):
     (tmp_path / "long.txt").write_text(" ".join(["a"] * 300) + "\n")
     assert main(["translate", str(trained), "--input", str(tmp_path / "long.txt")]) == 0

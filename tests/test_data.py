@@ -93,6 +93,12 @@ def test_bad_parallel_files(tmp_path, src, tgt, msg):
         read_parallel(tmp_path / "s", tmp_path / "t")
 
 
+def test_a_byte_order_mark_is_no_part_of_the_first_word(tmp_path):
+    (tmp_path / "s").write_bytes(b"\xef\xbb\xbfa b\r\nc\r\n")
+    (tmp_path / "t").write_bytes(b"x\ny\n")
+    assert read_parallel(tmp_path / "s", tmp_path / "t")[0] == [["a", "b"], ["c"]]
+
+
 LENGTHS = [(i * 7) % 23 + 1 for i in range(500)]
 
 

@@ -5,6 +5,7 @@ white space (tasks that need a real tokenizer, such as Multi30k, tokenize before
 """
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
 from graphformer.errors import UserError
@@ -25,17 +26,24 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def decode_utf8(raw: bytes, name: str, what: str = "the file") -> str:
+    """The text of UTF-8 bytes, without a leading byte-order mark (which editors on Windows write,
+    and which would otherwise become part of the first word); a UserError naming ``name`` and the
+    line if the bytes are not UTF-8."""
+    raw = raw.removeprefix(codecs.BOM_UTF8)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise UserError(f"{name}: line {line} is not valid UTF-8; convert {what} to UTF-8") from None
+
+
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file, without line endings."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file; check the path or the --data-dir layout")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
-        raise UserError(f"{path}: line {line} is not valid UTF-8; convert the file to UTF-8") from None
-    return split_lines(text)
+    return split_lines(decode_utf8(path.read_bytes(), str(path)))
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[list[str]], list[list[str]]]:
