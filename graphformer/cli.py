@@ -493,8 +493,10 @@ def cmd_average(args) -> int:
     run = RunDir(checkpoint.check_run_dir(args.run_dir))
     select_by = run.read_config()[1].get("select_by") or "loss"
     paths = choose(run, last=args.last, best=args.best, select_by=select_by, larger_is_better=SELECT_BY[select_by])
+    replaced = Path(args.output or run / checkpoint.AVERAGED).exists()  # only ever an earlier average
     output = write_average(run, paths, args.output)
-    print(f"wrote {output}: the average of {', '.join(p.stem for p in paths)}")
+    print(f"wrote {output}{' (replacing the earlier average)' if replaced else ''}: the average of "
+          f"{', '.join(p.stem for p in paths)}")
     return 0
 
 

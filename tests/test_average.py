@@ -79,8 +79,10 @@ def test_average_replaces_an_earlier_average_but_no_other_file(run, tmp_path, ca
     assert main(["average", str(run), "--last", "2", "-o", str(resumable)]) == 2
     assert "last.pt exists and is not an average" in capsys.readouterr().err
     assert resumable.read_bytes() == (run / checkpoint.LAST).read_bytes()
-    for last in ("2", "1"):  # the second average replaces the first
+    capsys.readouterr()
+    for last in ("2", "1"):  # the second average replaces the first, and says so
         assert main(["average", str(run), "--last", last, "-o", str(tmp_path / "avg.pt")]) == 0
+        assert ("replacing the earlier average" in capsys.readouterr().out) == (last == "1")
     assert len(checkpoint.load(tmp_path / "avg.pt")["averaged_from"]) == 1
     for command in (["average", str(run / "config.json"), "--last", "1"], ["evaluate", str(run / "config.json")]):
         assert main(command) == 2
