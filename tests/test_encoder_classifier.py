@@ -328,7 +328,11 @@ def test_evaluate_scores_another_folder_of_the_task_with_the_runs_vocabulary(rec
     assert json.loads(capsys.readouterr().out)["n"] == 30
     too_long = recall.write_recall(tmp_path / "too-long", seed=5, sizes={"train": 2, "valid": 2, "test": 2},
                                    min_length=300, max_length=300)
-    for folder, message in ((tmp_path / "nowhere", "does not exist"), (too_long, "is shorter than the data")):
+    raw = tmp_path / "raw"  # raw corpus files (a Multi30k mirror, say) are what train reads, not evaluate
+    raw.mkdir()
+    (raw / "test.en").write_text("a b\n")
+    for folder, message in ((tmp_path / "nowhere", "does not exist"), (too_long, "is shorter than the data"),
+                            (raw, "has no test.src and test.tgt; --data-dir takes a folder laid out as the run's own")):
         assert main(["evaluate", str(run), "--data-dir", str(folder)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("graphformer: error: ") and message in err and err.count("\n") == 1
