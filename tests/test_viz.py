@@ -91,7 +91,9 @@ def test_unsupported_animation_format_is_a_one_line_error(recorded_run, tmp_path
     assert main(["animate", str(recorded_run), "-o", str(movie)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ".mp4 is not a format written here; use .gif, .html" in err
-    assert not movie.exists()
+    assert str(movie) in err and not movie.exists()  # the path as given, folder and all
+    assert main(["animate", str(recorded_run), "-o", str(tmp_path / "movie")]) == 2
+    assert "the name has no extension; use .gif, .html" in capsys.readouterr().err
 
 
 def _panels(figure):

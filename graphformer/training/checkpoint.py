@@ -16,6 +16,7 @@ from graphformer.files import write_atomic
 
 FORMAT = "graphformer-checkpoint-1"
 LAST, BEST, AVERAGED = "checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_averaged.pt"
+CONFIG = "config.json"  # every run directory has one (`graphformer.training.run_dir`)
 
 
 def save_atomic(state: dict, path: str | Path) -> None:
@@ -31,9 +32,8 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
         raise UserError(f"no checkpoint at {path}; train a model first (graphformer train --out DIR)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:  # torch's own text advises an unsafe retry: not ours to pass on
-        cause = str(err).partition("WeightsUnpickler error:")[2].strip().split(".")[0] or "it does not unpickle"
-        raise UserError(f"{path} is not a checkpoint, or a damaged one ({cause}); {advice}") from None
+    except pickle.UnpicklingError:  # torch's own text (unpickler internals, an unsafe retry) is not ours to pass on
+        raise UserError(f"{path} is not a checkpoint, or a damaged one; {advice}") from None
     except Exception as err:  # anything else unreadable: a few bytes of text alone can raise KeyError
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         reason = reason if isinstance(err, (RuntimeError, EOFError, ValueError, OSError)) else type(err).__name__
@@ -76,4 +76,7 @@ def find(run_dir: str | Path, which: str = "best") -> Path:
     for name in order:
         if (run_dir / name).is_file():
             return run_dir / name
+    if not (run_dir / CONFIG).is_file():  # not a run at all (a run's data folder, say)
+        raise UserError(f"{run_dir} is not a run directory (it has no config.json); give the --out directory of a "
+                        "training run")
     raise UserError(f"no checkpoint in {run_dir}; train first with graphformer train --out {run_dir}")

@@ -98,7 +98,8 @@ class TrainConfig(DictConfig):
             raise ConfigError("data_dir", f"is needed by task {self.task!r}: a directory with train/valid/test "
                               ".src/.tgt files")
         if self.batch_size is not None and self.batch_tokens is not None:
-            raise ConfigError("batch_size", "and batch_tokens exclude each other: give one")
+            raise ConfigError("batch_size", "and a token budget per batch (batch_tokens, --batch-tokens) exclude each "
+                              "other: give one")
         check_device_name(self.device)
         if self.bpe and self.task != "multi30k":
             raise ConfigError("bpe", f"applies to the multi30k task (raw text), not to {self.task!r}")

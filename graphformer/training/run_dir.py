@@ -32,9 +32,9 @@ from graphformer.data.text import split_lines
 from graphformer.errors import UserError
 from graphformer.files import remove_temporaries, write_json_atomic, write_text_atomic
 from graphformer.training import checkpoint
-from graphformer.training.checkpoint import AVERAGED, BEST, LAST
+from graphformer.training.checkpoint import AVERAGED, BEST, CONFIG, LAST
 
-CONFIG, VOCAB = "config.json", "vocab.json"
+VOCAB = "vocab.json"
 STEPS, METRICS = "steps.jsonl", "metrics.jsonl"
 EPOCHS = "checkpoints"
 ATTENTION, TENSORBOARD = "attention", "tensorboard"

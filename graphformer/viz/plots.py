@@ -165,8 +165,8 @@ def _output_path(path: str | Path, formats: tuple[str, ...], what: str) -> Path:
     """``path`` as a Path, if its extension is one of ``formats``; else a one-line UserError."""
     path = Path(path)
     if path.suffix.lower() not in formats:
-        raise UserError(f"cannot write {what} to {path.name}: {path.suffix or 'no extension'} is not a format "
-                        f"written here; use {', '.join(formats)}")
+        found = f"{path.suffix} is not a format written here" if path.suffix else "the name has no extension"
+        raise UserError(f"cannot write {what} to {path}: {found}; use {', '.join(formats)}")
     return path
 
 

@@ -103,7 +103,7 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
     maps = recorded[relation]
     layers, heads = maps.shape[:2]
     if not -layers <= layer < layers:
-        raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layers")
+        raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layer{'s' if layers != 1 else ''}")
     if head != "all" and not 0 <= head < heads:
         raise ConfigError("head", f"{head} is out of range: the model has {heads} heads")
     chosen = list(range(heads)) if head == "all" else [head]
