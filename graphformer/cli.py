@@ -334,10 +334,14 @@ def cmd_train(args) -> int:
         print(f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
               f"continue with: {resume}", file=sys.stderr)
         return 130
-    where = f"step {trainer.progress['step']}, epoch {trainer.progress['epoch']}"
+    cfg, progress = trainer.cfg, trainer.progress
+    where = f"step {progress['step']}, {progress['epoch']} of {cfg.epochs} epochs complete"
     scores = metrics and (f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
                           f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}")
-    if scores and _finished(trainer.cfg, trainer.progress):
+    if scores and progress["epoch"] < cfg.epochs and cfg.out_of_patience(progress):
+        span = f"{cfg.patience} epochs" if cfg.patience != 1 else "1 epoch"
+        print(f"stopped early ({where}: no better valid {cfg.select_by} in the last {span}): {scores}")
+    elif scores and _finished(cfg, progress):
         print(f"done ({where}): {scores}")
     else:  # --max-steps or --max-minutes ended it first
         print(f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "

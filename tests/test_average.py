@@ -112,6 +112,9 @@ def test_patience_stops_training_early(tmp_path, capsys):
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["valid_exact_match"] for m in metrics] == [0.0, 0.0]
     assert len(metrics) == 2
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last_line.startswith("stopped early (step 6, 2 of 20 epochs complete: no better valid exact_match in the "
+                                "last 1 epoch): valid loss "), last_line
     # Resumed as it was, it stays stopped (it trains no epoch more) and says how to go on.
     capsys.readouterr()
     last = (run / "checkpoint_last.pt").read_bytes()

@@ -237,9 +237,9 @@ def test_a_run_that_max_steps_ends_says_it_stopped_and_how_to_go_on(tmp_path, ca
     assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "3",
                  "--batch-size", "16", "--max-steps", "4", *TINY_MODEL]) == 0
     out = capsys.readouterr().out.strip().splitlines()[-1]
-    assert out.startswith("stopped at step 4, epoch 1 (valid loss ") and "--max-steps 8" in out, out
+    assert out.startswith("stopped at step 4, 1 of 3 epochs complete (valid loss ") and "--max-steps 8" in out, out
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "100"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("done (step 9, epoch 3): valid loss ")
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("done (step 9, 3 of 3 epochs complete): valid loss ")
 
 
 def test_a_run_directory_the_system_refuses_is_a_one_line_error(tmp_path, capsys):

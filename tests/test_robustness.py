@@ -537,7 +537,7 @@ def test_a_step_limit_on_an_epochs_last_step_still_validates_that_epoch(data, tm
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
     last = checkpoint.load(run / checkpoint.LAST)["progress"]
     assert (last["epoch"], last["batch"], last["step"]) == (2, 0, 12)
-    assert "stopped at step 12, epoch 2 (valid loss" in capsys.readouterr().out
+    assert "stopped at step 12, 2 of 3 epochs complete (valid loss" in capsys.readouterr().out
     assert train("--out", str(run), "--resume", "--max-steps", "18") == 0
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
 
