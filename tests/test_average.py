@@ -46,6 +46,22 @@ def test_average_is_the_mean_of_the_kept_weights(run, tmp_path, capsys):
     assert checkpoint.load(tmp_path / "best.pt")["averaged_from"] == [f"epoch_{best_epoch:04d}.pt"]
 
 
+def test_best_breaks_ties_on_the_metric_by_validation_loss(run, tmp_path):
+    from graphformer.training.average import choose
+    from graphformer.training.run_dir import RunDir
+    work = tmp_path / "run"
+    shutil.copytree(run, work)
+    records = [{"epoch": e, "step": 6 * e, "valid_loss": loss, "valid_exact_match": match}
+               for e, loss, match in ((1, 3.0, 0.0), (2, 2.0, 0.5), (3, 1.5, 0.5), (4, 1.0, 0.5))]
+    (work / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    kept = RunDir(work)  # epochs 3 and 4, tied on exact match: the lower loss ranks first
+    assert [p.name for p in choose(kept, best=1, select_by="exact_match", larger_is_better=True)] == ["epoch_0004.pt"]
+    records[2]["valid_exact_match"] = 0.6  # a better metric outranks any loss
+    (work / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert [p.name for p in choose(kept, best=1, select_by="exact_match", larger_is_better=True)] == ["epoch_0003.pt"]
+    assert [p.name for p in choose(kept, best=1, select_by="loss")] == ["epoch_0004.pt"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--last", "3"], "keeps 2 epoch checkpoints, fewer than the 3 asked for"),
     (["--best", "0"], "--best must be at least 1"),

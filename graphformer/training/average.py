@@ -54,13 +54,15 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
         return kept[-last:]
     if not (run / METRICS).is_file():
         raise UserError(f"{run / METRICS} is missing: without validation metrics, use --last instead of --best")
-    metric = {}
-    for _, record in run.records(METRICS):
-        if "epoch" in record:
-            metric[record["epoch"]] = record.get(f"valid_{select_by}")
-    missing = float("-inf") if larger_is_better else float("inf")  # an epoch without the metric ranks last
-    ranked = sorted(kept, key=lambda p: _or(metric.get(int(p.stem.split("_")[1])), missing), reverse=larger_is_better)
-    return sorted(ranked[:best])
+    records = {record["epoch"]: record for _, record in run.records(METRICS) if "epoch" in record}
+
+    def rank(path: Path) -> tuple[float, float]:
+        """Smaller ranks first: the metric (an epoch without it last), then the validation loss, so
+        that epochs tied on a coarse metric (exact match) go to the better trained one."""
+        record = records.get(int(path.stem.split("_")[1]), {})
+        value = _or(record.get(f"valid_{select_by}"), float("-inf") if larger_is_better else float("inf"))
+        return (-value if larger_is_better else value), _or(record.get("valid_loss"), float("inf"))
+    return sorted(sorted(kept, key=rank)[:best])
 
 
 def write_average(run: RunDir, paths: list[Path], output: Path | None = None) -> Path:
