@@ -19,6 +19,20 @@ def build(norm_first, dtype, tie="none", backend="auto"):
     return model, dense_copy(model)
 
 
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_the_dense_twin_is_made_without_warnings(norm_first):
+    """torch warns when a pre-norm encoder is allowed nested tensors it cannot use; the twin says so
+    up front (a user calling to_torch_transformer saw that warning every time)."""
+    import warnings
+
+    from graphformer.model.dense import to_torch_transformer
+    model = make_model(VOCAB, layers=2, d_model=32, heads=4, d_ff=64, dropout=0.0, norm_first=norm_first)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dense = to_torch_transformer(model)
+    assert len(dense.encoder.layers) == len(dense.decoder.layers) == 2 and dense.encoder.norm is not None
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-5), (torch.float32, 1e-4)])

@@ -27,10 +27,14 @@ def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
         listed = ", ".join(f"{name}={spec!r}" for name, spec in sparse.items())
         raise ValueError(f"the model attends with {listed}, which torch.nn.Transformer does not know: give "
                          "masks_given=True and pass the patterns' masks to it yourself")
-    dense = nn.Transformer(
-        d_model=cfg.d_model, nhead=cfg.heads, num_encoder_layers=cfg.layers, num_decoder_layers=cfg.layers,
-        dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True, norm_first=cfg.norm_first,
-    ).to(next(model.parameters()).dtype)
+    layer = dict(d_model=cfg.d_model, nhead=cfg.heads, dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True,
+                 norm_first=cfg.norm_first)
+    # The encoder nn.Transformer would build, but told that pre-norm layers take no nested tensors
+    # (its own check would find that out and warn at every call of this function).
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), cfg.layers, nn.LayerNorm(cfg.d_model),
+                                    enable_nested_tensor=not cfg.norm_first)
+    dense = nn.Transformer(num_decoder_layers=cfg.layers, custom_encoder=encoder, **layer).to(
+        next(model.parameters()).dtype)
 
     def copy(dst: nn.Module, src: nn.Module):
         dst.load_state_dict(src.state_dict())
