@@ -76,7 +76,8 @@ def _as_kind(name: str, annotation: str, value):
     if kind in ("int", "float"):
         whole = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or (kind == "int" and not whole):
-            raise ConfigError(name, f"must be {'a whole number' if kind == 'int' else 'a number'}, got {value!r}")
+            quoted = " (text: write the number without quotes)" if isinstance(value, str) else ""
+            raise ConfigError(name, f"must be {'a whole number' if kind == 'int' else 'a number'}, got {value!r}{quoted}")
         return int(value) if kind == "int" else value
     if kind == "str" and not isinstance(value, str):
         raise ConfigError(name, f"must be a string, got {value!r}")

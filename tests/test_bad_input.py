@@ -42,6 +42,7 @@ def test_d_model_not_divisible_by_heads():
     ({"layers": 0}, "layers must be at least 1"),
     ({"max_len": 10**12}, "max_len must be at most 131072 with a table of sinusoidal positions"),
     ({"layers": 2.5}, "layers must be a whole number, got 2.5"),
+    ({"layers": "2"}, r"layers must be a whole number, got '2' \(text: write the number without quotes\)"),
 ])
 def test_bad_hyper_parameters(kw, msg):
     with pytest.raises(ValueError, match=msg):
