@@ -437,6 +437,8 @@ def cmd_translate(args) -> int:
 
     run, decoding = _load_run(args)
     lines = read_input(args.input)
+    if not lines:
+        print(f"graphformer: warning: {args.input or 'standard input'} is empty; nothing to translate", file=sys.stderr)
     limit = run.model.cfg.max_len - run.model.make_pool().source_positions(0)  # </s> (and <cls>) take positions
     tokenize, detokenize = run.pipelines()
     src, unknown = [], {}

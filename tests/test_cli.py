@@ -116,6 +116,13 @@ def test_translate_rejects_non_utf8(trained, tmp_path, capsys):
     one_line_error(capsys, ["translate", str(trained), "--input", str(tmp_path / "bad.txt")], "line 2", "UTF-8")
 
 
+def test_translate_of_an_empty_input_says_so(trained, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "empty.txt")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "empty.txt is empty; nothing to translate" in captured.err
+
+
 def test_translate_reads_past_a_byte_order_mark(trained, tmp_path, capsys):
     """A file saved with a UTF-8 byte-order mark (Windows editors write one, with CRLF line ends)
     translates as the same lines without it: the mark is no part of the first word."""
