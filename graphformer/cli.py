@@ -484,8 +484,8 @@ def cmd_translate(args) -> int:
               f"(translate the lines after them to finish)", file=sys.stderr)
         return 130
     seconds = max(time.perf_counter() - tic, 1e-9)
-    if not args.quiet:
-        print(f"translated {len(nonempty)} sentences ({tokens} tokens) in {seconds:.1f} s: "
+    if not args.quiet and nonempty:
+        print(f"translated {len(nonempty)} sentence{'s' if len(nonempty) != 1 else ''} ({tokens} tokens) in {seconds:.1f} s: "
               f"{len(nonempty) / seconds:.1f} sentences/s, {tokens / seconds:.0f} tokens/s", file=sys.stderr)
     return 0
 

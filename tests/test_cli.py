@@ -121,6 +121,7 @@ def test_translate_of_an_empty_input_says_so(trained, tmp_path, capsys):
     assert main(["translate", str(trained), "--input", str(tmp_path / "empty.txt")]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "empty.txt is empty; nothing to translate" in captured.err
+    assert "translated" not in captured.err  # no throughput of nothing
 
 
 def test_translate_reads_past_a_byte_order_mark(trained, tmp_path, capsys):
