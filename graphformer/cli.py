@@ -485,8 +485,9 @@ def cmd_translate(args) -> int:
         return 130
     seconds = max(time.perf_counter() - tic, 1e-9)
     if not args.quiet and nonempty:
-        print(f"translated {len(nonempty)} sentence{'s' if len(nonempty) != 1 else ''} ({tokens} tokens) in {seconds:.1f} s: "
-              f"{len(nonempty) / seconds:.1f} sentences/s, {tokens / seconds:.0f} tokens/s", file=sys.stderr)
+        count = f"{len(nonempty)} sentence{'s' if len(nonempty) != 1 else ''}"
+        print(f"translated {count} ({tokens} tokens) in {seconds:.1f} s: {len(nonempty) / seconds:.1f} sentences/s, "
+              f"{tokens / seconds:.0f} tokens/s", file=sys.stderr)
     return 0
 
 
