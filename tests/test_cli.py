@@ -316,6 +316,29 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     assert read_jsonl(run / "steps.jsonl")[-1]["step"] == state["progress"]["step"] + 2
 
 
+def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path, monkeypatch, capsys):
+    """A shell starts a script's background job (cmd &) with SIGINT ignored, so that a Ctrl-C at the
+    terminal spares it: training keeps it ignored (as a run of several processes does), and a
+    SIGTERM still stops it with a checkpoint."""
+    from graphformer.training.trainer import Trainer
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    step = Trainer.train_step
+    for sig, code in ((signal.SIGINT, 0), (signal.SIGTERM, 130)):
+        def interrupted_step(self, *args, sig=sig):
+            signal.raise_signal(sig)  # arrives during the first steps
+            return step(self, *args)
+        monkeypatch.setattr(Trainer, "train_step", interrupted_step)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / sig.name),
+                         "--epochs", "2", "--batch-size", "16", "--quiet", *TINY_MODEL]) == code
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    assert len(read_jsonl(tmp_path / "SIGINT" / "metrics.jsonl")) == 2  # trained to the end
+    assert "interrupted at step 1" in capsys.readouterr().err
+
+
 def test_progress_in_a_log_file_is_plain_lines(tmp_path):
     """stderr that is not a terminal gets whole lines (no carriage returns) and rounded metrics."""
     data = small_copy_data(tmp_path / "data", n_train=64)

@@ -357,7 +357,10 @@ class Trainer:
     def run(self) -> dict | None:
         """Train until cfg.epochs (or cfg.max_steps); returns the last validation metrics."""
         # Every rank: a signal that reaches any of them (the launcher passes Ctrl-C on to all) stops all at one step.
-        handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # A signal ignored on entry stays ignored, as the launcher leaves it: a shell starts a script's
+        # background job (cmd &) with SIGINT ignored, so that a Ctrl-C at the terminal spares it.
+        handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
+                    if signal.getsignal(sig) is not signal.SIG_IGN}
         metrics = None
         try:
             if self.progress["batch"] and self.progress["batch"] == len(self.epoch_plan(self.progress["epoch"])[0]):
