@@ -77,6 +77,6 @@ def find(run_dir: str | Path, which: str = "best") -> Path:
         if (run_dir / name).is_file():
             return run_dir / name
     if not (run_dir / CONFIG).is_file():  # not a run at all (a run's data folder, say)
-        raise UserError(f"{run_dir} is not a run directory (it has no config.json); give the --out directory of a "
+        raise UserError(f"{run_dir} is not a run directory (it has no {CONFIG}); give the --out directory of a "
                         "training run")
     raise UserError(f"no checkpoint in {run_dir}; train first with graphformer train --out {run_dir}")
