@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from graphformer.graphs.relation import Relation, Tiles
+from graphformer.graphs.relation import Relation, Tiles, sample_of
 
 # Keys per tile up to which one query's attention is cheaper as plain products than fused
 # attention, whose fixed cost dominates on a CPU (timed in docs/results.md, Decoding). A GPU
@@ -90,7 +90,7 @@ def _check_within_samples(key_sample: torch.Tensor, query_sample: torch.Tensor) 
 
 def _sample_and_index(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For nodes numbered sample by sample: each node's sample and its index inside the sample."""
-    sample = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+    sample = sample_of(counts)
     first = torch.cumsum(counts, 0) - counts
     return sample, torch.arange(len(sample), device=counts.device) - first[sample]
 
@@ -176,7 +176,7 @@ def full_runs(relation: Relation, max_runs_per_sample: float = 0.25) -> list[Run
             return None
         # The count means full attention only if no edge crosses samples, as counts promise:
         # checked once, as the masked tiles check it.
-        _check_within_samples(_sample_and_index(keys)[0][r.u], _sample_and_index(queries)[0][r.v])
+        _check_within_samples(sample_of(keys)[r.u], sample_of(queries)[r.v])
         runs, key_start, query_start = [], 0, 0
         for (n, m), count in zip(sizes.tolist(), counts.tolist()):
             runs.append(Run(key_start, query_start, count, n, m))

@@ -186,10 +186,15 @@ def _tile_edges(relation: Relation) -> tuple[torch.Tensor, torch.Tensor]:
     return rows[queries, columns], queries
 
 
-def _query_sample(relation: Relation) -> torch.Tensor:
-    """(num_queries,) the sample of each query node."""
-    counts = relation.query_counts
+def sample_of(counts: torch.Tensor) -> torch.Tensor:
+    """(sum(counts),) the sample of each node, for nodes numbered sample by sample with counts[b]
+    nodes in sample b."""
     return torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
 
 
-__all__ = ["Relation", "Tiles"]
+def _query_sample(relation: Relation) -> torch.Tensor:
+    """(num_queries,) the sample of each query node."""
+    return sample_of(relation.query_counts)
+
+
+__all__ = ["Relation", "Tiles", "sample_of"]

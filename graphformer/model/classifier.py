@@ -28,6 +28,7 @@ from torch import nn
 
 from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import ENC, GraphBatch, GraphPool
+from graphformer.graphs.relation import sample_of
 from graphformer.model.act import ACTStats
 from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
@@ -86,7 +87,7 @@ class EncoderClassifier(nn.Module):
             return h[batch.src_offsets]  # the <cls> node is each sample's first
         if self.cfg.pooling == "last":
             return h[batch.src_offsets + batch.src_lengths - 1]  # span nodes (trees) come after the tokens
-        sample = torch.repeat_interleave(torch.arange(batch.size, device=h.device), batch.src_nodes)
+        sample = sample_of(batch.src_nodes)
         rank = torch.arange(len(h), device=h.device) - batch.src_offsets[sample]  # node's index in its sample
         is_token = rank < batch.src_lengths[sample]
         total = h.new_zeros(batch.size, h.shape[1]).index_add(0, sample[is_token], h[is_token])
