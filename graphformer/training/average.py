@@ -65,8 +65,13 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
     return sorted(sorted(kept, key=rank)[:best])
 
 
+def average_path(run: RunDir, output: str | Path | None = None) -> Path:
+    """Where `write_average` writes: ``output``, by default the run's averaged checkpoint."""
+    return Path(output) if output else run / AVERAGED
+
+
 def write_average(run: RunDir, paths: list[Path], output: Path | None = None) -> Path:
-    output = Path(output) if output else run / AVERAGED
+    output = average_path(run, output)
     inside = output.resolve().is_relative_to(run.path.resolve())
     managed = any(output.resolve().is_relative_to((run / folder).resolve()) for folder in (EPOCHS, ATTENTION))
     if inside and (managed or output.exists()) and output.resolve() != (run / AVERAGED).resolve():

@@ -121,12 +121,13 @@ class LoadedRun:
     def split(self, name: str, folder: str | Path | None = None) -> Split:
         """A split of the run's data, or of ``folder`` (the same file layout: e.g. longer samples
         of the same task), encoded with the run's vocabularies."""
-        if folder is not None and not Path(folder).is_dir():
-            raise UserError(f"data directory {folder} does not exist; give a folder with {name}.src and {name}.tgt")
-        if folder is not None and not all((Path(folder) / f"{name}.{side}").is_file() for side in ("src", "tgt")):
-            own = self.task.data_dir(self.train_cfg, self.run_dir)
-            raise UserError(f"{folder} has no {name}.src and {name}.tgt; --data-dir takes a folder laid out as the run's "
-                            f"own data ({own}: one tokenized sample per line), not raw corpus files")
+        if folder is not None:
+            if not Path(folder).is_dir():
+                raise UserError(f"data directory {folder} does not exist; give a folder with {name}.src and {name}.tgt")
+            if not all((Path(folder) / f"{name}.{side}").is_file() for side in ("src", "tgt")):
+                own = self.task.data_dir(self.train_cfg, self.run_dir)
+                raise UserError(f"{folder} has no {name}.src and {name}.tgt; --data-dir takes a folder laid out as the "
+                                f"run's own data ({own}: one tokenized sample per line), not raw corpus files")
         split = read_split(self.data_dir() if folder is None else Path(folder), name)
         if folder is None:
             split.src_words, split.tgt_words = (self.train_cfg.used(name, side) for side in (split.src_words,
