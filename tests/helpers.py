@@ -49,3 +49,44 @@ def assert_same_last_weights(run_a, run_b):
     a = checkpoint.load(run_a / checkpoint.LAST)["model"]
     b = checkpoint.load(run_b / checkpoint.LAST)["model"]
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+
+
+def low_precision_drift(kind, precision, device="cpu"):
+    """How far a model run in lower precision drifts from float32, against how far its
+    log-probabilities move from one target position to the next: (drift, step_change).
+
+    ``precision``: "bfloat16" (the model converted) or "autocast-bfloat16" / "autocast-float16"
+    (float32 weights under ``torch.autocast``). Drift is the largest gap in log-probability, over
+    the model's teacher-forced output and incremental decoding forced along the same targets,
+    from the float32 model's teacher-forced output; the cache's dtype comes back too.
+    """
+    import contextlib
+
+    import torch
+
+    from graphformer import make_model
+    from graphformer.decoding import IncrementalStepper
+    from graphformer.graphs import make_batch
+    from graphformer.vocab import SOS
+
+    torch.manual_seed(0)
+    extra = {"model": "universal", "max_depth": 3} if kind == "universal" else {"layers": 2}
+    model = make_model(23, d_model=32, heads=4, d_ff=64, dropout=0.0, **extra).eval().to(device)
+    src, tgt = random_pairs(12, 23, max_len=12, seed=3)
+    pairs = [(s, t[:5]) for s, t in zip(src, tgt) if len(t) >= 5]  # the stepper steps every row alike
+    src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
+    pool = model.make_pool()
+    with torch.no_grad():
+        reference = model(make_batch(pool, src, tgt).to(device)).view(len(src), 6, -1)
+        if precision == "bfloat16":
+            model.to(torch.bfloat16)
+        dtype = getattr(torch, precision.split("-")[-1])
+        context = torch.autocast(device, dtype=dtype) if precision.startswith("autocast") else contextlib.nullcontext()
+        with context:
+            forced = model(make_batch(pool, src, tgt).to(device)).view(len(src), 6, -1)
+            stepper = IncrementalStepper(model, make_batch(pool, src).to(device), 1, 6, pool)
+            inputs = torch.tensor([[SOS] + t for t in tgt], device=device)
+            stepped = torch.stack([stepper.step(inputs[:, j]) for j in range(6)], 1)
+    drift = max(float((out.float() - reference).abs().max()) for out in (forced, stepped))
+    step_change = float((reference[:, 1:] - reference[:, :-1]).abs().amax(-1).min())
+    return drift, step_change, stepper.cache.dtype

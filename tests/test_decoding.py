@@ -294,6 +294,20 @@ def test_cache_slots_past_the_step_are_never_read(backend, dec, beam):
     assert len({len(h.tokens) for h in found[0]}) > 1, "hypotheses should end at different steps"
 
 
+@pytest.mark.parametrize("kind", ["transformer", "universal"])
+@pytest.mark.parametrize("precision", ["autocast-bfloat16", "bfloat16"])
+def test_decoding_in_lower_precision_stays_near_float32(kind, precision):
+    """Under torch.autocast the projections give bfloat16 while the memory, out of a layer norm,
+    stays float32: the decoding cache keeps the keys' dtype, so attention meets keys and queries of
+    one dtype, as in a model converted to bfloat16. Teacher-forced and decoded step by step, the
+    log-probabilities stay within bfloat16's error of float32's, far below how much they change
+    from one target position to the next (so reading a wrong key would show)."""
+    from helpers import low_precision_drift
+    drift, step_change, cache_dtype = low_precision_drift(kind, precision)
+    assert cache_dtype == torch.bfloat16
+    assert drift < 0.1 < step_change / 2
+
+
 class RowCounter:
     """A stepper wrapper that records how many hypotheses each step computes."""
 

@@ -55,6 +55,16 @@ def test_training_step_and_decoding_on_the_gpu_equal_the_cpu(kind, backend):
     assert hyps_gpu == hyps_cpu
 
 
+@pytest.mark.parametrize("kind", ["transformer", "universal"])
+@pytest.mark.parametrize("precision", ["autocast-float16", "autocast-bfloat16", "bfloat16"])
+def test_decoding_in_lower_precision_on_the_gpu_stays_near_float32(kind, precision):
+    """As on the CPU (tests/test_decoding.py), with float16 too."""
+    from helpers import low_precision_drift
+    drift, step_change, cache_dtype = low_precision_drift(kind, precision, device="cuda")
+    assert cache_dtype == getattr(torch, precision.split("-")[-1])
+    assert drift < 0.1 < step_change / 2
+
+
 def test_cli_trains_and_translates_on_cuda(tmp_path, capsys):
     from graphformer.cli import main
     data = small_copy_data(tmp_path / "data", n_train=64)

@@ -89,8 +89,10 @@ class IncrementalStepper:
         # unwritten (no zeroing, no page touched in advance): a step's keys are slots up to its
         # own, all written, and nothing else reaches a result. Causal tiles are read up to the
         # step, rows gather their listed keys, and blocked tiles zero the keys no edge names.
+        # Kept in the dtype the key projections give, the memory's keys' (under torch.autocast
+        # a projection gives bfloat16 or float16 while the memory, out of a layer norm, is float32).
         shape = (2, self.depth, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
-        self.cache = memory.new_empty(shape)
+        self.cache = memory.new_empty(shape, dtype=_first_tensor(self.memory_kv).dtype)
         self.tables = self._tables()
         self.max_steps = max_steps
         self.t = 0
@@ -184,6 +186,11 @@ def _padded_slots(batch: GraphBatch, width: int) -> torch.Tensor:
     first = batch.src_offsets[:, None]
     columns = torch.arange(width, device=first.device)
     return first + torch.where(columns < batch.src_lengths[:, None], columns, 0)
+
+
+def _first_tensor(obj) -> torch.Tensor:
+    """The first tensor of ``obj`` (a tensor, or lists and tuples of them)."""
+    return obj if isinstance(obj, torch.Tensor) else _first_tensor(obj[0])
 
 
 def _map_tensors(fn, obj):
