@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.installed-stamp
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DGLBACKEND=pytorch
 
 MULTI30K ?= ../shared/data/multi30k
+# A trained Multi30k run (examples/multi30k/cpu.sh makes one): `make bench` then also times bfloat16 decoding.
+MULTI30K_RUN ?= runs/multi30k-cpu
 
 .PHONY: install test test-fast demo bench gpu-check docs lab clean
 
@@ -33,6 +35,7 @@ bench: install
 	$(BIN)/python benchmarks/training_throughput.py --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
 	$(BIN)/python benchmarks/decoding.py
 	$(BIN)/python benchmarks/tile_kernels.py
+	$(if $(wildcard $(MULTI30K_RUN)/checkpoint_best.pt),$(BIN)/python benchmarks/precision.py --run $(MULTI30K_RUN))
 
 # On a CUDA machine: the gpu-marked tests, then training and decoding throughput per attention
 # backend against torch.nn.Transformer (benchmarks/results/gpu.json).

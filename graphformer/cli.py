@@ -375,12 +375,26 @@ def _load_run(args):
     return LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend), decoding
 
 
+def _decoding_precision(precision: str, device):
+    """The context to decode in ``--precision`` (see `graphformer.precision`), with a warning
+    where a CPU would emulate bfloat16."""
+    from graphformer.precision import BFLOAT16_FLAGS, autocast, cpu_bfloat16_instructions
+
+    context = autocast(precision, device)
+    if precision == "bfloat16" and device.type == "cpu" and cpu_bfloat16_instructions() == []:
+        print(f"graphformer: warning: this CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)}): PyTorch "
+              "emulates them, and decoding in bfloat16 is many times slower than in float32 (leave --precision out)",
+              file=sys.stderr)
+    return context
+
+
 def cmd_evaluate(args) -> int:
     from graphformer.training.evaluate import evaluate
 
     from tqdm.auto import tqdm
 
     run, decoding = _load_run(args)
+    precision = _decoding_precision(decoding.precision, run.device)
     _, detokenize = run.pipelines()
     references = None if args.data_dir else run.references(args.split)
     split = run.split(args.split, args.data_dir)
@@ -388,13 +402,14 @@ def cmd_evaluate(args) -> int:
         _warn_about_unknown_tokens(split, args.data_dir, run.task.data_dir(run.train_cfg, run.run_dir))
     # Decoding a test set can take minutes: a bar for whoever watches (stderr a terminal), not for logs.
     with tqdm(total=len(split), unit="sentence", desc="decoding", file=sys.stderr,
-              disable=not sys.stderr.isatty()) as bar:
+              disable=not sys.stderr.isatty()) as bar, precision:
         scores = evaluate(run.model, split, run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
                           tgt_vocab=run.tgt_vocab, references=references, detokenize=detokenize,
                           bleu_tokenize=run.bleu_tokenize(), progress=bar.update)
     searched = not run.model.cfg.classifies  # a classifier's label is its argmax: no beam, no length penalty
     scores.update(split=args.split, **({"beam": decoding.beam, "alpha": decoding.alpha} if searched else {}),
-                  checkpoint=str(run.path), **({"data_dir": args.data_dir} if args.data_dir else {}))
+                  precision=decoding.precision, checkpoint=str(run.path),
+                  **({"data_dir": args.data_dir} if args.data_dir else {}))
     if args.json:
         print(json.dumps(scores))
     else:
@@ -436,6 +451,7 @@ def cmd_translate(args) -> int:
     from graphformer.vocab import UNK
 
     run, decoding = _load_run(args)
+    precision = _decoding_precision(decoding.precision, run.device)
     lines = read_input(args.input)
     if not lines:
         print(f"graphformer: warning: {args.input or 'standard input'} is empty; nothing to translate", file=sys.stderr)
@@ -462,7 +478,7 @@ def cmd_translate(args) -> int:
     tic, tokens, written = time.perf_counter(), 0, 0
     try:
         with tqdm(total=len(nonempty), unit="sentence", disable=args.quiet or sys.stdout.isatty() or not nonempty,
-                  file=sys.stderr) as bar:
+                  file=sys.stderr) as bar, precision:
             for chunk in decoding_chunks([len(s) for s in src], decoding.batch_tokens):
                 todo = [i for i in chunk if src[i]]
                 # Batches of similar lengths (no padding is ever computed, but a batch waits for

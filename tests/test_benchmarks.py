@@ -30,6 +30,7 @@ def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone
     ("decoding.py", ["--rounds", "0"], "--rounds: must be at least 1"),
     ("decoding.py", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
     ("training_throughput.py", ["--steps", "0"], "--steps: must be at least 1"),
+    ("precision.py", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
 ])
 def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, message):
     proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *argv, "--out", str(tmp_path)],

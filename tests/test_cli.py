@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from graphformer.cli import main
 from graphformer.training import checkpoint
@@ -101,6 +102,63 @@ def test_translate_batches_as_decoding_batches(trained, tmp_path, capsys, monkey
     expected = [[lengths[i] for i in batch] for batch in decoding_batches(lengths, 12)]
     assert seen == expected and len(expected) > 2
     assert len(capsys.readouterr().out.splitlines()) == len(lines)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_translate_and_evaluate_decode_in_the_precision_asked_for(trained, tmp_path, capsys, monkeypatch, precision):
+    """--precision bfloat16 decodes under torch.autocast: keys and values are cached in bfloat16,
+    and search still reads float32 log-probabilities; the loss evaluate reports stays near
+    float32's. float32, the default, caches float32."""
+    from graphformer.decoding import IncrementalStepper
+    seen, step = set(), IncrementalStepper.step
+
+    def spy(self, tokens):
+        log_probs = step(self, tokens)
+        seen.add((self.cache.dtype, log_probs.dtype))
+        return log_probs
+    monkeypatch.setattr(IncrementalStepper, "step", spy)
+    (tmp_path / "in.txt").write_text("a b c\nq r\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--precision", precision,
+                 "--quiet"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert seen == {(getattr(torch, precision), torch.float32)}
+    scores = []
+    for asked in ("float32", precision):
+        assert main(["evaluate", str(trained), "--json", "--beam", "1", "--precision", asked]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[1]["precision"] == precision
+    assert abs(scores[1]["loss"] - scores[0]["loss"]) < 0.05
+
+
+@pytest.mark.parametrize("flags, warned", [([], True), (["avx512_bf16"], False), (None, False)])
+def test_bfloat16_on_a_cpu_that_would_emulate_it_is_warned_of(trained, tmp_path, capsys, monkeypatch, flags, warned):
+    """Without bfloat16 instructions PyTorch emulates bfloat16 products, many times slower than
+    float32: translate says so (and decodes); where the CPU's flags cannot be read (None), nothing."""
+    import graphformer.precision
+    monkeypatch.setattr(graphformer.precision, "cpu_bfloat16_instructions", lambda: flags)
+    (tmp_path / "in.txt").write_text("a b c\n")
+    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--precision", "bfloat16",
+                 "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1
+    assert ("no bfloat16 instructions" in err) == warned, err
+
+
+def test_the_cpus_bfloat16_instructions_are_read_from_its_flags(tmp_path):
+    from graphformer.precision import cpu_bfloat16_instructions
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
+    assert cpu_bfloat16_instructions(str(tmp_path / "cpuinfo")) == ["avx512_bf16"]
+    (tmp_path / "cpuinfo").write_text("flags\t\t: fpu avx2\n")
+    assert cpu_bfloat16_instructions(str(tmp_path / "cpuinfo")) == []
+    assert cpu_bfloat16_instructions(str(tmp_path / "nothing")) is None
+
+
+def test_float16_on_the_cpu_is_refused_before_decoding(trained, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b c\n")
+    code = main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--precision", "float16"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "--precision float16 needs a GPU" in err and "use bfloat16 on the CPU" in err, err
 
 
 def test_translate_from_stdin_in_a_real_process(trained):

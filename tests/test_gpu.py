@@ -72,3 +72,5 @@ def test_cli_trains_and_translates_on_cuda(tmp_path, capsys):
     assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--device", "cuda",
                  "--epochs", "1", "--batch-size", "16", *TINY_MODEL]) == 0
     assert main(["evaluate", str(run), "--split", "test", "--device", "cuda", "--json"]) == 0
+    assert main(["evaluate", str(run), "--split", "test", "--device", "cuda", "--precision", "float16", "--json"]) == 0
+    assert '"precision": "float16"' in capsys.readouterr().out

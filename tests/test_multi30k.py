@@ -152,6 +152,18 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     assert [(r["checkpoint"], r["alpha"]) for r in rows] == [("best", 0.0), ("best", 2.0), ("last", 0.0), ("last", 2.0)]
     best = max(rows, key=lambda r: r["valid_bleu_tokenized"])  # the first of equals, as the script keeps
     assert winner.startswith(f"best on valid: --checkpoint {best['checkpoint']} --beam 2 --alpha {best['alpha']} ")
+    # the precision benchmark: both precisions, greedy and the beam, each against float32's outputs
+    bench = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "precision.py"), "--run", str(run), "--beam", "2",
+                            "--rounds", "1", "--out", str(tmp_path / "bench")], capture_output=True, text=True,
+                           timeout=900)
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    rows = json.loads((tmp_path / "bench" / "precision.json").read_text())["rows"]
+    assert [(r["precision"], r["beam"]) for r in rows] == [("float32", 1), ("bfloat16", 1), ("float32", 2),
+                                                           ("bfloat16", 2)]
+    for row in rows:
+        assert 0.0 <= row["bleu"] <= 100.0 and 0.0 <= row["identical_to_float32"] <= 1.0
+        if row["precision"] == "float32":
+            assert row["identical_to_float32"] == 1.0 and row["vs_float32"] == 1.0
 
 
 @pytest.mark.slow

@@ -137,7 +137,10 @@ class Generator(nn.Module):
         self.proj = nn.Linear(d_model, vocab)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.proj(h), dim=-1)
+        logits = self.proj(h)
+        # In float32 at least: bfloat16 (autocast on a CPU keeps it) would round the scores
+        # that search adds up and the loss to about 3 digits.
+        return torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
 
 
 def init_weights(model: nn.Module) -> None:

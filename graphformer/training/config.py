@@ -23,6 +23,7 @@ SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
 ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
 DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
+PRECISIONS = ("float32", "bfloat16", "float16")  # what decoding computes in (see graphformer.precision)
 RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 PER_PROCESS = ("accumulate",)  # x processes: the batches per step, which a resumed run keeps
@@ -122,6 +123,10 @@ class DecodeConfig(DictConfig):
     alpha: float = option(0.6, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE)
     batch_tokens: int = option(DECODE_BATCH_TOKENS, "source tokens per decoding batch (sentences of similar "
                                "length decode together)", range=AT_LEAST_1)
+    precision: str = option("float32", "bfloat16 or float16: matrix products and attention in that dtype, under "
+                            "torch.autocast; faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, "
+                            "AMX), slower on others; outputs may differ a little from float32's. float16 needs a GPU",
+                            choices=PRECISIONS)
 
 
 def check_device_name(name: str) -> None:

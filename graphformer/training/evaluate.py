@@ -87,10 +87,16 @@ def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float =
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]
     if references is not None:
-        hyp_tokens = [tgt_vocab.decode(h.tokens) for h in hyps]
-        hyp_text = [detokenize(h) for h in hyp_tokens]
-        ref_tokens = split.tgt_words
-        if bleu_tokenize is not None:
-            hyp_tokens, ref_tokens = [bleu_tokenize(h) for h in hyp_text], [bleu_tokenize(r) for r in references]
-        scores.update(bleu_scores(hyp_tokens, ref_tokens, hyp_text, references))
+        scores.update(bleu_of(hyps, split, tgt_vocab, references, detokenize, bleu_tokenize))
     return scores
+
+
+def bleu_of(hyps: list, split: Split, tgt_vocab, references: list[str], detokenize, bleu_tokenize=None) -> dict:
+    """BLEU of the hypotheses of ``split`` (see `evaluate`): of their detokenized text against the
+    raw references, and tokenized."""
+    hyp_tokens = [tgt_vocab.decode(h.tokens) for h in hyps]
+    hyp_text = [detokenize(h) for h in hyp_tokens]
+    ref_tokens = split.tgt_words
+    if bleu_tokenize is not None:
+        hyp_tokens, ref_tokens = [bleu_tokenize(h) for h in hyp_text], [bleu_tokenize(r) for r in references]
+    return bleu_scores(hyp_tokens, ref_tokens, hyp_text, references)

@@ -112,6 +112,7 @@ class LoadedRun:
         self.train_cfg = TrainConfig.from_dict(state["train_config"])
         self.task = get_task(self.train_cfg.task)
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
+        self.device = device
         self.model = load_model(state, path, attention_backend).to(device).eval()
         self.progress = state["progress"]
 

@@ -1,0 +1,110 @@
+"""Decoding in bfloat16 against float32, with a trained translation run: speed, agreement, BLEU.
+
+The run's test split is decoded as ``graphformer translate --precision P`` decodes it (its
+batches by length, the graph decoder), greedy and with ``--beam``, in float32 and under
+torch.autocast in bfloat16 (`graphformer.precision`). After an untimed warm-up, the precisions
+take turns in every round; each counts its best round. Rows give sentences/s, the speed against
+float32, the share of outputs identical to float32's, and BLEU (sacrebleu and tokenized, as
+``evaluate`` scores it).
+
+Whether bfloat16 pays depends on the CPU: with bfloat16 instructions (AVX512-BF16, AMX) its
+matrix products are native; without them PyTorch emulates them. The JSON records the CPU's
+flags that say so, and the variables that make PyTorch and oneDNN act as on an older CPU
+(``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``: no bfloat16 instructions).
+
+    python benchmarks/precision.py --run RUN_DIR [--checkpoint best] [--beam 5] [--alpha 0.6]
+                                   [--rounds 2] [--out benchmarks/results]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from graphformer.cli import at_least_one
+from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
+from graphformer.decoding import translate_ids
+from graphformer.precision import autocast, cpu_bfloat16_instructions
+from graphformer.training.evaluate import bleu_of
+
+PRECISIONS = ("float32", "bfloat16")
+
+
+def translate_all(model, src: list[list[int]], beam: int, alpha: float) -> list:
+    """Hypotheses in input order, decoded in translate's batches."""
+    out = [None] * len(src)
+    for idx in decoding_batches([len(s) for s in src], DECODE_BATCH_TOKENS):
+        hyps = translate_ids(model, [src[i] for i in idx], beam=beam, alpha=alpha, batch_size=len(idx))
+        for i, hyp in zip(idx, hyps):
+            out[i] = hyp
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", type=Path, required=True, metavar="RUN_DIR", help="a trained translation run")
+    parser.add_argument("--checkpoint", default="best", help="best, last, averaged or a file (default: best)")
+    parser.add_argument("--beam", type=at_least_one, default=5, help="the beam besides greedy (default: 5)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of the beam (default: 0.6)")
+    parser.add_argument("--rounds", type=at_least_one, default=2, help="timed rounds (the best counts)")
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    from graphformer.errors import UserError
+    from graphformer.training.run import LoadedRun
+    try:
+        run = LoadedRun(args.run, args.checkpoint)
+        references = run.references("test")
+        if references is None:
+            raise UserError(f"{args.run} is not a translation run (its task has no references for BLEU)")
+        split = run.split("test")
+    except UserError as err:
+        parser.error(f"--run: {err}")
+    _, detokenize = run.pipelines()
+    for precision in PRECISIONS:  # warm-up: the first products in a dtype set up their kernels
+        with autocast(precision, "cpu"):
+            translate_all(run.model, split.src[:64], args.beam, args.alpha)
+    rows = []
+    for beam in sorted({1, args.beam}):
+        seconds, hyps = {p: [] for p in PRECISIONS}, {}
+        for _ in range(args.rounds):
+            for precision in PRECISIONS:
+                with autocast(precision, "cpu"):
+                    tic = time.perf_counter()
+                    hyps[precision] = translate_all(run.model, split.src, beam, args.alpha)
+                    seconds[precision].append(time.perf_counter() - tic)
+        reference = [h.tokens for h in hyps["float32"]]
+        for precision in PRECISIONS:
+            best = min(seconds[precision])
+            same = sum(h.tokens == r for h, r in zip(hyps[precision], reference)) / len(reference)
+            bleu = bleu_of(hyps[precision], split, run.tgt_vocab, references, detokenize, run.bleu_tokenize())
+            rows.append({"precision": precision, "beam": beam, "alpha": args.alpha if beam > 1 else None,
+                         "seconds": best, "sentences_per_s": len(reference) / best,
+                         "vs_float32": min(seconds["float32"]) / best, "identical_to_float32": same,
+                         "bleu": bleu["bleu"], "bleu_tokenized": bleu["bleu_tokenized"],
+                         "seconds_per_round": seconds[precision]})
+            print(f"beam {beam} {precision:8s} {rows[-1]['sentences_per_s']:7.1f} sentences/s "
+                  f"{rows[-1]['vs_float32']:.2f}x float32, {100 * same:.1f}% identical, "
+                  f"BLEU {bleu['bleu']:.2f} (tokenized {bleu['bleu_tokenized']:.2f})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"command": f"python benchmarks/precision.py --run {args.run} --checkpoint {args.checkpoint} "
+                         f"--beam {args.beam} --alpha {args.alpha} --rounds {args.rounds}",
+              "sentences": len(split), "rows": rows,
+              "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform(),
+                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                          "bfloat16_instructions": cpu_bfloat16_instructions(),
+                          # what limits the kernels PyTorch and oneDNN pick (to emulate an older CPU)
+                          "environment": {name: os.environ[name] for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+                                          if name in os.environ}},
+              "versions": {"torch": torch.__version__, "python": platform.python_version()}}
+    (out / "precision.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out / 'precision.json'}")
+
+
+if __name__ == "__main__":
+    main()

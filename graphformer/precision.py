@@ -1,0 +1,49 @@
+"""What a model computes in: float32, as its weights are, or bfloat16 / float16 under torch.autocast.
+
+Under autocast the matrix products (projections, feed-forward layers, attention's products)
+run in the lower dtype; what they add to stays in float32 (the residual stream, whose sums
+promote), and the generator gives log-probabilities in float32 at least. The
+decoding cache keeps keys and values in the dtype the projections give them, half of float32's
+memory.
+
+On a CPU with bfloat16 instructions (AVX512-BF16, AMX) decoding in bfloat16 is faster
+(`benchmarks/precision.py`: 1.5x greedy, 1.2x at beam 5 on Multi30k, 2 threads); on one without
+them PyTorch emulates them, many times slower than float32 (25x with AVX2 only).
+`cpu_bfloat16_instructions` says which the CPU has, where Linux tells. float16 is for GPUs:
+PyTorch 2.2 has no float16 layer norm on a CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from graphformer.errors import ConfigError
+from graphformer.training.config import PRECISIONS
+
+# CPU flags (as Linux names them) of bfloat16 matrix products in hardware.
+BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def autocast(precision: str, device: torch.device | str):
+    """A context in which the model computes in ``precision`` (one of ``PRECISIONS``) on ``device``."""
+    device = torch.device(device)
+    if precision not in PRECISIONS:
+        raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "float32":
+        return contextlib.nullcontext()
+    if precision == "float16" and device.type == "cpu":
+        raise ConfigError("precision", "float16 needs a GPU (PyTorch has no float16 layer norm on a CPU); "
+                          "use bfloat16 on the CPU")
+    return torch.autocast(device.type, dtype=getattr(torch, precision))
+
+
+def cpu_bfloat16_instructions(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
+    """Which of ``BFLOAT16_FLAGS`` the CPU has, read from Linux's ``cpuinfo``; None where that
+    cannot be read (another system)."""
+    try:
+        with open(cpuinfo) as lines:
+            flags = next((line for line in lines if line.startswith("flags")), "").split()
+    except OSError:
+        return None
+    return [flag for flag in BFLOAT16_FLAGS if flag in flags]
