@@ -1,7 +1,8 @@
 """Decoding in bfloat16 against float32, with a trained translation run: speed, agreement, BLEU.
 
-The run's test split is decoded as ``graphformer translate --precision P`` decodes it (its
-batches by length, the graph decoder), greedy and with ``--beam``, in float32 and under
+The run's test split (its first ``--sentences``) is decoded in the batches by length that
+``graphformer translate --precision P`` makes (`decoding_batches`; the graph decoder), greedy and
+with ``--beam``, in float32 and under
 torch.autocast in bfloat16 (`graphformer.precision`). After an untimed warm-up, the precisions
 take turns in every round; each counts its best round. Rows give sentences/s, the speed against
 float32, the share of outputs identical to float32's, and BLEU (sacrebleu and tokenized, as
@@ -13,7 +14,7 @@ flags that say so, and the variables that make PyTorch and oneDNN act as on an o
 (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``: no bfloat16 instructions).
 
     python benchmarks/precision.py --run RUN_DIR [--checkpoint best] [--beam 5] [--alpha 0.6]
-                                   [--rounds 2] [--out benchmarks/results]
+                                   [--rounds 2] [--sentences N] [--out benchmarks/results]
 """
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ import torch
 
 from graphformer.cli import at_least_one
 from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
+from graphformer.data.corpus import Split
 from graphformer.decoding import translate_ids
 from graphformer.precision import autocast, cpu_bfloat16_instructions
 from graphformer.training.evaluate import bleu_of
 
-PRECISIONS = ("float32", "bfloat16")
+BENCHED = ("float32", "bfloat16")
 
 
 def translate_all(model, src: list[list[int]], beam: int, alpha: float) -> list:
@@ -52,6 +54,7 @@ def main():
     parser.add_argument("--beam", type=at_least_one, default=5, help="the beam besides greedy (default: 5)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of the beam (default: 0.6)")
     parser.add_argument("--rounds", type=at_least_one, default=2, help="timed rounds (the best counts)")
+    parser.add_argument("--sentences", type=at_least_one, help="decode only the test split's first N sentences")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     from graphformer.errors import UserError
@@ -64,21 +67,26 @@ def main():
         split = run.split("test")
     except UserError as err:
         parser.error(f"--run: {err}")
+    if args.sentences:
+        n = args.sentences
+        split, references = Split(split.src_words[:n], split.tgt_words[:n], split.src[:n], split.tgt[:n]), references[:n]
+    if cpu_bfloat16_instructions() == []:
+        print("this CPU has no bfloat16 instructions: PyTorch emulates them, and the bfloat16 rounds take long")
     _, detokenize = run.pipelines()
-    for precision in PRECISIONS:  # warm-up: the first products in a dtype set up their kernels
+    for precision in BENCHED:  # warm-up: the first products in a dtype set up their kernels
         with autocast(precision, "cpu"):
             translate_all(run.model, split.src[:64], args.beam, args.alpha)
     rows = []
     for beam in sorted({1, args.beam}):
-        seconds, hyps = {p: [] for p in PRECISIONS}, {}
+        seconds, hyps = {p: [] for p in BENCHED}, {}
         for _ in range(args.rounds):
-            for precision in PRECISIONS:
+            for precision in BENCHED:
                 with autocast(precision, "cpu"):
                     tic = time.perf_counter()
                     hyps[precision] = translate_all(run.model, split.src, beam, args.alpha)
                     seconds[precision].append(time.perf_counter() - tic)
         reference = [h.tokens for h in hyps["float32"]]
-        for precision in PRECISIONS:
+        for precision in BENCHED:
             best = min(seconds[precision])
             same = sum(h.tokens == r for h, r in zip(hyps[precision], reference)) / len(reference)
             bleu = bleu_of(hyps[precision], split, run.tgt_vocab, references, detokenize, run.bleu_tokenize())
@@ -93,7 +101,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"command": f"python benchmarks/precision.py --run {args.run} --checkpoint {args.checkpoint} "
-                         f"--beam {args.beam} --alpha {args.alpha} --rounds {args.rounds}",
+                         f"--beam {args.beam} --alpha {args.alpha} --rounds {args.rounds}"
+                         + (f" --sentences {args.sentences}" if args.sentences else ""),
               "sentences": len(split), "rows": rows,
               "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform(),
                           "cpu_capability": torch.backends.cpu.get_cpu_capability(),

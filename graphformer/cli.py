@@ -375,7 +375,7 @@ def _load_run(args):
     return LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend), decoding
 
 
-def _decoding_precision(precision: str, device):
+def _precision_context(precision: str, device):
     """The context to decode in ``--precision`` (see `graphformer.precision`), with a warning
     where a CPU would emulate bfloat16."""
     from graphformer.precision import BFLOAT16_FLAGS, autocast, cpu_bfloat16_instructions
@@ -394,7 +394,7 @@ def cmd_evaluate(args) -> int:
     from tqdm.auto import tqdm
 
     run, decoding = _load_run(args)
-    precision = _decoding_precision(decoding.precision, run.device)
+    precision = _precision_context(decoding.precision, run.device)
     _, detokenize = run.pipelines()
     references = None if args.data_dir else run.references(args.split)
     split = run.split(args.split, args.data_dir)
@@ -415,7 +415,8 @@ def cmd_evaluate(args) -> int:
     else:
         bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
         print(f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
-              f"exact_match={scores['exact_match']:.4f}{bleu}" + (f" (beam {decoding.beam})" if searched else ""))
+              f"exact_match={scores['exact_match']:.4f}{bleu}" + (f" (beam {decoding.beam})" if searched else "")
+              + (f" in {decoding.precision}" if decoding.precision != "float32" else ""))
     return 0
 
 
@@ -451,7 +452,7 @@ def cmd_translate(args) -> int:
     from graphformer.vocab import UNK
 
     run, decoding = _load_run(args)
-    precision = _decoding_precision(decoding.precision, run.device)
+    precision = _precision_context(decoding.precision, run.device)
     lines = read_input(args.input)
     if not lines:
         print(f"graphformer: warning: {args.input or 'standard input'} is empty; nothing to translate", file=sys.stderr)

@@ -8,9 +8,10 @@ memory.
 
 On a CPU with bfloat16 instructions (AVX512-BF16, AMX) decoding in bfloat16 is faster
 (`benchmarks/precision.py`: 1.5x greedy, 1.2x at beam 5 on Multi30k, 2 threads); on one without
-them PyTorch emulates them, many times slower than float32 (25x with AVX2 only).
-`cpu_bfloat16_instructions` says which the CPU has, where Linux tells. float16 is for GPUs:
-PyTorch 2.2 has no float16 layer norm on a CPU.
+them PyTorch emulates them, many times slower than float32 (about 28x with AVX2 only).
+`cpu_bfloat16_instructions` says which the CPU has, where Linux tells. float16 is for GPUs: a
+CPU emulates it too (and a model converted to float16 fails there: PyTorch 2.2 has no float16
+layer norm on a CPU).
 """
 from __future__ import annotations
 
@@ -33,17 +34,19 @@ def autocast(precision: str, device: torch.device | str):
     if precision == "float32":
         return contextlib.nullcontext()
     if precision == "float16" and device.type == "cpu":
-        raise ConfigError("precision", "float16 needs a GPU (PyTorch has no float16 layer norm on a CPU); "
-                          "use bfloat16 on the CPU")
+        raise ConfigError("precision", "float16 needs a GPU (a CPU emulates its products, many times slower than "
+                          "float32); use bfloat16 on the CPU")
+    if precision == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError("precision", "bfloat16: this GPU has no bfloat16 support; use float16")
     return torch.autocast(device.type, dtype=getattr(torch, precision))
 
 
 def cpu_bfloat16_instructions(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
     """Which of ``BFLOAT16_FLAGS`` the CPU has, read from Linux's ``cpuinfo``; None where that
-    cannot be read (another system)."""
+    cannot be read (another system) or lists no x86 ``flags`` (ARM's lists ``Features``)."""
     try:
         with open(cpuinfo) as lines:
-            flags = next((line for line in lines if line.startswith("flags")), "").split()
+            flags = next((line for line in lines if line.startswith("flags")), None)
     except OSError:
         return None
-    return [flag for flag in BFLOAT16_FLAGS if flag in flags]
+    return None if flags is None else [flag for flag in BFLOAT16_FLAGS if flag in flags.split()]

@@ -124,8 +124,10 @@ def test_translate_and_evaluate_decode_in_the_precision_asked_for(trained, tmp_p
     assert seen == {(getattr(torch, precision), torch.float32)}
     scores = []
     for asked in ("float32", precision):
+        seen.clear()
         assert main(["evaluate", str(trained), "--json", "--beam", "1", "--precision", asked]) == 0
         scores.append(json.loads(capsys.readouterr().out))
+        assert seen == {(getattr(torch, asked), torch.float32)}
     assert scores[1]["precision"] == precision
     assert abs(scores[1]["loss"] - scores[0]["loss"]) < 0.05
 
@@ -151,6 +153,17 @@ def test_the_cpus_bfloat16_instructions_are_read_from_its_flags(tmp_path):
     (tmp_path / "cpuinfo").write_text("flags\t\t: fpu avx2\n")
     assert cpu_bfloat16_instructions(str(tmp_path / "cpuinfo")) == []
     assert cpu_bfloat16_instructions(str(tmp_path / "nothing")) is None
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nFeatures\t: fp asimd bf16 sve\n")  # ARM's: cannot tell
+    assert cpu_bfloat16_instructions(str(tmp_path / "cpuinfo")) is None
+
+
+def test_a_gpu_without_bfloat16_is_refused_before_decoding(monkeypatch):
+    import torch
+    from graphformer.errors import ConfigError
+    from graphformer.precision import autocast
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    with pytest.raises(ConfigError, match="no bfloat16 support; use float16"):
+        autocast("bfloat16", "cuda")
 
 
 def test_float16_on_the_cpu_is_refused_before_decoding(trained, tmp_path, capsys):

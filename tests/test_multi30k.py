@@ -154,10 +154,12 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     assert winner.startswith(f"best on valid: --checkpoint {best['checkpoint']} --beam 2 --alpha {best['alpha']} ")
     # the precision benchmark: both precisions, greedy and the beam, each against float32's outputs
     bench = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "precision.py"), "--run", str(run), "--beam", "2",
-                            "--rounds", "1", "--out", str(tmp_path / "bench")], capture_output=True, text=True,
-                           timeout=900)
+                            "--rounds", "1", "--sentences", "200", "--out", str(tmp_path / "bench")],
+                           capture_output=True, text=True, timeout=900)
     assert bench.returncode == 0, bench.stderr[-2000:]
-    rows = json.loads((tmp_path / "bench" / "precision.json").read_text())["rows"]
+    result = json.loads((tmp_path / "bench" / "precision.json").read_text())
+    rows = result["rows"]
+    assert result["sentences"] == 200
     assert [(r["precision"], r["beam"]) for r in rows] == [("float32", 1), ("bfloat16", 1), ("float32", 2),
                                                            ("bfloat16", 2)]
     for row in rows:

@@ -43,6 +43,17 @@ def test_halting_weights_sum_to_one_and_stop_at_the_halting_step():
         assert len(set(stats.steps.tolist())) > 1, "tokens should halt at different steps"
 
 
+def test_halting_probabilities_keep_the_states_dtype_under_autocast():
+    """Halting sums them and compares the sum with 1 - eps: the bfloat16 that autocast's
+    projection gives would round them to about 3 digits and move halting steps."""
+    from graphformer.model.act import HaltingUnit
+    unit, h = HaltingUnit(16), torch.randn(5, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        p = unit(h)
+    assert p.dtype == torch.float32
+    torch.testing.assert_close(p, unit(h), atol=0.02, rtol=0)
+
+
 def test_a_halted_token_never_changes_and_is_never_a_destination_again():
     model = universal(max_depth=6)
     model.record_states = True

@@ -44,7 +44,9 @@ class HaltingUnit(nn.Module):
         nn.init.constant_(self.proj.bias, init_bias)  # start by pondering for a few steps (as in UT)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.proj(self.norm(h))).squeeze(-1)
+        # In the states' dtype: under autocast the projection gives bfloat16, which would round
+        # the halting sums (compared with 1 - eps) to about 3 digits; the states stay float32.
+        return torch.sigmoid(self.proj(self.norm(h)).squeeze(-1).to(h.dtype))
 
 
 class ACT:
