@@ -378,13 +378,11 @@ def _load_run(args):
 def _precision_context(precision: str, device):
     """The context to decode in ``--precision`` (see `graphformer.precision`), with a warning
     where a CPU would emulate bfloat16."""
-    from graphformer.precision import BFLOAT16_FLAGS, autocast, cpu_bfloat16_instructions
+    from graphformer.precision import autocast, emulation_warning
 
     context = autocast(precision, device)
-    if precision == "bfloat16" and device.type == "cpu" and cpu_bfloat16_instructions() == []:
-        print(f"graphformer: warning: this CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)}): PyTorch "
-              "emulates them, and decoding in bfloat16 is many times slower than in float32 (leave --precision out)",
-              file=sys.stderr)
+    if warning := emulation_warning(precision, device):
+        print(f"graphformer: warning: {warning}", file=sys.stderr)
     return context
 
 

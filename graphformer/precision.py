@@ -41,6 +41,15 @@ def autocast(precision: str, device: torch.device | str):
     return torch.autocast(device.type, dtype=getattr(torch, precision))
 
 
+def emulation_warning(precision: str, device: torch.device | str) -> str | None:
+    """What to tell a user who asks for bfloat16 on a CPU whose flags show no bfloat16
+    instructions; None elsewhere."""
+    if precision == "bfloat16" and torch.device(device).type == "cpu" and cpu_bfloat16_instructions() == []:
+        return (f"this CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)}): PyTorch emulates them, and "
+                "bfloat16 is many times slower than float32 here (leave --precision out)")
+    return None
+
+
 def cpu_bfloat16_instructions(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
     """Which of ``BFLOAT16_FLAGS`` the CPU has, read from Linux's ``cpuinfo``; None where that
     cannot be read (another system) or lists no x86 ``flags`` (ARM's lists ``Features``)."""

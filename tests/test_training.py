@@ -83,10 +83,11 @@ def train(args):
     assert main(["train", *args]) == 0
 
 
-def test_resume_continues_exactly(tmp_path):
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_resume_continues_exactly(tmp_path, precision):
     data = small_copy_data(tmp_path / "data")
     common = ["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16",
-              "--dropout", "0.1", *TINY_MODEL]
+              "--dropout", "0.1", "--precision", precision, *TINY_MODEL]
     straight_run, stopped_run = train_straight_and_interrupted(tmp_path, common)
 
     straight = read_jsonl(straight_run / "steps.jsonl")
@@ -95,6 +96,29 @@ def test_resume_continues_exactly(tmp_path):
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
     assert read_jsonl(stopped_run / "metrics.jsonl") == read_jsonl(straight_run / "metrics.jsonl")
     assert_same_last_weights(straight_run, stopped_run)
+
+
+def test_training_in_bfloat16_autocasts_its_steps_and_validates_in_float32(tmp_path, capsys, monkeypatch):
+    import graphformer.precision
+    from graphformer.model.layers import Generator
+    seen, forward = [], Generator.forward
+
+    def spy(self, h):  # (a training step?, under autocast?)
+        seen.append((torch.is_grad_enabled(), torch.is_autocast_cpu_enabled()))
+        return forward(self, h)
+    monkeypatch.setattr(Generator, "forward", spy)
+    monkeypatch.setattr(graphformer.precision, "cpu_bfloat16_instructions", lambda: [])  # a CPU that emulates them
+    data, run = small_copy_data(tmp_path / "data", n_train=400), tmp_path / "run"
+    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "3", "--batch-size", "16", "--out", str(run),
+           "--precision", "bfloat16", *TINY_MODEL])
+    assert "no bfloat16 instructions" in capsys.readouterr().err  # said, and the run goes on
+    assert {autocast for step, autocast in seen if step} == {True}
+    assert {autocast for step, autocast in seen if not step} == {False}
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--epochs", "4", "--precision", "float32"]) == 2
+    assert "--precision is 'bfloat16' in this run" in capsys.readouterr().err
 
 
 def test_training_lowers_the_validation_loss_and_keeps_best(tmp_path):

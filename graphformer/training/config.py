@@ -24,6 +24,7 @@ SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
 DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
 PRECISIONS = ("float32", "bfloat16", "float16")  # what decoding computes in (see graphformer.precision)
+TRAIN_PRECISIONS = PRECISIONS[:2]  # training in float16 would need loss scaling, which the trainer does not do
 RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 PER_PROCESS = ("accumulate",)  # x processes: the batches per step, which a resumed run keeps
@@ -76,6 +77,10 @@ class TrainConfig(DictConfig):
                                           range=POSITIVE)
     viz_every: Optional[int] = option(None, "record attention maps of a validation sample every N epochs",
                                       range=AT_LEAST_1)
+    precision: str = option("float32", "bfloat16: the forward pass's matrix products in bfloat16, under "
+                            "torch.autocast (weights, gradients and the optimizer stay float32; validation runs in "
+                            "float32); faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, AMX), much "
+                            "slower on others", choices=TRAIN_PRECISIONS)
     device: str = option("auto", DEVICES)
     threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
                                     "use, shared among the run's processes on this machine)", range=AT_LEAST_1)

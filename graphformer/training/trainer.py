@@ -30,6 +30,7 @@ from graphformer.files import write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
+from graphformer.precision import autocast, emulation_warning
 from graphformer.training import checkpoint, distributed
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
@@ -68,6 +69,9 @@ class Trainer:
         self.ctx = distributed.setup(train_cfg.device)
         self.cfg = dataclasses.replace(train_cfg, threads=train_cfg.threads or distributed.default_threads())
         torch.set_num_threads(self.cfg.threads)
+        autocast(self.cfg.precision, self.ctx.device)  # a GPU without bfloat16 is refused before anything is written
+        if self.ctx.is_main and (warning := emulation_warning(self.cfg.precision, self.ctx.device)):
+            print(f"graphformer: warning: {warning}", file=sys.stderr)
         self.show_progress = show_progress and self.ctx.is_main
         self.board = None  # TensorBoardLog once the run directory is open, with cfg.tensorboard
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
@@ -336,11 +340,12 @@ class Trainer:
             batch = make_batch(self.pool, [train.src[j] for j in idx], [train.tgt[j] for j in idx]).to(self.ctx.device)
             sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
             with sync:
-                output = self.net(batch, full_output=True)
-                loss = label_smoothed_nll(output.log_probs, batch.gold, self.cfg.label_smoothing)
-                objective = loss * (self.ctx.world / global_tokens)
-                if output.stats:  # the universal models' ponder cost, this batch's share of the step's
-                    objective = objective + output.aux_loss_over(counts) * self.ctx.world
+                with autocast(self.cfg.precision, self.ctx.device):  # the backward pass follows the forward's dtypes
+                    output = self.net(batch, full_output=True)
+                    loss = label_smoothed_nll(output.log_probs, batch.gold, self.cfg.label_smoothing)
+                    objective = loss * (self.ctx.world / global_tokens)
+                    if output.stats:  # the universal models' ponder cost, this batch's share of the step's
+                        objective = objective + output.aux_loss_over(counts) * self.ctx.world
                 objective.backward()
             total += float(loss)
         total = distributed.all_reduce_sum(total, self.ctx)
