@@ -4,7 +4,8 @@ Under autocast the matrix products (projections, feed-forward layers, attention'
 run in the lower dtype; what they add to stays in float32 (the residual stream, whose sums
 promote), and the generator gives log-probabilities in float32 at least. The
 decoding cache keeps keys and values in the dtype the projections give them, half of float32's
-memory.
+memory. Training (`train --precision bfloat16`) runs each step's forward pass in this context;
+the backward pass follows its dtypes, and weights, gradients and Adam's moments stay float32.
 
 On a CPU with bfloat16 instructions (AVX512-BF16, AMX) decoding in bfloat16 is faster
 (`benchmarks/precision.py`: 1.5x greedy, 1.2x at beam 5 on Multi30k, 2 threads); on one without

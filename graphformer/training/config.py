@@ -80,7 +80,7 @@ class TrainConfig(DictConfig):
     precision: str = option("float32", "bfloat16: the forward pass's matrix products in bfloat16, under "
                             "torch.autocast (weights, gradients and the optimizer stay float32; validation runs in "
                             "float32); faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, AMX), much "
-                            "slower on others", choices=TRAIN_PRECISIONS)
+                            "slower on CPUs without them", choices=TRAIN_PRECISIONS)
     device: str = option("auto", DEVICES)
     threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
                                     "use, shared among the run's processes on this machine)", range=AT_LEAST_1)
@@ -130,7 +130,8 @@ class DecodeConfig(DictConfig):
                                "length decode together)", range=AT_LEAST_1)
     precision: str = option("float32", "bfloat16 or float16: matrix products and attention in that dtype, under "
                             "torch.autocast; faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, "
-                            "AMX), slower on others; outputs may differ a little from float32's. float16 needs a GPU",
+                            "AMX), much slower on CPUs without them; outputs may differ a little from float32's. "
+                            "float16 needs a GPU",
                             choices=PRECISIONS)
 
 
