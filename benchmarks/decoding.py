@@ -76,14 +76,13 @@ import torch.nn.functional as F
 from graphformer import make_model
 from graphformer.cli import at_least_one
 from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
-from graphformer.decoding import IncrementalStepper, beam_search, greedy_search, translate_ids
+from graphformer.decoding import DEFAULT_ALPHA, IncrementalStepper, beam_search, greedy_search, translate_ids
 from graphformer.graphs import make_batch
 from graphformer.model.dense import to_torch_transformer
 from graphformer.vocab import EOS, PAD, UNK, Vocab
 
 BEAMS = (1, 5)
 DEFAULT_MIRROR = "../shared/data/multi30k"
-ALPHA = 0.6
 MULTI30K_CONFIG = dict(layers=3, d_model=256, heads=4, d_ff=1024, dropout=0.0, tie="none")
 # Vocabulary sizes of the CPU recipe (Moses-tokenized Multi30k train, min count 2).
 RECIPE_SRC_VOCAB, RECIPE_TGT_VOCAB = 6_194, 8_055
@@ -146,7 +145,7 @@ class DenseCacheStepper:
 def search(stepper, limits, beam, drop_finished):
     if beam == 1:
         return greedy_search(stepper, limits, drop_finished=drop_finished)
-    return beam_search(stepper, limits, beam, ALPHA, drop_finished=drop_finished)
+    return beam_search(stepper, limits, beam, DEFAULT_ALPHA, drop_finished=drop_finished)
 
 
 @torch.inference_mode()  # as translate_ids
@@ -303,7 +302,8 @@ def fixed_setting(rounds: int) -> list[dict]:
     def recompute(backend):
         def run(beam):
             model.attention_backend = backend
-            return translate_ids(model, src, beam=beam, extra_len=50 - 21, incremental=False, batch_size=len(src))
+            return translate_ids(model, src, beam=beam, extra_len=50 - 21, incremental=False,
+                                 batch_tokens=sum(len(s) + 1 for s in src))  # one batch
         return run
 
     rows = []

@@ -129,7 +129,8 @@ def decoding(sentences: int) -> list[dict]:
                     with torch.no_grad():
                         return dense_decode(model, dense, src, beam, 50)
                 model.attention_backend = backend
-                return translate_ids(model, src, beam=beam, extra_len=50 - 21, batch_size=sentences)
+                return translate_ids(model, src, beam=beam, extra_len=50 - 21,
+                                     batch_tokens=sum(len(s) + 1 for s in src))  # one batch
             hyps = run()
             reference = reference or [h.tokens for h in hyps]
             assert [h.tokens for h in hyps] == reference, f"{method} decoded different tokens"

@@ -28,23 +28,12 @@ from pathlib import Path
 import torch
 
 from graphformer.cli import at_least_one
-from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
 from graphformer.data.corpus import Split
-from graphformer.decoding import translate_ids
+from graphformer.decoding import DEFAULT_ALPHA, translate_ids
 from graphformer.precision import autocast, cpu_bfloat16_instructions
 from graphformer.training.evaluate import bleu_of
 
 BENCHED = ("float32", "bfloat16")
-
-
-def translate_all(model, src: list[list[int]], beam: int, alpha: float) -> list:
-    """Hypotheses in input order, decoded in translate's batches."""
-    out = [None] * len(src)
-    for idx in decoding_batches([len(s) for s in src], DECODE_BATCH_TOKENS):
-        hyps = translate_ids(model, [src[i] for i in idx], beam=beam, alpha=alpha, batch_size=len(idx))
-        for i, hyp in zip(idx, hyps):
-            out[i] = hyp
-    return out
 
 
 def main():
@@ -52,7 +41,8 @@ def main():
     parser.add_argument("--run", type=Path, required=True, metavar="RUN_DIR", help="a trained translation run")
     parser.add_argument("--checkpoint", default="best", help="best, last, averaged or a file (default: best)")
     parser.add_argument("--beam", type=at_least_one, default=5, help="the beam besides greedy (default: 5)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of the beam (default: 0.6)")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help=f"length penalty of the beam (default: {DEFAULT_ALPHA})")
     parser.add_argument("--rounds", type=at_least_one, default=2, help="timed rounds (the best counts)")
     parser.add_argument("--sentences", type=at_least_one, help="decode only the test split's first N sentences")
     parser.add_argument("--out", default="benchmarks/results")
@@ -74,16 +64,16 @@ def main():
         print("this CPU has no bfloat16 instructions: PyTorch emulates them, and the bfloat16 rounds take long")
     _, detokenize = run.pipelines()
     for precision in BENCHED:  # warm-up: the first products in a dtype set up their kernels
-        with autocast(precision, "cpu"):
-            translate_all(run.model, split.src[:64], args.beam, args.alpha)
+        with autocast(precision, run.device):
+            translate_ids(run.model, split.src[:64], beam=args.beam, alpha=args.alpha)
     rows = []
     for beam in sorted({1, args.beam}):
         seconds, hyps = {p: [] for p in BENCHED}, {}
         for _ in range(args.rounds):
             for precision in BENCHED:
-                with autocast(precision, "cpu"):
+                with autocast(precision, run.device):
                     tic = time.perf_counter()
-                    hyps[precision] = translate_all(run.model, split.src, beam, args.alpha)
+                    hyps[precision] = translate_ids(run.model, split.src, beam=beam, alpha=args.alpha)
                     seconds[precision].append(time.perf_counter() - tic)
         reference = [h.tokens for h in hyps["float32"]]
         for precision in BENCHED:

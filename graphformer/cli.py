@@ -118,7 +118,7 @@ def _eval_parser(sub):
     p.add_argument("--data-dir", metavar="DIR", help="score the split of this folder ({split}.src, {split}.tgt, "
                    "tokenized as the run's own data folder) instead of the run's own data, e.g. longer samples of "
                    "the same task (no BLEU)")
-    _decoding_options(p, skip=("batch_tokens",))
+    _decoding_options(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -403,7 +403,7 @@ def cmd_evaluate(args) -> int:
               disable=not sys.stderr.isatty()) as bar, precision:
         scores = evaluate(run.model, split, run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
                           tgt_vocab=run.tgt_vocab, references=references, detokenize=detokenize,
-                          bleu_tokenize=run.bleu_tokenize(), progress=bar.update)
+                          bleu_tokenize=run.bleu_tokenize(), progress=bar.update, batch_tokens=decoding.batch_tokens)
     searched = not run.model.cfg.classifies  # a classifier's label is its argmax: no beam, no length penalty
     scores.update(split=args.split, **({"beam": decoding.beam, "alpha": decoding.alpha} if searched else {}),
                   precision=decoding.precision, checkpoint=str(run.path),
@@ -445,7 +445,7 @@ def read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     from tqdm.auto import tqdm
 
-    from graphformer.data.batching import decoding_batches, decoding_chunks
+    from graphformer.data.batching import decoding_chunks
     from graphformer.decoding import translate_ids
     from graphformer.vocab import UNK
 
@@ -454,7 +454,8 @@ def cmd_translate(args) -> int:
     lines = read_input(args.input)
     if not lines:
         print(f"graphformer: warning: {args.input or 'standard input'} is empty; nothing to translate", file=sys.stderr)
-    limit = run.model.cfg.max_len - run.model.make_pool().source_positions(0)  # </s> (and <cls>) take positions
+    pool = run.model.make_pool()
+    limit = run.model.cfg.max_len - pool.source_positions(0)  # </s> (and <cls>) take positions
     tokenize, detokenize = run.pipelines()
     src, unknown = [], {}
     for i, line in enumerate(lines, 1):
@@ -480,16 +481,13 @@ def cmd_translate(args) -> int:
                   file=sys.stderr) as bar, precision:
             for chunk in decoding_chunks([len(s) for s in src], decoding.batch_tokens):
                 todo = [i for i in chunk if src[i]]
-                # Batches of similar lengths (no padding is ever computed, but a batch waits for
-                # its longest sentence); the output keeps the input's order.
-                for batch in decoding_batches([len(src[i]) for i in todo], decoding.batch_tokens):
-                    chosen = [todo[j] for j in batch]
-                    hyps = translate_ids(run.model, [src[i] for i in chosen], beam=decoding.beam,
-                                         alpha=decoding.alpha, batch_size=len(chosen))
-                    for i, hyp in zip(chosen, hyps):
-                        out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
-                        tokens += len(hyp.tokens)
-                    bar.update(len(chosen))
+                # Decoded in batches of similar lengths (no padding is ever computed, but a batch
+                # waits for its longest sentence); the output keeps the input's order.
+                hyps = translate_ids(run.model, [src[i] for i in todo], beam=decoding.beam, alpha=decoding.alpha,
+                                     batch_tokens=decoding.batch_tokens, pool=pool, progress=bar.update)
+                for i, hyp in zip(todo, hyps):
+                    out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
+                    tokens += len(hyp.tokens)
                 with interrupts_between_steps():  # a Ctrl-C while writing waits for the chunk's last line
                     sys.stdout.write("".join(out[i] + "\n" for i in chunk))
                     sys.stdout.flush()

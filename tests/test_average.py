@@ -145,12 +145,12 @@ def test_patience_stops_training_early(tmp_path, capsys):
 def test_translate_writes_its_output_chunk_by_chunk_and_an_interrupt_keeps_a_prefix(run, tmp_path, capsys,
                                                                                      monkeypatch):
     import graphformer.decoding
-    from graphformer.data.batching import CHUNK_BATCHES
+    from graphformer.data.batching import decoding_chunks
     from graphformer.decoding import Hypothesis
 
     calls, interrupt_at = [], [None]
 
-    def copy_back_until_interrupted(model, src, beam, alpha, batch_size):
+    def copy_back_until_interrupted(model, src, beam, alpha, batch_tokens, pool, progress):  # one call a chunk
         calls.append(len(src))
         if len(calls) == interrupt_at[0]:
             raise KeyboardInterrupt
@@ -160,13 +160,15 @@ def test_translate_writes_its_output_chunk_by_chunk_and_an_interrupt_keeps_a_pre
     lines = [" ".join("abcdefghij"[(i + j) % 10] for j in range(1 + i % 4)) for i in range(200)]
     lines[7] = ""
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    # Batches of at most 10 source tokens (with each line's </s>), chunks of CHUNK_BATCHES times that.
+    # Batches of at most 10 source tokens (with each line's </s>), chunks of CHUNK_BATCHES times that:
+    # one decoding call a chunk.
     translate = ["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1", "--batch-tokens", "10"]
     assert main(translate) == 0
     assert capsys.readouterr().out.split("\n")[:-1] == lines  # chunk after chunk, in order
-    assert len(calls) > 2 * CHUNK_BATCHES
+    chunks = decoding_chunks([len(line.split()) for line in lines], 10)  # of CHUNK_BATCHES batches' tokens each
+    assert calls == [sum(1 for i in chunk if lines[i]) for chunk in chunks] and len(calls) > 3
     calls.clear()
-    interrupt_at[0] = 2 * CHUNK_BATCHES + 1  # past the first chunk or two
+    interrupt_at[0] = 3  # in the third chunk
     assert main(translate) == 130
     captured = capsys.readouterr()
     written = captured.out.split("\n")[:-1]
@@ -181,7 +183,7 @@ def test_a_ctrl_c_while_translate_writes_lets_the_chunk_finish(run, tmp_path, ca
     import graphformer.decoding
     from graphformer.decoding import Hypothesis
 
-    monkeypatch.setattr(graphformer.decoding, "translate_ids", lambda model, src, beam, alpha, batch_size: [
+    monkeypatch.setattr(graphformer.decoding, "translate_ids", lambda model, src, **kw: [
         Hypothesis(tokens=list(s), log_prob=0.0, score=0.0) for s in src])
     lines = [" ".join("abcdefghij"[(i + j) % 10] for j in range(1 + i % 3)) for i in range(300)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
@@ -229,10 +231,11 @@ def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys,
     import graphformer.decoding
     from graphformer.decoding import Hypothesis
 
-    batches = []
+    calls = []
 
-    def copy_back(model, src, beam, alpha, batch_size):  # a decoder that echoes its input
-        batches.append([len(s) for s in src])
+    def copy_back(model, src, beam, alpha, batch_tokens, pool, progress):  # a decoder that echoes its input
+        calls.append(([len(s) for s in src], batch_tokens))
+        progress(len(src))
         return [Hypothesis(tokens=list(s), log_prob=0.0, score=0.0) for s in src]
 
     monkeypatch.setattr(graphformer.decoding, "translate_ids", copy_back)
@@ -243,7 +246,7 @@ def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys,
     captured = capsys.readouterr()
     assert captured.out.split("\n")[:-1] == lines  # every line back in its place, the empty one too
     assert "translated 4 sentences (13 tokens)" in captured.err and "sentences/s" in captured.err
-    assert batches == [[1, 2], [4], [6]]  # sorted by length, at most 5 source tokens a batch (or one sentence)
+    assert calls == [([6, 1, 4, 2], 5)]  # the nonempty lines, in order, to be batched by at most 5 source tokens
     assert main(["translate", str(run), "--input", str(tmp_path / "in.txt"), "--beam", "1", "--quiet"]) == 0
     captured = capsys.readouterr()
     assert captured.out.split("\n")[:-1] == lines and captured.err == ""  # --quiet: no bar, no report

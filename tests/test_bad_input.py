@@ -86,7 +86,7 @@ def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
         (lambda: make_batch(pool, [[4]], [[5.5]]), "target token ids must be integers"),
         (lambda: translate_ids(model, [[4, 5]], beam=-1), "beam must be a whole number of at least 1"),
         (lambda: translate_ids(model, [[4, 5]], beam=2.5), "beam must be a whole number of at least 1"),
-        (lambda: translate_ids(model, [[4, 5]], batch_size=0), "batch_size must be a whole number of at least 1"),
+        (lambda: translate_ids(model, [[4, 5]], batch_tokens=0), "batch_tokens must be a whole number of at least 1"),
         (lambda: translate_ids(model, [[4, 5]], extra_len=-5), "extra_len must be a whole number of at least 0"),
         (lambda: attention_maps(model, make_batch(pool, [[4, 5]]), "cross"), "the batch has no targets"),
         (lambda: attention_maps(model, make_batch(pool, [[4, 5]], [[6]]), "enc", sample=0.5), "is not a sample"),

@@ -80,28 +80,35 @@ def test_translate_counts_lines_as_files_do(trained, tmp_path, capsys):
     assert len(capsys.readouterr().out.split("\n")) == 3  # two lines and the final newline
 
 
-def test_translate_batches_as_decoding_batches(trained, tmp_path, capsys, monkeypatch):
-    """translate decodes in `decoding_batches` (the decoding benchmark's batches too), with the
-    default token budget unless --batch-tokens is given."""
+def test_translate_and_evaluate_batch_as_decoding_batches(trained, tmp_path, capsys, monkeypatch):
+    """translate and evaluate decode in `decoding_batches` (the decoding benchmark's batches too),
+    with the default token budget unless --batch-tokens is given."""
     import graphformer.decoding
     from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
     from graphformer.training.config import DecodeConfig
 
     assert DecodeConfig().batch_tokens == DECODE_BATCH_TOKENS
+    assert DecodeConfig().alpha == graphformer.decoding.DEFAULT_ALPHA  # the command line's default is the library's
     lines = ["a " * n for n in (5, 1, 3, 7, 2, 6, 4)]  # distinct lengths name the lines
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    seen, translate_ids = [], graphformer.decoding.translate_ids
+    seen, make_batch = [], graphformer.decoding.make_batch
 
-    def spy(model, src, **kw):
+    def spy(pool, src, *args):
         seen.append([len(s) for s in src])
-        return translate_ids(model, src, **kw)
-    monkeypatch.setattr(graphformer.decoding, "translate_ids", spy)
+        return make_batch(pool, src, *args)
+    monkeypatch.setattr(graphformer.decoding, "make_batch", spy)
     assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--batch-tokens", "12",
                  "--beam", "1"]) == 0
     lengths = [len(line.split()) for line in lines]
     expected = [[lengths[i] for i in batch] for batch in decoding_batches(lengths, 12)]
     assert seen == expected and len(expected) > 2
     assert len(capsys.readouterr().out.splitlines()) == len(lines)
+    seen.clear()  # evaluate decodes the split in the same batches
+    assert main(["evaluate", str(trained), "--batch-tokens", "12", "--beam", "1", "--json"]) == 0
+    n = json.loads(capsys.readouterr().out)["n"]
+    flat = [length for batch in seen for length in batch]
+    assert len(flat) == n and flat == sorted(flat) and len(seen) > 2
+    assert all(sum(length + 1 for length in batch) <= 12 or len(batch) == 1 for batch in seen)
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])

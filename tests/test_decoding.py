@@ -4,6 +4,7 @@ import torch
 
 from graphformer import GraphPool, make_model
 from graphformer.attention.padded import SHORT_SPAN
+from graphformer.data.batching import decoding_batches
 from graphformer.decoding import translate_ids
 from graphformer.decoding.search import length_penalty
 from helpers import random_pairs
@@ -23,7 +24,7 @@ def test_incremental_equals_recompute(beam, norm_first, backend):
     model = random_model(norm_first)
     model.attention_backend = backend
     src, _ = random_pairs(9, VOCAB, max_len=12, seed=3)
-    kw = dict(beam=beam, alpha=0.6, batch_size=4, extra_len=6, pool=GraphPool())
+    kw = dict(beam=beam, alpha=0.6, batch_tokens=30, extra_len=6, pool=GraphPool())  # a few batches
     fast = translate_ids(model, src, incremental=True, **kw)
     slow = translate_ids(model, src, incremental=False, **kw)
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
@@ -37,8 +38,9 @@ def test_progress_hears_of_every_sentence_batch_by_batch():
     model = random_model()
     src, _ = random_pairs(9, VOCAB, max_len=12, seed=3)
     done = []
-    hyps = translate_ids(model, src, beam=2, batch_size=4, extra_len=3, progress=done.append)
-    assert done == [4, 4, 1] and len(hyps) == 9
+    hyps = translate_ids(model, src, beam=2, batch_tokens=30, extra_len=3, progress=done.append)
+    batches = decoding_batches([len(s) for s in src], 30)
+    assert done == [len(b) for b in batches] and len(batches) > 2 and len(hyps) == 9
 
 
 def test_greedy_score_is_the_sequence_log_probability():

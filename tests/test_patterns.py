@@ -196,7 +196,7 @@ def test_incremental_decoding_with_sparse_patterns(beam):
                        dec_attention="causal-window:2+causal-random:1,3", cross_attention="window:3+global:1")
     model = model.double().eval()
     src, _ = random_pairs(7, 21, max_len=10, seed=9)
-    kw = dict(beam=beam, extra_len=5, batch_size=3)
+    kw = dict(beam=beam, extra_len=5, batch_tokens=20)
     fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
     assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)

@@ -120,7 +120,7 @@ def test_tree_encoder_decodes_incrementally_like_recompute(kind):
     extra = {"model": "universal", "max_depth": 3} if kind == "universal" else {"layers": 2}
     model = make_model(21, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:2", **extra).double().eval()
     src, _ = random_pairs(5, 21, max_len=12, seed=4)
-    kw = dict(beam=3, extra_len=4, batch_size=5)
+    kw = dict(beam=3, extra_len=4, batch_tokens=20)
     fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
     assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)

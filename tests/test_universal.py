@@ -146,7 +146,7 @@ def test_incremental_decoding_equals_recompute(beam):
     with torch.no_grad():  # spread halting over steps
         model.decoder_halt.proj.bias.fill_(-1.0)
     src, _ = random_pairs(6, VOCAB, max_len=9, seed=4)
-    kw = dict(beam=beam, extra_len=5, batch_size=3)
+    kw = dict(beam=beam, extra_len=5, batch_tokens=20)
     fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
     assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)
@@ -184,7 +184,7 @@ def test_universal_transformer_with_a_sparse_pattern_decodes_like_recompute():
     model = universal(max_depth=4, enc_attention="window:2", dec_attention="causal-window:2",
                       cross_attention="window:3+global:1").eval()
     src, _ = random_pairs(5, VOCAB, max_len=9, seed=8)
-    kw = dict(beam=2, extra_len=4, batch_size=5)
+    kw = dict(beam=2, extra_len=4, batch_tokens=20)
     fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
     assert [h.tokens for h in fast] == [h.tokens for h in slow]
     b = make_batch(model.make_pool(), src, [[4, 5]] * 5)

@@ -5,8 +5,9 @@ from typing import Callable
 
 import torch
 
+from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
 from graphformer.decoding.labels import classify_ids
-from graphformer.decoding.search import Hypothesis, beam_search, check_alpha, greedy_search
+from graphformer.decoding.search import DEFAULT_ALPHA, Hypothesis, beam_search, check_alpha, greedy_search
 from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper
 from graphformer.graphs import GraphPool, make_batch
 
@@ -17,22 +18,24 @@ def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int, extra: int
 
 
 @torch.inference_mode()  # no autograd bookkeeping per op: a decoding step runs hundreds of small ops
-def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6,
-                  batch_size: int = 64, pool: GraphPool | None = None, extra_len: int = 50,
+def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = DEFAULT_ALPHA,
+                  batch_tokens: int = DECODE_BATCH_TOKENS, pool: GraphPool | None = None, extra_len: int = 50,
                   incremental: bool = True, progress: Callable[[int], object] | None = None) -> list[Hypothesis]:
     """Decode each source id sequence; results in input order.
 
-    Sentences are decoded in batches of similar length; ``beam=1`` is greedy search. A classifier
-    (``model.cfg.classifies``) has nothing to search: each result is its one most likely label.
+    Sentences are decoded in batches of similar length, at most ``batch_tokens`` source tokens each
+    (`graphformer.data.batching.decoding_batches`, as ``translate`` and ``evaluate`` batch them);
+    ``beam=1`` is greedy search. A classifier (``model.cfg.classifies``) has nothing to search:
+    each result is its one most likely label.
     ``progress(n)``, if given, is called with the number of sentences each batch finished (a
     progress bar's ``update``).
     """
-    for name, value, low in (("beam", beam, 1), ("batch_size", batch_size, 1), ("extra_len", extra_len, 0)):
+    for name, value, low in (("beam", beam, 1), ("batch_tokens", batch_tokens, 1), ("extra_len", extra_len, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
     check_alpha(alpha)
     if model.cfg.classifies:
-        labels = classify_ids(model, src, pool)
+        labels = classify_ids(model, src, pool, batch_tokens)
         if progress is not None:
             progress(len(src))
         return labels
@@ -40,11 +43,9 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    order = sorted(range(len(src)), key=lambda i: len(src[i]))
     results: list[Hypothesis | None] = [None] * len(src)
     try:
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in decoding_batches([len(s) for s in src], batch_tokens):
             chunk = [src[i] for i in idx]
             batch = make_batch(pool, chunk).to(device)
             limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
@@ -65,4 +66,4 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = 0.6
     return results
 
 
-__all__ = ["Hypothesis", "beam_search", "greedy_search", "IncrementalStepper", "RecomputeStepper", "translate_ids"]
+__all__ = ["DEFAULT_ALPHA", "Hypothesis", "beam_search", "greedy_search", "IncrementalStepper", "RecomputeStepper", "translate_ids"]

@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import torch
 
-from graphformer.data.batching import plan_batches
+from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
 from graphformer.decoding.search import Hypothesis
 from graphformer.graphs import GraphPool, make_batch
 
 
 @torch.no_grad()
 def classify_ids(model, src: list[list[int]], pool: GraphPool | None = None,
-                 batch_tokens: int = 4096) -> list[Hypothesis]:
-    """The predicted label of each source id sequence, in input order, in batches of about
-    ``batch_tokens`` source tokens."""
+                 batch_tokens: int = DECODE_BATCH_TOKENS) -> list[Hypothesis]:
+    """The predicted label of each source id sequence, in input order, in batches of at most
+    ``batch_tokens`` source tokens (`decoding_batches`)."""
     pool = pool or model.make_pool()
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     results: list[Hypothesis | None] = [None] * len(src)
     try:
-        for idx in plan_batches([len(s) for s in src], [1] * len(src), batch_tokens=batch_tokens, shuffle=False):
+        for idx in decoding_batches([len(s) for s in src], batch_tokens):
             labels, log_probs = model.predict(make_batch(pool, [src[i] for i in idx]).to(device))
             for i, label, log_prob in zip(idx, labels.tolist(), log_probs.tolist()):
                 results[i] = Hypothesis(tokens=[label], log_prob=log_prob, score=log_prob)

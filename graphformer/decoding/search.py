@@ -33,6 +33,11 @@ class Hypothesis:
     score: float            # the ranking score (log_prob / lp for beam search)
 
 
+# The length penalty's exponent when none is given (the library's functions and the command line's
+# --alpha): a mild preference for longer outputs. Choose it on the validation split (tune.sh).
+DEFAULT_ALPHA = 0.6
+
+
 def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((5.0 + length) / 6.0) ** alpha
 
@@ -133,7 +138,7 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
     return [Hypothesis(_until_eos(seq), float(lp), float(lp)) for seq, lp in zip(out, total.tolist())]
 
 
-def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = 0.6,
+def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = DEFAULT_ALPHA,
                 drop_finished: bool = True, check_every: int | None = None) -> list[Hypothesis]:
     """The best of ``beam`` hypotheses for each of the B sentences.
 

@@ -125,6 +125,7 @@ class DecodeConfig(DictConfig):
     """How ``evaluate`` and ``translate`` decode (choose both on the validation split, never on test)."""
 
     beam: int = option(5, "beam size (1 = greedy)", range=AT_LEAST_1)
+    # graphformer.decoding.DEFAULT_ALPHA, written out: this module stays free of torch (a test keeps them equal).
     alpha: float = option(0.6, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE)
     batch_tokens: int = option(DECODE_BATCH_TOKENS, "source tokens per decoding batch (sentences of similar "
                                "length decode together)", range=AT_LEAST_1)

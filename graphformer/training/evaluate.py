@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from graphformer.data.batching import plan_batches
+from graphformer.data.batching import DECODE_BATCH_TOKENS, plan_batches
 from graphformer.data.corpus import Split
-from graphformer.decoding import translate_ids
+from graphformer.decoding import DEFAULT_ALPHA, translate_ids
 from graphformer.graphs import GraphPool, make_batch
 from graphformer.model.classifier import NEVER_LABELS
 from graphformer.training.bleu import bleu_scores
@@ -64,25 +64,27 @@ class PonderTally:
         return out
 
 
-def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6,
-                progress=None) -> tuple[float, list]:
+def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA,
+                batch_tokens: int = DECODE_BATCH_TOKENS, progress=None) -> tuple[float, list]:
     """Share of sentences decoded exactly as the reference, and the decoded hypotheses
-    (``progress``: see `graphformer.decoding.translate_ids`)."""
-    hyps = translate_ids(model, split.src, beam=beam, alpha=alpha, pool=pool, progress=progress)
+    (``batch_tokens``, ``progress``: see `graphformer.decoding.translate_ids`)."""
+    hyps = translate_ids(model, split.src, beam=beam, alpha=alpha, batch_tokens=batch_tokens, pool=pool,
+                         progress=progress)
     hits = sum(h.tokens == ref for h, ref in zip(hyps, split.tgt))
     return hits / len(split), hyps
 
 
-def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = 0.6,
+def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA,
              tgt_vocab=None, references: list[str] | None = None, detokenize=None, bleu_tokenize=None,
-             progress=None) -> dict:
+             progress=None, batch_tokens: int = DECODE_BATCH_TOKENS) -> dict:
     """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
     and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`).
     ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
     where the model's tokens are not words (subwords); by default the model's tokens are scored.
-    ``progress(n)`` hears of the sentences decoded, batch by batch."""
+    ``progress(n)`` hears of the sentences decoded, batch by batch; ``batch_tokens``: source tokens
+    per decoding batch, as ``translate`` batches."""
     scores = teacher_forced(model, split, pool)
-    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha, progress)
+    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha, batch_tokens, progress)
     scores["n"] = len(split)
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]
