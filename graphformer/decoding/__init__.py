@@ -66,4 +66,5 @@ def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = DEF
     return results
 
 
-__all__ = ["DEFAULT_ALPHA", "Hypothesis", "beam_search", "greedy_search", "IncrementalStepper", "RecomputeStepper", "translate_ids"]
+__all__ = ["DEFAULT_ALPHA", "Hypothesis", "beam_search", "greedy_search", "IncrementalStepper", "RecomputeStepper",
+           "translate_ids"]
