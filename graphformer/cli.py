@@ -132,8 +132,8 @@ def _translate_parser(sub):
     p.set_defaults(func=cmd_translate)
 
 
-def _decoding_options(p, skip=()):
-    add_config_options(p, DecodeConfig, skip)
+def _decoding_options(p):
+    add_config_options(p, DecodeConfig)
     p.add_argument("--checkpoint", default="best", metavar="WHICH",
                    help="best, last, averaged (see graphformer average) or a checkpoint file (default: best)")
     p.add_argument("--device", default="cpu", help=f"{DEVICES} (default: cpu)")
@@ -406,7 +406,7 @@ def cmd_evaluate(args) -> int:
                           bleu_tokenize=run.bleu_tokenize(), progress=bar.update, batch_tokens=decoding.batch_tokens)
     searched = not run.model.cfg.classifies  # a classifier's label is its argmax: no beam, no length penalty
     scores.update(split=args.split, **({"beam": decoding.beam, "alpha": decoding.alpha} if searched else {}),
-                  precision=decoding.precision, checkpoint=str(run.path),
+                  batch_tokens=decoding.batch_tokens, precision=decoding.precision, checkpoint=str(run.path),
                   **({"data_dir": args.data_dir} if args.data_dir else {}))
     if args.json:
         print(json.dumps(scores))

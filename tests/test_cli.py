@@ -86,9 +86,9 @@ def test_translate_and_evaluate_batch_as_decoding_batches(trained, tmp_path, cap
     import graphformer.decoding
     from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
     from graphformer.training.config import DecodeConfig
+    from graphformer.training.run import LoadedRun
 
     assert DecodeConfig().batch_tokens == DECODE_BATCH_TOKENS
-    assert DecodeConfig().alpha == graphformer.decoding.DEFAULT_ALPHA  # the command line's default is the library's
     lines = ["a " * n for n in (5, 1, 3, 7, 2, 6, 4)]  # distinct lengths name the lines
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     seen, make_batch = [], graphformer.decoding.make_batch
@@ -105,10 +105,18 @@ def test_translate_and_evaluate_batch_as_decoding_batches(trained, tmp_path, cap
     assert len(capsys.readouterr().out.splitlines()) == len(lines)
     seen.clear()  # evaluate decodes the split in the same batches
     assert main(["evaluate", str(trained), "--batch-tokens", "12", "--beam", "1", "--json"]) == 0
-    n = json.loads(capsys.readouterr().out)["n"]
-    flat = [length for batch in seen for length in batch]
-    assert len(flat) == n and flat == sorted(flat) and len(seen) > 2
-    assert all(sum(length + 1 for length in batch) <= 12 or len(batch) == 1 for batch in seen)
+    assert json.loads(capsys.readouterr().out)["batch_tokens"] == 12
+    lengths = [len(s) for s in LoadedRun(trained).split("test").src]
+    expected = [[lengths[i] for i in batch] for batch in decoding_batches(lengths, 12)]
+    assert seen == expected and len(expected) > 2
+
+
+def test_the_command_lines_length_penalty_is_the_librarys():
+    """DecodeConfig (free of torch) writes DEFAULT_ALPHA out: the two must agree."""
+    from graphformer.decoding import DEFAULT_ALPHA
+    from graphformer.training.config import DecodeConfig
+
+    assert DecodeConfig().alpha == DEFAULT_ALPHA
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])

@@ -1,10 +1,11 @@
 """Synthetic tasks, parallel text, vocabularies and batching."""
 import json
+import random
 
 import pytest
 
 from graphformer.data import synthetic
-from graphformer.data.batching import plan_batches, shard
+from graphformer.data.batching import CHUNK_BATCHES, decoding_batches, decoding_chunks, plan_batches, shard
 from graphformer.data.corpus import build_vocabs, read_split
 from graphformer.data.text import read_parallel
 from graphformer.errors import UserError
@@ -140,3 +141,23 @@ def test_parallel_files_split_at_newlines_only(tmp_path):
     (tmp_path / "a.tgt").write_text("1\n2\n3\n", encoding="utf-8")
     src, tgt = read_parallel(tmp_path / "a.src", tmp_path / "a.tgt")
     assert src == [["a", "b"], ["c", "d"], ["e"]] and tgt == [["1"], ["2"], ["3"]]
+
+
+def test_decoding_batches_sort_by_length_within_chunks_and_keep_to_the_budget():
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 30) for _ in range(600)] + [70] + [rng.randint(1, 30) for _ in range(10)]
+    chunks, batches = decoding_chunks(lengths, 40), decoding_batches(lengths, 40)
+    assert len(chunks) > 2 and [i for chunk in chunks for i in chunk] == list(range(len(lengths)))
+    assert all(sum(lengths[i] + 1 for i in chunk) <= CHUNK_BATCHES * 40 for chunk in chunks)
+    order = [i for batch in batches for i in batch]
+    assert sorted(order) == list(range(len(lengths)))  # every sentence, once
+    assert all(sum(lengths[i] + 1 for i in batch) <= 40 or len(batch) == 1 for batch in batches)
+    assert [70] in [[lengths[i] for i in batch] for batch in batches]  # over the budget: a batch of its own
+    chunk_of = {i: c for c, chunk in enumerate(chunks) for i in chunk}
+    assert all(len({chunk_of[i] for i in batch}) == 1 for batch in batches)  # a batch never spans two chunks
+    start = 0
+    for chunk in chunks:  # chunk after chunk, each sorted by length
+        within = order[start:start + len(chunk)]
+        assert sorted(within) == list(chunk)
+        assert [lengths[i] for i in within] == sorted(lengths[i] for i in chunk)
+        start += len(chunk)

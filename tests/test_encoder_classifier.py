@@ -470,3 +470,20 @@ def test_a_classifier_run_counts_its_source_nodes_for_tokens_per_second(tmp_path
     assert sum(counted) == sum(len(train.src[j]) + 2 for j in samples)  # tokens, </s> and <cls>
     from helpers import read_jsonl
     assert [s["tokens"] for s in read_jsonl(tmp_path / "run" / "steps.jsonl")] == counted  # one count for both
+
+
+def test_labels_are_decoded_in_decoding_batches_and_progress_hears_of_each():
+    """A classifier's "decoding" batches as translation does (`decoding_batches`), and reports
+    each batch to ``progress`` (a progress bar moves batch by batch), with each label the argmax."""
+    from graphformer.data.batching import decoding_batches
+    from graphformer.decoding import translate_ids
+
+    model = classifier()
+    rng = random.Random(2)
+    src = [[rng.randrange(4, 20) for _ in range(rng.randint(2, 9))] for _ in range(30)]
+    done = []
+    hyps = translate_ids(model, src, batch_tokens=20, progress=done.append)
+    batches = decoding_batches([len(s) for s in src], 20)
+    assert done == [len(b) for b in batches] and len(batches) > 2
+    labels, _ = model.predict(make_batch(model.make_pool(), src))
+    assert [h.tokens for h in hyps] == [[label] for label in labels.tolist()]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from typing import Optional, Sequence
 
-# Source tokens per decoding batch: how `translate` (and the decoding benchmark) batch sentences.
+# Source tokens per decoding batch (`decoding_batches`: translate, evaluate, the decoding benchmarks).
 DECODE_BATCH_TOKENS = 4000
-CHUNK_BATCHES = 16  # translate sorts by length within runs of this many batches' worth of lines
+CHUNK_BATCHES = 16  # decoding sorts by length within runs of this many batches' worth of lines
 
 
 def plan_batches(
@@ -53,17 +53,24 @@ def plan_batches(
 
 
 def decoding_batches(src_lengths: Sequence[int], batch_tokens: int = DECODE_BATCH_TOKENS) -> list[list[int]]:
-    """How `translate` batches sentences to decode: sorted by source length (no shuffling), each
-    batch at most ``batch_tokens`` source tokens (+1 per sentence for its `</s>`). No padding is
-    computed by graph decoding, but a batch steps until its longest output ends."""
-    return plan_batches(src_lengths, [0] * len(src_lengths), batch_tokens=batch_tokens, shuffle=False)
+    """How sentences are batched to decode (`graphformer.decoding.translate_ids`, and so
+    ``translate``, ``evaluate`` and the decoding benchmarks): chunk by chunk (`decoding_chunks`),
+    each chunk's sentences sorted by source length (no shuffling) and cut into batches of at most
+    ``batch_tokens`` source tokens (+1 per sentence for its `</s>`). No padding is computed by
+    graph decoding, but a batch steps until its longest output ends."""
+    batches = []
+    for chunk in decoding_chunks(src_lengths, batch_tokens):
+        lengths = [src_lengths[i] for i in chunk]
+        plan = plan_batches(lengths, [0] * len(lengths), batch_tokens=batch_tokens, shuffle=False)
+        batches += [[chunk[j] for j in batch] for batch in plan]
+    return batches
 
 
 def decoding_chunks(src_lengths: Sequence[int], batch_tokens: int = DECODE_BATCH_TOKENS) -> list[range]:
-    """How `translate` walks its input: runs of consecutive lines of about ``CHUNK_BATCHES``
-    batches' worth of source tokens. Each chunk is batched by length (`decoding_batches`) and its
-    translations written, in input order, before the next starts: a long input streams out, and
-    an interrupted run has written a prefix of its output."""
+    """Runs of consecutive sentences of about ``CHUNK_BATCHES`` batches' worth of source tokens:
+    sentences are sorted by length within a chunk only (`decoding_batches`), so ``translate``
+    writes each chunk's translations, in input order, before the next starts: a long input
+    streams out, and an interrupted run has written a prefix of its output."""
     budget, chunks, start, total = CHUNK_BATCHES * batch_tokens, [], 0, 0
     for i, n in enumerate(src_lengths):
         if total and total + n + 1 > budget:

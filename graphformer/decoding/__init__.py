@@ -18,27 +18,23 @@ def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int, extra: int
 
 
 @torch.inference_mode()  # no autograd bookkeeping per op: a decoding step runs hundreds of small ops
-def translate_ids(model, src: list[list[int]], beam: int = 1, alpha: float = DEFAULT_ALPHA,
+def translate_ids(model, src: list[list[int]], *, beam: int = 1, alpha: float = DEFAULT_ALPHA,
                   batch_tokens: int = DECODE_BATCH_TOKENS, pool: GraphPool | None = None, extra_len: int = 50,
                   incremental: bool = True, progress: Callable[[int], object] | None = None) -> list[Hypothesis]:
     """Decode each source id sequence; results in input order.
 
     Sentences are decoded in batches of similar length, at most ``batch_tokens`` source tokens each
-    (`graphformer.data.batching.decoding_batches`, as ``translate`` and ``evaluate`` batch them);
-    ``beam=1`` is greedy search. A classifier (``model.cfg.classifies``) has nothing to search:
-    each result is its one most likely label.
-    ``progress(n)``, if given, is called with the number of sentences each batch finished (a
-    progress bar's ``update``).
+    (`graphformer.data.batching.decoding_batches`: ``translate`` and ``evaluate`` decode in these
+    batches); ``beam=1`` is greedy search. A classifier (``model.cfg.classifies``) has nothing to
+    search: each result is its one most likely label. ``progress(n)``, if given, is called with
+    the number of sentences each batch finished (a progress bar's ``update``).
     """
     for name, value, low in (("beam", beam, 1), ("batch_tokens", batch_tokens, 1), ("extra_len", extra_len, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
     check_alpha(alpha)
     if model.cfg.classifies:
-        labels = classify_ids(model, src, pool, batch_tokens)
-        if progress is not None:
-            progress(len(src))
-        return labels
+        return classify_ids(model, src, pool, batch_tokens, progress)
     pool = pool or model.make_pool()
     was_training = model.training
     model.eval()

@@ -15,9 +15,9 @@ from graphformer.graphs import GraphPool, make_batch
 
 @torch.no_grad()
 def classify_ids(model, src: list[list[int]], pool: GraphPool | None = None,
-                 batch_tokens: int = DECODE_BATCH_TOKENS) -> list[Hypothesis]:
+                 batch_tokens: int = DECODE_BATCH_TOKENS, progress=None) -> list[Hypothesis]:
     """The predicted label of each source id sequence, in input order, in batches of at most
-    ``batch_tokens`` source tokens (`decoding_batches`)."""
+    ``batch_tokens`` source tokens (`decoding_batches`); ``progress(n)`` hears of each batch's n."""
     pool = pool or model.make_pool()
     was_training = model.training
     model.eval()
@@ -28,6 +28,8 @@ def classify_ids(model, src: list[list[int]], pool: GraphPool | None = None,
             labels, log_probs = model.predict(make_batch(pool, [src[i] for i in idx]).to(device))
             for i, label, log_prob in zip(idx, labels.tolist(), log_probs.tolist()):
                 results[i] = Hypothesis(tokens=[label], log_prob=log_prob, score=log_prob)
+            if progress is not None:
+                progress(len(idx))
     finally:
         model.train(was_training)
     return results
