@@ -152,7 +152,8 @@ def search(stepper, limits, beam, drop_finished):
 def decode_batches(model, src, limits, beam, stepper_of, batch_tokens=DECODE_BATCH_TOKENS, clock=None):
     """Decode every batch (`decoding_batches`, as ``translate`` makes them, ``batch_tokens``
     source tokens each); outputs in input order. `translate_ids`' own loop, opened up: each method
-    brings its stepper, each sentence its length limit, and the clock splits setup from search. ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``.
+    brings its stepper, each sentence its length limit, and the clock splits setup from search:
+    ``stepper_of(chunk, beam, max_steps) -> (stepper, drop_finished)``.
     ``clock``, if given, adds the seconds spent making steppers (batching, the encoder, the
     memory's keys and values) to ``clock['setup']`` and searching to ``clock['search']``."""
     out = [None] * len(src)
