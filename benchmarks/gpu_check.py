@@ -32,7 +32,7 @@ from decoding import dense_decode  # noqa: E402
 from training_throughput import CONFIGS, DensePeer, pad  # noqa: E402
 
 from graphformer import make_model  # noqa: E402
-from graphformer.attention import dgl_ops  # noqa: E402
+from graphformer.attention import BACKENDS, dgl_ops  # noqa: E402
 from graphformer.data import synthetic  # noqa: E402
 from graphformer.data.batching import plan_batches  # noqa: E402
 from graphformer.data.corpus import build_vocabs, read_split  # noqa: E402
@@ -48,7 +48,7 @@ DEVICE = torch.device("cuda")
 
 def backends() -> list[str]:
     """Every backend that can run here: dgl only with a CUDA build of DGL."""
-    return ["auto", "torch", "padded", "blocked"] + (["dgl"] if dgl_ops.runs_on(DEVICE) else [])
+    return [name for name in BACKENDS if name != "dgl" or dgl_ops.runs_on(DEVICE)]
 
 
 def timed(fn, repeats: int = 1) -> tuple[float, int]:

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from graphformer import make_model
+from graphformer.attention import BACKENDS
 from graphformer.cli import at_least_one
 from graphformer.data import multi30k, synthetic
 from graphformer.data.batching import plan_batches
@@ -103,8 +104,8 @@ def main():
 
     graph = make_model(len(vocab), **CONFIG)
     dense = DensePeer(len(vocab), **CONFIG)
-    systems = {"graph (dgl)": graph, "graph (torch)": graph, "graph (blocked)": graph, "graph (padded)": graph,
-               "dense nn.Transformer": dense}
+    # Every backend but auto (which picks one of them), then the dense peer.
+    systems = {**{f"graph ({name})": graph for name in BACKENDS if name != "auto"}, "dense nn.Transformer": dense}
     optimizers = {name: make_optimizer(m.parameters(), CONFIG["d_model"], 400, 1.0) for name, m in systems.items()}
     pool = graph.make_pool()
     src_b = [[train.src[i] for i in b] for b in batches]

@@ -487,3 +487,15 @@ def test_labels_are_decoded_in_decoding_batches_and_progress_hears_of_each():
     assert done == [len(b) for b in batches] and len(batches) > 2
     labels, _ = model.predict(make_batch(model.make_pool(), src))
     assert [h.tokens for h in hyps] == [[label] for label in labels.tolist()]
+
+
+def test_every_model_kind_builds_its_own_class():
+    """`MODELS` (the choices of --model) and the factory's classes name the same kinds."""
+    from graphformer.model.config import CLASSIFIERS, MODELS, UNIVERSALS
+    from graphformer.model.factory import MODEL_CLASSES
+
+    assert set(MODEL_CLASSES) == set(MODELS)
+    for kind in MODELS:
+        sizes = {k: v for k, v in TINY.items() if k != "layers" or kind not in UNIVERSALS}
+        model = make_model(20, 9, model=kind, **sizes)
+        assert type(model) is MODEL_CLASSES[kind] and model.cfg.classifies == (kind in CLASSIFIERS)

@@ -32,7 +32,7 @@ from graphformer.graphs.relation import sample_of
 from graphformer.model.act import ACTStats
 from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
-from graphformer.model.embedding import POSITIONS, Embedder, TokenEmbedding, check_ids, embed_source
+from graphformer.model.embedding import TokenEmbedding, check_ids, embed_source, make_embedder
 from graphformer.model.layers import Generator, init_weights
 from graphformer.model.output import ModelOutput
 from graphformer.model.transformer import Encoder
@@ -59,8 +59,7 @@ class EncoderClassifier(nn.Module):
             raise ValueError(f"EncoderClassifier needs a classifier model, got {cfg.model!r}; use build_model")
         self.cfg = cfg
         self.attention_backend = attention_backend
-        self.src_embed = Embedder(TokenEmbedding(cfg.src_vocab, cfg.d_model),
-                                  POSITIONS[cfg.positions](cfg.d_model, cfg.max_len), cfg.dropout)
+        self.src_embed = make_embedder(cfg, TokenEmbedding(cfg.src_vocab, cfg.d_model))
         self.encoder = UniversalEncoder(cfg) if cfg.model == "universal-encoder" else Encoder(cfg)
         self.head = Generator(cfg.d_model, cfg.tgt_vocab)
         init_weights(self)

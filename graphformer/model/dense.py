@@ -17,7 +17,7 @@ def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
     ``nn.Transformer`` knows no attention patterns: a model with other patterns than full,
     causal and full is refused unless ``masks_given`` says the caller passes their masks.
     """
-    if getattr(model.cfg, "model", "transformer") != "transformer":
+    if model.cfg.model != "transformer":
         raise ValueError("only the Transformer (model='transformer') has a torch.nn.Transformer twin")
     cfg = model.cfg
     defaults = ModelConfig.defaults()

@@ -145,10 +145,13 @@ def embed_source(embedder: Embedder, batch) -> torch.Tensor:
     return torch.where(count > 0, total / count.clamp(min=1), x)
 
 
+def make_embedder(cfg, tokens: TokenEmbedding) -> Embedder:
+    """An embedder of a ModelConfig's positions and dropout over the token table ``tokens``."""
+    return Embedder(tokens, POSITIONS[cfg.positions](cfg.d_model, cfg.max_len), cfg.dropout)
+
+
 def make_embedders(cfg) -> tuple[Embedder, Embedder]:
     """Source and target embedders of a ModelConfig; with tie='all' they share one token table."""
-    positions = POSITIONS[cfg.positions]
     src_tokens = TokenEmbedding(cfg.src_vocab, cfg.d_model)
     tgt_tokens = src_tokens if cfg.tie == "all" else TokenEmbedding(cfg.tgt_vocab, cfg.d_model)
-    return (Embedder(src_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout),
-            Embedder(tgt_tokens, positions(cfg.d_model, cfg.max_len), cfg.dropout))
+    return make_embedder(cfg, src_tokens), make_embedder(cfg, tgt_tokens)

@@ -143,6 +143,20 @@ class Generator(nn.Module):
         return torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
 
 
+def final_norm(cfg) -> nn.Module:
+    """What ends a stack of layers: a layer norm for pre-norm stacks (their residual stream is
+    never normalised otherwise), nothing for post-norm ones (already normalised)."""
+    return nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+
+def init_and_tie(model: nn.Module) -> None:
+    """`init_weights` on an encoder-decoder model, then, with ``cfg.tie`` 'decoder' or 'all', its
+    generator's matrix becomes the target token table (tied after initialising: initialised once)."""
+    init_weights(model)
+    if model.cfg.tie != "none":
+        model.generator.proj.weight = model.tgt_embed.tokens.table.weight
+
+
 def init_weights(model: nn.Module) -> None:
     """Xavier-uniform initialisation of every matrix (Vaswani et al.); biases and norms keep
     PyTorch's defaults. Call before tying weights, so a shared matrix is initialised once."""

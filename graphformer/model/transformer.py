@@ -24,7 +24,7 @@ from graphformer.graphs.relation import Relation
 from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import embed_source, make_embedders
-from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, init_weights
+from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
 from graphformer.model.output import ModelOutput
 
 
@@ -34,7 +34,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(
             EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first) for _ in range(cfg.layers)
         )
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = final_norm(cfg)
 
     def forward(self, relation, x: torch.Tensor, backend: str = DEFAULT_BACKEND) -> torch.Tensor:
         for layer in self.layers:
@@ -48,7 +48,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first) for _ in range(cfg.layers)
         )
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = final_norm(cfg)
 
     def memory_kv(self, memory: torch.Tensor) -> list:
         """Each layer's cross-attention keys and values of the encoder's output."""
@@ -84,9 +84,7 @@ class GraphTransformer(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
-        init_weights(self)
-        if cfg.tie != "none":
-            self.generator.proj.weight = self.tgt_embed.tokens.table.weight
+        init_and_tie(self)
 
     def make_pool(self) -> GraphPool:
         """A graph pool with this model's attention patterns."""

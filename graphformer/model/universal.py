@@ -28,7 +28,7 @@ from graphformer.model.act import ACT, ACTStats, HaltingUnit
 from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source, make_embedders
-from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, init_weights
+from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
 from graphformer.model.output import ModelOutput
 
 
@@ -75,7 +75,7 @@ class UniversalEncoder(nn.Module):
         self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
         self.layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
         self.halt = HaltingUnit(cfg.d_model)
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = final_norm(cfg)
 
     def forward(self, relation: Relation, h: torch.Tensor, positions: torch.Tensor, embedder: Embedder,
                 backend: str = DEFAULT_BACKEND, record_states: bool = False) -> tuple[torch.Tensor, ACTStats]:
@@ -107,11 +107,9 @@ class UniversalTransformer(nn.Module):
         self.encoder = UniversalEncoder(cfg)
         self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
         self.decoder_halt = HaltingUnit(cfg.d_model)
-        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = final_norm(cfg)
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
-        init_weights(self)
-        if cfg.tie != "none":
-            self.generator.proj.weight = self.tgt_embed.tokens.table.weight
+        init_and_tie(self)
         self.record_states = False  # keep every step's states in the ACT statistics (for plots and tests)
         self._register_load_state_dict_pre_hook(_rename_flat_encoder_keys)
 

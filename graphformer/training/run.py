@@ -78,7 +78,7 @@ def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
     longest = None  # (positions, split, side, line, tokens)
     for name, split in splits.items():
         for side, seqs, positions in (("src", split.src_words, pool.source_positions),
-                                      ("tgt", split.tgt_words, lambda m: m + 1 if pool.targets else 0)):
+                                      ("tgt", split.tgt_words, pool.target_nodes)):
             for i, seq in enumerate(seqs):
                 if longest is None or positions(len(seq)) > longest[0]:
                     longest = (positions(len(seq)), name, side, i + 1, len(seq))

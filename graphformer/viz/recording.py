@@ -41,8 +41,7 @@ def check_map_size(split, pool, viz_every: int | None) -> None:
     """The recorded sample, the first of ``split``, must fit a map of `MAX_MAP_NODES` a side."""
     if not viz_every:
         return
-    n = pool.source_positions(len(split.src_words[0]))
-    nodes = max(n + pool.span_nodes(n), len(split.tgt_words[0]) + 1 if pool.targets else 0)
+    nodes = max(pool.source_nodes(len(split.src_words[0])), pool.target_nodes(len(split.tgt_words[0])))
     if nodes > MAX_MAP_NODES:
         raise ConfigError("viz_every", f"draws the first validation sample, which has {nodes} nodes; maps are "
                           f"recorded up to {MAX_MAP_NODES}: put a short sample first in valid, or leave it out")
@@ -61,7 +60,7 @@ def span_labels(n: int) -> list[str]:
 
 def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch: int) -> Path | None:
     """Write the maps of the first sample of ``split`` to ``run_dir/attention/epoch_NNNN.pt``."""
-    if getattr(model.cfg, "model", "transformer") not in RECORDED_MODELS:
+    if model.cfg.model not in RECORDED_MODELS:
         return None
     src, tgt = split.src[0], split.tgt[0]
     batch = make_batch(pool, [src], [tgt]).to(next(model.parameters()).device)
