@@ -291,21 +291,36 @@ def python_calls(make, src, limits, beam) -> dict:
     return {"setup": setup, "per_step": (pstats.Stats(profiler).total_calls - 2 * len(steps)) / len(steps)}
 
 
-def fixed_setting(rounds: int) -> list[dict]:
+FIXED_SOURCE_TOKENS, FIXED_OUTPUT_TOKENS = 20, 50  # the fixed setting: every output 49 tokens + </s>
+
+
+def fixed_model_and_sources(sentences: int = 32, device: str | torch.device = "cpu"):
+    """The fixed setting (also the GPU check's and the tile kernels' decoding): a model of the copy
+    configuration (seed 0) that never picks </s> before the length limit, and ``sentences``
+    random sources of ``FIXED_SOURCE_TOKENS`` tokens."""
     torch.manual_seed(0)
-    model = make_model(30, layers=2, d_model=128, heads=4, d_ff=256, dropout=0.0).eval()
+    model = make_model(30, layers=2, d_model=128, heads=4, d_ff=256, dropout=0.0).to(device).eval()
     with torch.no_grad():
         model.generator.proj.bias[EOS] = -1e4  # every hypothesis runs to the length limit
-    dense = to_torch_transformer(model).eval()
     rng = random.Random(0)
-    src = [[rng.randrange(4, 30) for _ in range(20)] for _ in range(32)]
-    limits = [50] * len(src)  # 49 tokens + </s>
+    return model, [[rng.randrange(4, 30) for _ in range(FIXED_SOURCE_TOKENS)] for _ in range(sentences)]
+
+
+def fixed_translate(model, src, beam: int, incremental: bool = True):
+    """`translate_ids` on the fixed setting: one batch, every output ``FIXED_OUTPUT_TOKENS`` long."""
+    return translate_ids(model, src, beam=beam, extra_len=FIXED_OUTPUT_TOKENS - FIXED_SOURCE_TOKENS - 1,
+                         incremental=incremental, batch_tokens=sum(len(s) + 1 for s in src))
+
+
+def fixed_setting(rounds: int) -> list[dict]:
+    model, src = fixed_model_and_sources()
+    dense = to_torch_transformer(model).eval()
+    limits = [FIXED_OUTPUT_TOKENS] * len(src)
 
     def recompute(backend):
         def run(beam):
             model.attention_backend = backend
-            return translate_ids(model, src, beam=beam, extra_len=50 - 21, incremental=False,
-                                 batch_tokens=sum(len(s) + 1 for s in src))  # one batch
+            return fixed_translate(model, src, beam, incremental=False)
         return run
 
     rows = []
@@ -321,7 +336,7 @@ def fixed_setting(rounds: int) -> list[dict]:
             seconds[f"graph recompute ({b})"] = [time.perf_counter() - tic]
         split = fastest_split(clocks)
         calls = {name: python_calls(makers[name](), src, limits, beam) for name in makers}
-        for row in rows_of("fixed", beam, seconds, len(src), len(src) * 50):
+        for row in rows_of("fixed", beam, seconds, len(src), len(src) * FIXED_OUTPUT_TOKENS):
             if row["method"] in makers:
                 row.update(setup_seconds=split[row["method"]]["setup"], search_seconds=split[row["method"]]["search"],
                            python_calls_setup=calls[row["method"]]["setup"],

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import random
 import sys
 import tempfile
 import time
@@ -28,7 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from decoding import dense_decode  # noqa: E402
+from decoding import (FIXED_OUTPUT_TOKENS, dense_decode, fixed_model_and_sources,  # noqa: E402
+                      fixed_translate)
 from training_throughput import CONFIGS, DensePeer, pad  # noqa: E402
 
 from graphformer import make_model  # noqa: E402
@@ -36,7 +36,6 @@ from graphformer.attention import BACKENDS, dgl_ops  # noqa: E402
 from graphformer.data import synthetic  # noqa: E402
 from graphformer.data.batching import plan_batches  # noqa: E402
 from graphformer.data.corpus import build_vocabs, read_split  # noqa: E402
-from graphformer.decoding import translate_ids  # noqa: E402
 from graphformer.graphs import make_batch  # noqa: E402
 from graphformer.model.dense import to_torch_transformer  # noqa: E402
 from graphformer.training.loss import label_smoothed_nll  # noqa: E402
@@ -112,13 +111,8 @@ def training(steps: int) -> list[dict]:
 
 
 def decoding(sentences: int) -> list[dict]:
-    torch.manual_seed(0)
-    model = make_model(30, layers=2, d_model=128, heads=4, d_ff=256, dropout=0.0).to(DEVICE).eval()
-    with torch.no_grad():
-        model.generator.proj.bias[EOS] = -1e4  # every hypothesis runs to the length limit
+    model, src = fixed_model_and_sources(sentences, DEVICE)
     dense = to_torch_transformer(model).eval()
-    rng = random.Random(0)
-    src = [[rng.randrange(4, 30) for _ in range(20)] for _ in range(sentences)]
     rows = []
     for beam in (1, 5):
         methods = {f"graph incremental ({name})": name for name in backends()}
@@ -127,15 +121,14 @@ def decoding(sentences: int) -> list[dict]:
             def run():
                 if backend is None:
                     with torch.no_grad():
-                        return dense_decode(model, dense, src, beam, 50)
+                        return dense_decode(model, dense, src, beam, FIXED_OUTPUT_TOKENS)
                 model.attention_backend = backend
-                return translate_ids(model, src, beam=beam, extra_len=50 - 21,
-                                     batch_tokens=sum(len(s) + 1 for s in src))  # one batch
+                return fixed_translate(model, src, beam)
             hyps = run()
             reference = reference or [h.tokens for h in hyps]
             assert [h.tokens for h in hyps] == reference, f"{method} decoded different tokens"
             seconds, peak = timed(run)
-            rows.append({"beam": beam, "method": method, "tokens_per_s": sentences * 50 / seconds,
+            rows.append({"beam": beam, "method": method, "tokens_per_s": sentences * FIXED_OUTPUT_TOKENS / seconds,
                          "seconds": seconds, "peak_memory_mib": peak / 2**20})
         dense_rate = rows[-1]["tokens_per_s"]
         for r in rows[-len(methods) - 1:]:

@@ -24,6 +24,7 @@ import json
 import math
 import platform
 import random
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,11 +33,13 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 
-from graphformer import make_model
-from graphformer.attention import padded
-from graphformer.decoding import IncrementalStepper, beam_search
-from graphformer.graphs import make_batch
-from graphformer.vocab import EOS
+sys.path.insert(0, str(Path(__file__).parent))
+from decoding import FIXED_OUTPUT_TOKENS, fixed_model_and_sources  # noqa: E402
+
+from graphformer import make_model  # noqa: E402
+from graphformer.attention import padded  # noqa: E402
+from graphformer.decoding import IncrementalStepper, beam_search  # noqa: E402
+from graphformer.graphs import make_batch  # noqa: E402
 
 
 def matmul_attention(q, k, v):
@@ -84,19 +87,14 @@ def training(lengths: list[int], rounds: int) -> list[dict]:
 
 
 def beam(beams: list[int], rounds: int) -> list[dict]:
-    torch.manual_seed(0)
-    model = make_model(30, layers=2, d_model=128, heads=4, d_ff=256, dropout=0.0).eval()
-    with torch.no_grad():
-        model.generator.proj.bias[EOS] = -1e4  # every hypothesis runs to the length limit, as in decoding.py
-    rng = random.Random(0)
-    src = [[rng.randrange(4, 30) for _ in range(20)] for _ in range(32)]
+    model, src = fixed_model_and_sources()  # decoding.py's fixed setting
     pool = model.make_pool()
     rows = []
     for k in beams:
         @torch.inference_mode()
         def decode(k=k):
-            stepper = IncrementalStepper(model, make_batch(pool, src), k, 50, pool)
-            beam_search(stepper, torch.full((len(src),), 50), k)
+            stepper = IncrementalStepper(model, make_batch(pool, src), k, FIXED_OUTPUT_TOKENS, pool)
+            beam_search(stepper, torch.full((len(src),), FIXED_OUTPUT_TOKENS), k)
         decode()
         seconds = interleaved({name: forced(name, decode) for name in KERNELS}, rounds)
         rows.append(row("beam search decode", f"beam {k}", seconds))

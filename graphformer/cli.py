@@ -177,7 +177,8 @@ def _head(text: str):
 
 def _viz_options(p) -> argparse._MutuallyExclusiveGroup:
     """The options animate and heatmap share; returns the group of --view (heatmap adds --graph)."""
-    # the choices of graphformer.viz.plots.SCALES and VIEWS (not imported: --help stays fast)
+    # the choices of graphformer.viz.plots.SCALES and VIEWS and viz.maps.RELATIONS (not imported: --help stays
+    # fast; a test keeps them equal)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
     p.add_argument("--relation", choices=("enc", "dec", "cross"),
                    help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs "

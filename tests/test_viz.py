@@ -329,14 +329,20 @@ def test_viz_every_refuses_a_first_validation_sample_too_long_to_draw(tmp_path, 
     assert not (run / "checkpoint_last.pt").exists()
 
 
-def test_cli_offers_the_views_and_scales_plots_draw():
+def test_cli_offers_the_views_scales_relations_and_formats_plots_draw():
+    """The command line writes these lists out (--help stays fast without matplotlib): they must
+    be the ones graphformer.viz draws."""
     from graphformer.cli import build_parser
+    from graphformer.viz.maps import RELATIONS
+    from graphformer.viz.plots import ANIMATION_FORMATS, IMAGE_FORMATS
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    options = {a.dest: a.choices for a in sub.choices["animate"]._actions}
-    assert tuple(options["view"]) == VIEWS and tuple(options["scale"]) == SCALES
-    from graphformer.viz.plots import IMAGE_FORMATS
+    for command in ("animate", "heatmap"):
+        options = {a.dest: a.choices for a in sub.choices[command]._actions if a.choices}  # --graph has none
+        assert tuple(options["view"]) == VIEWS and tuple(options["scale"]) == SCALES
+        assert tuple(options["relation"]) == RELATIONS
     listed = re.findall(r"\.[a-z]+", sub.choices["heatmap"].description.split("epoch, as")[1])
     assert tuple(listed) == IMAGE_FORMATS
+    assert tuple(re.findall(r"\.[a-z]+", sub.choices["animate"].description)) == ANIMATION_FORMATS
 
 
 def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):

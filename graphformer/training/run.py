@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from graphformer.attention import DEFAULT_BACKEND
 from graphformer.data.tasks import classification_tasks, get_task
 from graphformer.data.corpus import Split, build_vocabs, read_split
 from graphformer.errors import ConfigError, UserError
@@ -102,7 +103,8 @@ def check_matches_run(state: dict, run: RunDir, path: Path) -> None:
 class LoadedRun:
     """A trained model and everything needed to feed it, read from a run directory."""
 
-    def __init__(self, run_dir: str | Path, which: str = "best", device="cpu", attention_backend: str = "auto"):
+    def __init__(self, run_dir: str | Path, which: str = "best", device="cpu",
+                 attention_backend: str = DEFAULT_BACKEND):
         self.run_dir = Path(run_dir)
         device = resolve_device(device)
         path = checkpoint.find(self.run_dir, which)
@@ -196,7 +198,7 @@ def init_weights(model, state: dict, path: Path) -> None:
                         + (f"; give the options it was trained with: {which}" if which else "")) from None
 
 
-def load_model(state: dict, path: Path, attention_backend: str = "auto"):
+def load_model(state: dict, path: Path, attention_backend: str = DEFAULT_BACKEND):
     model = model_from_config(ModelConfig.from_dict(state["model_config"]), attention_backend)
     try:
         model.load_state_dict(state["model"])
