@@ -438,3 +438,17 @@ def test_progress_in_a_log_file_is_plain_lines(tmp_path):
     assert line, proc.stderr
     numbers = re.findall(r"\d+\.\d+", line.group(0))
     assert numbers and all(len(n.replace(".", "").lstrip("0")) <= 4 for n in numbers), line.group(0)  # rounded
+
+
+def test_help_names_every_attention_pattern_and_task():
+    """The command line writes these lists into its help (--help stays fast without torch): the
+    pattern names must be exactly the library's, and the task's help must name every task."""
+    from graphformer.cli import build_parser
+    from graphformer.data.tasks import TASKS
+    from graphformer.graphs.patterns import NAMES
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    names = sub.choices["train"].description.split("Names:")[1].split("(")[0]  # "full, causal, window:W, ..."
+    assert sorted(re.findall(r"\b[a-z]{3,}\b", names)) == sorted(NAMES)
+    task_help = next(a.help for a in sub.choices["train"]._actions if a.dest == "task")
+    assert set(TASKS) <= set(re.findall(r"\b[a-z0-9]+\b", task_help))  # each task told apart in words
