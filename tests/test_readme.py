@@ -20,3 +20,23 @@ def test_readme_python_block_runs(index, tmp_path, monkeypatch):
 
 def test_readme_has_python_examples():
     assert len(BLOCKS) >= 2
+
+
+def test_the_defaults_the_readme_states_are_the_codes():
+    """The README writes some defaults out in words; they must be the ones the options have."""
+    from graphformer.data.batching import CHUNK_BATCHES
+    from graphformer.model.config import ModelConfig
+    from graphformer.training.config import DecodeConfig, TrainConfig
+    from graphformer.viz.recording import MAX_MAP_NODES
+
+    text = " ".join(README.split())  # sentences wrap across lines
+    model = re.search(r"\(defaults: (\d+) layers, d_model (\d+), (\d+) heads, d_ff (\d+), (pre|post)-norm", text)
+    defaults = ModelConfig.defaults()
+    assert model and tuple(int(x) for x in model.groups()[:4]) == tuple(
+        defaults[name] for name in ("layers", "d_model", "heads", "d_ff"))
+    assert (model.group(5) == "pre") == defaults["norm_first"]
+    assert int(re.search(r"`--epochs` \(default (\d+)\)", text).group(1)) == TrainConfig.defaults()["epochs"]
+    beam, alpha = re.search(r"decode with beam (\d+) and GNMT length penalty ([\d.]+) by default", text).groups()
+    assert (int(beam), float(alpha)) == (DecodeConfig().beam, DecodeConfig().alpha)
+    assert int(re.search(r"runs of lines \((\d+) batches' worth", text).group(1)) == CHUNK_BATCHES
+    assert int(re.search(r"must have at most (\d+) nodes", text).group(1)) == MAX_MAP_NODES
