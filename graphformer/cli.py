@@ -113,7 +113,7 @@ def _eval_parser(sub):
                        description="Loss, token accuracy and exact match (and BLEU for translation) of a run's "
                                    "model on a data split.")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="the split to score")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--data-dir", metavar="DIR", help="score the split of this folder ({split}.src, {split}.tgt, "
                    "tokenized as the run's own data folder) instead of the run's own data, e.g. longer samples of "
@@ -135,8 +135,8 @@ def _translate_parser(sub):
 def _decoding_options(p):
     add_config_options(p, DecodeConfig)
     p.add_argument("--checkpoint", default="best", metavar="WHICH",
-                   help="best, last, averaged (see graphformer average) or a checkpoint file (default: best)")
-    p.add_argument("--device", default="cpu", help=f"{DEVICES} (default: cpu)")
+                   help="best, last, averaged (see graphformer average) or a checkpoint file")
+    p.add_argument("--device", default="cpu", help=DEVICES)
     add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
 
 
