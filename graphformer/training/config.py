@@ -29,6 +29,7 @@ RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 PER_PROCESS = ("accumulate",)  # x processes: the batches per step, which a resumed run keeps
 PATHS = ("data_dir", "init_from")  # saved absolute: a run is evaluated and resumed from any folder
+BATCH_SIZE = 64  # sentences per training batch when neither batch_size nor batch_tokens is given
 
 
 @dataclass
@@ -54,7 +55,8 @@ class TrainConfig(DictConfig):
                                       "start afresh", metavar="RUN|FILE")
     seed: int = option(1, "seed of data generation, initialisation, dropout and batch order")
     epochs: int = option(12, "passes over the training data", range=AT_LEAST_1)
-    batch_size: Optional[int] = option(None, "sentences per batch (64 unless --batch-tokens)", range=AT_LEAST_1)
+    batch_size: Optional[int] = option(None, f"sentences per batch ({BATCH_SIZE} unless --batch-tokens)",
+                                       range=AT_LEAST_1)
     batch_tokens: Optional[int] = option(None, "source + target tokens per batch", range=AT_LEAST_1)
     accumulate: int = option(1, "batches per optimizer step", range=AT_LEAST_1)
     clip_norm: Optional[float] = option(None, "clip the gradient norm to this value", range=POSITIVE)
@@ -95,7 +97,7 @@ class TrainConfig(DictConfig):
 
     def check(self) -> None:
         if self.batch_size is None and self.batch_tokens is None:
-            self.batch_size = 64
+            self.batch_size = BATCH_SIZE
         task = get_task(self.task)
         if self.select_by is None:
             self.select_by = task.select_by
