@@ -69,7 +69,9 @@ class Trainer:
         self.ctx = distributed.setup(train_cfg.device)
         self.cfg = dataclasses.replace(train_cfg, threads=train_cfg.threads or distributed.default_threads())
         torch.set_num_threads(self.cfg.threads)
-        autocast(self.cfg.precision, self.ctx.device)  # a GPU without bfloat16 is refused before anything is written
+        # The context of every training step's forward pass, made once (made here, a GPU without
+        # bfloat16 is refused before anything is written); entered again at each batch.
+        self.step_precision = autocast(self.cfg.precision, self.ctx.device)
         if self.ctx.is_main and (warning := emulation_warning(self.cfg.precision, self.ctx.device)):
             print(f"graphformer: warning: {warning}", file=sys.stderr)
         self.show_progress = show_progress and self.ctx.is_main
@@ -340,7 +342,7 @@ class Trainer:
             batch = make_batch(self.pool, [train.src[j] for j in idx], [train.tgt[j] for j in idx]).to(self.ctx.device)
             sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
             with sync:
-                with autocast(self.cfg.precision, self.ctx.device):  # the backward pass follows the forward's dtypes
+                with self.step_precision:  # the backward pass follows the forward's dtypes
                     output = self.net(batch, full_output=True)
                     loss = label_smoothed_nll(output.log_probs, batch.gold, self.cfg.label_smoothing)
                     objective = loss * (self.ctx.world / global_tokens)
