@@ -7,8 +7,8 @@ measured: graph building + batching as a share of a step, sgemm GFLOP/s and mode
 utilisation (6 x matmul parameters x tokens + attention, over time, over measured peak).
 
 Two configurations: ``--task copy`` (1 layer, d_model 512, 8 heads, d_ff 2048, batches of 128
-sentences) and ``--task multi30k`` (the CPU example's 3 layers, d_model 256, 4 heads, d_ff 1024,
-batches of 6000 tokens; needs the raw files, from ``--data-dir MIRROR`` or the download cache).
+sentences) and ``--task multi30k`` (the model and batch size of the CPU recipe,
+``examples/multi30k/cpu.yaml``; needs the raw files, from ``--data-dir MIRROR`` or the download cache).
 
     python benchmarks/training_throughput.py [--task copy] [--steps 20] [--rounds 2] [--out benchmarks/results]
 """
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,9 +37,12 @@ from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.schedule import make_optimizer
 from graphformer.vocab import EOS, PAD, SOS
 
+sys.path.insert(0, str(Path(__file__).parent))
+from recipe import cpu_recipe, model_sizes  # noqa: E402
+
 CONFIGS = {
     "copy": dict(layers=1, d_model=512, heads=8, d_ff=2048, dropout=0.1),
-    "multi30k": dict(layers=3, d_model=256, heads=4, d_ff=1024, dropout=0.1),
+    "multi30k": dict(model_sizes(), dropout=cpu_recipe()[0]["dropout"]),  # the CPU recipe's model
 }
 
 
@@ -83,7 +87,8 @@ def main():
     parser.add_argument("--steps", type=at_least_one, default=20)
     parser.add_argument("--rounds", type=at_least_one, default=2)
     parser.add_argument("--batch-size", type=at_least_one, default=128, help="copy: sentences per batch")
-    parser.add_argument("--batch-tokens", type=at_least_one, default=6000, help="multi30k: tokens per batch")
+    parser.add_argument("--batch-tokens", type=at_least_one, default=cpu_recipe()[1]["batch_tokens"],
+                        help="multi30k: tokens per batch (default: the CPU recipe's, %(default)s)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     torch.manual_seed(0)

@@ -452,3 +452,18 @@ def test_help_names_every_attention_pattern_and_task():
     assert sorted(re.findall(r"\b[a-z]{3,}\b", names)) == sorted(NAMES)
     task_help = next(a.help for a in sub.choices["train"]._actions if a.dest == "task")
     assert set(TASKS) <= set(re.findall(r"\b[a-z0-9]+\b", task_help))  # each task told apart in words
+
+
+@pytest.mark.parametrize("recipe", ["cpu.yaml", "gpu.yaml"])
+def test_the_multi30k_recipe_files_are_valid_configurations(recipe):
+    """What cpu.sh and gpu.sh train: every option known and in range (a typo fails here, not two
+    hours into a run), for the Multi30k task."""
+    from pathlib import Path
+
+    from graphformer.cli import read_config_file
+    from graphformer.model.config import ModelConfig
+    from graphformer.training.config import TrainConfig
+
+    model, train = read_config_file(str(Path(__file__).resolve().parents[1] / "examples" / "multi30k" / recipe))
+    ModelConfig(src_vocab=1, tgt_vocab=1, **model)
+    assert TrainConfig(**train).task == "multi30k"

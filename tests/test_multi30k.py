@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 
-from graphformer.cli import main
+from graphformer.cli import main, read_config_file
 from graphformer.data import multi30k
 from graphformer.errors import UserError
 from graphformer.training.bleu import bleu_scores
@@ -231,3 +232,40 @@ def test_a_killed_runs_subword_model_of_other_options_is_learned_anew(tmp_path, 
     (run / "subwords.json").unlink()
     assert main([*common, "--bpe", "300"]) == 0
     assert SubwordPipeline(run / "subwords.model").model.get_piece_size() == 300
+
+
+@pytest.mark.slow
+def test_the_cpu_recipe_script_trains_with_its_config_averages_tunes_and_resumes(tmp_path):
+    """examples/multi30k/cpu.sh end to end, shrunk by TRAIN_FLAGS (which override the recipe's
+    options in cpu.yaml): it trains, averages the best 5 kept epochs, reports val and test with
+    tune.sh's choice, and run again with more epochs it resumes the run."""
+    run = tmp_path / "run"
+    shrink = "--train-limit 200 --layers 1 --d-model 16 --heads 2 --d-ff 32 --batch-tokens 1000 --quiet"
+    env = {**os.environ, "BIN": str(Path(sys.executable).parent), "RUN": str(run), "BEAMS": "1", "ALPHAS": "0.6",
+           "GRAPHFORMER_CACHE": str(tmp_path / "cache")}
+
+    def cpu_sh(epochs: int) -> list[str]:
+        done = subprocess.run(["bash", str(ROOT / "examples" / "multi30k" / "cpu.sh"), str(MIRROR)],
+                              env={**env, "TRAIN_FLAGS": f"{shrink} --epochs {epochs}"}, capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        valid, test = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+        choice = done.stderr.splitlines()[-1]  # tune.sh's winner, also on stderr
+        for split, scores in (("valid", valid), ("test", test)):
+            assert scores["split"] == split
+            assert choice.startswith(f"best on valid: --checkpoint {Path(scores['checkpoint']).stem.split('_')[1]} "
+                                     f"--beam {scores['beam']} --alpha {scores['alpha']} ")
+        return sorted(p.name for p in (run / "checkpoints").iterdir())
+
+    assert cpu_sh(epochs=6) == [f"epoch_{e:04d}.pt" for e in range(1, 7)]
+    model, train = read_config_file(str(ROOT / "examples" / "multi30k" / "cpu.yaml"))
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["model"]["layers"] == 1 and saved["train"]["epochs"] == 6  # TRAIN_FLAGS win
+    for section, recipe in (("model", model), ("train", train)):
+        kept = {name: value for name, value in recipe.items()
+                if f"--{name.replace('_', '-')} " not in f"{shrink} --epochs "}
+        assert {name: saved[section][name] for name in kept} == kept  # the recipe's, for the rest
+    averaged = torch.load(run / "checkpoint_averaged.pt", map_location="cpu", weights_only=False)
+    assert len(averaged["averaged_from"]) == 5
+    assert cpu_sh(epochs=8) == [f"epoch_{e:04d}.pt" for e in range(1, 9)]  # resumed: 2 more epochs, all kept
+    assert len(read_jsonl(run / "metrics.jsonl")) == 8

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
@@ -40,3 +41,13 @@ def test_the_defaults_the_readme_states_are_the_codes():
     assert (int(beam), float(alpha)) == (DecodeConfig().beam, DecodeConfig().alpha)
     assert int(re.search(r"runs of lines \((\d+) batches' worth", text).group(1)) == CHUNK_BATCHES
     assert int(re.search(r"must have at most (\d+) nodes", text).group(1)) == MAX_MAP_NODES
+
+
+def test_the_multi30k_recipe_the_readme_states_is_the_recipe_file():
+    """The README's one-line description of the CPU recipe is its file's (cpu.yaml)."""
+    from graphformer.cli import read_config_file
+
+    model, train = read_config_file(str(ROOT / "examples" / "multi30k" / "cpu.yaml"))
+    text = " ".join(README.split())
+    stated = re.search(r"\(`examples/multi30k/cpu.sh`, (\d+) layers, d_model (\d+), (\d+) epochs", text)
+    assert stated and tuple(int(x) for x in stated.groups()) == (model["layers"], model["d_model"], train["epochs"])

@@ -3,8 +3,9 @@
 # Usage: bash examples/multi30k/cpu.sh [MIRROR_DIR]   (without a mirror the raw files are downloaded)
 # Interrupted (Ctrl-C)? Run the same command again: training resumes from the last checkpoint.
 # PRECISION=bfloat16 trains in bfloat16 (faster on a CPU with AVX512-BF16 or AMX; see docs/results.md).
+# TRAIN_FLAGS="--epochs 30 ..." adds train options to the recipe's, or overrides them.
 #
-# 1. train 24 epochs (dropout 0.2), keeping the checkpoints of the last 8;
+# 1. train with the recipe in cpu.yaml (24 epochs, dropout 0.2), keeping the checkpoints of the last 8;
 # 2. average the 5 kept epochs with the lowest validation loss into checkpoint_averaged.pt;
 # 3. choose the checkpoint (best single or averaged) and length penalty on val (tune.sh);
 # 4. report val and test with that choice.
@@ -15,10 +16,9 @@ MIRROR=${1:-}
 HERE=$(dirname "$0")
 RESUME=()
 [ -e "$RUN/checkpoint_last.pt" ] && RESUME=(--resume)
-"$BIN/graphformer" train --task multi30k ${MIRROR:+--data-dir "$MIRROR"} --out "$RUN" "${RESUME[@]}" \
-    --layers 3 --d-model 256 --heads 4 --d-ff 1024 --dropout 0.2 --tie all --min-count 2 \
-    --batch-tokens 6000 --warmup 1000 --lr-factor 1.0 --label-smoothing 0.1 --epochs 24 --max-len 256 \
-    --keep-last 8 ${PRECISION:+--precision "$PRECISION"}
+read -r -a extra <<< "${TRAIN_FLAGS:-}"
+"$BIN/graphformer" train --config "$HERE/cpu.yaml" ${MIRROR:+--data-dir "$MIRROR"} --out "$RUN" "${RESUME[@]}" \
+    ${PRECISION:+--precision "$PRECISION"} "${extra[@]}"
 "$BIN/graphformer" average "$RUN" --best 5
 choice=$(BIN="$BIN" bash "$HERE/tune.sh" "$RUN" | tee /dev/stderr | tail -n 1)
 read -r -a flags <<< "$(sed -e 's/^best on valid: //' -e 's/ (.*//' <<< "$choice")"
