@@ -30,7 +30,7 @@ import torch
 from graphformer.cli import at_least_one
 from graphformer.data.corpus import Split
 from graphformer.decoding import DEFAULT_ALPHA, translate_ids
-from graphformer.precision import autocast, cpu_bfloat16_instructions
+from graphformer.precision import autocast, cpu_bfloat16_instructions, emulation_warning
 from graphformer.training.evaluate import bleu_of
 
 BENCHED = ("float32", "bfloat16")
@@ -60,7 +60,7 @@ def main():
     if args.sentences:
         n = args.sentences
         split, references = Split(split.src_words[:n], split.tgt_words[:n], split.src[:n], split.tgt[:n]), references[:n]
-    if cpu_bfloat16_instructions() == []:
+    if emulation_warning("bfloat16", run.device):  # said in the benchmark's words: it has no --precision
         print("this CPU has no bfloat16 instructions: PyTorch emulates them, and the bfloat16 rounds take long")
     _, detokenize = run.pipelines()
     for precision in BENCHED:  # warm-up: the first products in a dtype set up their kernels

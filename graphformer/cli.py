@@ -379,11 +379,10 @@ def _load_run(args):
 def _precision_context(precision: str, device):
     """The context to decode in ``--precision`` (see `graphformer.precision`), with a warning
     where a CPU would emulate bfloat16."""
-    from graphformer.precision import autocast, emulation_warning
+    from graphformer.precision import autocast, warn_if_emulated
 
     context = autocast(precision, device)
-    if warning := emulation_warning(precision, device):
-        print(f"graphformer: warning: {warning}", file=sys.stderr)
+    warn_if_emulated(precision, device)
     return context
 
 

@@ -17,6 +17,7 @@ layer norm on a CPU).
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 
@@ -49,6 +50,12 @@ def emulation_warning(precision: str, device: torch.device | str) -> str | None:
         return (f"this CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)}): PyTorch emulates them, and "
                 "bfloat16 is many times slower than float32 here (leave --precision out)")
     return None
+
+
+def warn_if_emulated(precision: str, device: torch.device | str) -> None:
+    """Print `emulation_warning`'s warning, if there is one, on stderr."""
+    if warning := emulation_warning(precision, device):
+        print(f"graphformer: warning: {warning}", file=sys.stderr)
 
 
 def cpu_bfloat16_instructions(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:

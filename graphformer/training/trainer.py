@@ -30,7 +30,7 @@ from graphformer.files import write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
-from graphformer.precision import autocast, emulation_warning
+from graphformer.precision import autocast, warn_if_emulated
 from graphformer.training import checkpoint, distributed
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
@@ -72,8 +72,8 @@ class Trainer:
         # The context of every training step's forward pass, made once (made here, a GPU without
         # bfloat16 is refused before anything is written); entered again at each batch.
         self.step_precision = autocast(self.cfg.precision, self.ctx.device)
-        if self.ctx.is_main and (warning := emulation_warning(self.cfg.precision, self.ctx.device)):
-            print(f"graphformer: warning: {warning}", file=sys.stderr)
+        if self.ctx.is_main:
+            warn_if_emulated(self.cfg.precision, self.ctx.device)
         self.show_progress = show_progress and self.ctx.is_main
         self.board = None  # TensorBoardLog once the run directory is open, with cfg.tensorboard
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
