@@ -64,7 +64,7 @@ class PonderTally:
         return out
 
 
-def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA,
+def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA, *,
                 batch_tokens: int = DECODE_BATCH_TOKENS, progress=None) -> tuple[float, list]:
     """Share of sentences decoded exactly as the reference, and the decoded hypotheses
     (``batch_tokens``, ``progress``: see `graphformer.decoding.translate_ids`)."""
@@ -74,9 +74,9 @@ def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: floa
     return hits / len(split), hyps
 
 
-def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA,
+def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA, *,
              tgt_vocab=None, references: list[str] | None = None, detokenize=None, bleu_tokenize=None,
-             progress=None, batch_tokens: int = DECODE_BATCH_TOKENS) -> dict:
+             batch_tokens: int = DECODE_BATCH_TOKENS, progress=None) -> dict:
     """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
     and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`).
     ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
@@ -84,7 +84,8 @@ def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float =
     ``progress(n)`` hears of the sentences decoded, batch by batch; ``batch_tokens``: source tokens
     per decoding batch, as ``translate`` batches."""
     scores = teacher_forced(model, split, pool)
-    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha, batch_tokens, progress)
+    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha, batch_tokens=batch_tokens,
+                                              progress=progress)
     scores["n"] = len(split)
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]
