@@ -135,7 +135,8 @@ def _translate_parser(sub):
 def _decoding_options(p):
     add_config_options(p, DecodeConfig)
     p.add_argument("--checkpoint", default="best", metavar="WHICH",
-                   help="best, last, averaged (see graphformer average) or a checkpoint file")
+                   help="best, last, averaged (see graphformer average) or a checkpoint file; best and last "
+                   "stand in for each other while a run has only one of them")
     p.add_argument("--device", default="cpu", help=DEVICES)
     add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
 
@@ -373,7 +374,11 @@ def _load_run(args):
 
     decoding = DecodeConfig(**given(args, DecodeConfig))
     backend = getattr(args, "attention_backend", TrainConfig.defaults()["attention_backend"])
-    return LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend), decoding
+    run = LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend)
+    if args.checkpoint in ("best", "last") and run.path.stem != f"checkpoint_{args.checkpoint}":
+        print(f"graphformer: warning: {args.run_dir} has no checkpoint_{args.checkpoint}.pt (yet: best is written at the "
+              f"end of an epoch); using {run.path.name}", file=sys.stderr)
+    return run, decoding
 
 
 def _precision_context(precision: str, device):

@@ -467,3 +467,19 @@ def test_the_multi30k_recipe_files_are_valid_configurations(recipe):
     model, train = read_config_file(str(Path(__file__).resolve().parents[1] / "examples" / "multi30k" / recipe))
     ModelConfig(src_vocab=1, tgt_vocab=1, **model)
     assert TrainConfig(**train).task == "multi30k"
+
+
+def test_a_run_without_its_best_checkpoint_yet_is_decoded_from_its_last_and_says_so(tmp_path, capsys):
+    """Stopped before its first epoch ended, a run has only checkpoint_last.pt: evaluate (best by
+    default) decodes that one and warns; asked for last, it says nothing."""
+    data = small_copy_data(tmp_path / "data", n_train=48)  # 3 steps per epoch
+    run = tmp_path / "run"
+    assert main(["train", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", "--max-steps", "2",
+                 *TINY_MODEL]) == 0
+    assert not (run / "checkpoint_best.pt").exists()
+    for which, warned in (("best", True), ("last", False)):
+        capsys.readouterr()
+        assert main(["evaluate", str(run), "--beam", "1", "--json", "--checkpoint", which]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["checkpoint"] == str(run / "checkpoint_last.pt")
+        assert ("has no checkpoint_best.pt" in err and "using checkpoint_last.pt" in err) == warned, err

@@ -176,8 +176,9 @@ def make_causal(pattern: Pattern) -> Pattern:
     """The pairs of ``pattern`` with key <= query; a pattern whose pairs so kept would not be
     prefix-stable (``random``, which draws among all keys) gives its own ``causal_form``."""
     if adds_span_nodes(pattern):
-        raise UserError(f"attention pattern {getattr(pattern, 'spec', 'custom')!r} adds span nodes to the source "
-                        "and serves --enc-attention only; it has no causal form")
+        spec = getattr(pattern, "spec", "custom")
+        raise UserError(f"attention pattern 'causal-{spec}': {spec} adds span nodes to the source and has no causal "
+                        f"form; give it without causal-, to --enc-attention only")
     if hasattr(pattern, "causal_form"):
         return pattern.causal_form()
 
