@@ -43,3 +43,20 @@ def remove_temporaries(folder: str | Path) -> list[Path]:
     for p in left:
         p.unlink(missing_ok=True)
     return left
+
+
+def epoch_file(folder: Path, epoch: int) -> Path:
+    """``folder/epoch_NNNN.pt``: a file of one epoch (a kept checkpoint, recorded attention maps)."""
+    return Path(folder) / f"epoch_{epoch:04d}.pt"
+
+
+def epoch_of(path: Path) -> int:
+    """The epoch an `epoch_file` is of."""
+    return int(Path(path).stem.split("_")[1])
+
+
+def epoch_files(folder: Path) -> list[Path]:
+    """The `epoch_file` files in ``folder``, oldest epoch first (by number: epoch_10000 comes after
+    epoch_9999, which its name sorts before)."""
+    folder = Path(folder)
+    return sorted(folder.glob("epoch_*.pt"), key=epoch_of) if folder.is_dir() else []

@@ -62,6 +62,26 @@ def test_best_breaks_ties_on_the_metric_by_validation_loss(run, tmp_path):
     assert [p.name for p in choose(kept, best=1, select_by="loss")] == ["epoch_0004.pt"]
 
 
+def test_epochs_past_9999_are_kept_and_chosen_by_number_not_by_name(tmp_path):
+    """epoch_10000.pt sorts before epoch_9999.pt by name: keeping, averaging and recorded maps go
+    by the epoch's number."""
+    from graphformer.files import epoch_files
+    from graphformer.training.average import choose
+    from graphformer.training.run_dir import RunDir
+    run = RunDir(tmp_path / "run")
+    run.create()
+    for epoch in (9998, 9999, 10000, 10001):
+        run.keep_epoch_checkpoint({"epoch": epoch}, epoch, keep_last=2)
+    assert [p.name for p in run.epoch_checkpoints()] == ["epoch_10000.pt", "epoch_10001.pt"]
+    assert [p.name for p in choose(run, last=1)] == ["epoch_10001.pt"]
+    records = [{"epoch": e, "valid_loss": loss} for e, loss in ((10000, 1.0), (10001, 2.0))]
+    (run.path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert [p.name for p in choose(run, best=2)] == ["epoch_10000.pt", "epoch_10001.pt"]  # oldest first
+    for epoch in (10, 9, 100):
+        (tmp_path / f"epoch_{epoch:04d}.pt").touch()
+    assert [p.name for p in epoch_files(tmp_path)] == ["epoch_0009.pt", "epoch_0010.pt", "epoch_0100.pt"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--last", "3"], "keeps 2 epoch checkpoints, fewer than the 3 asked for"),
     (["--best", "0"], "--best must be at least 1"),

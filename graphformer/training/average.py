@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
+from graphformer.files import epoch_of
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import AVERAGED
 from graphformer.training.run_dir import ATTENTION, EPOCHS, METRICS, RunDir
@@ -59,10 +60,10 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
     def rank(path: Path) -> tuple[float, float]:
         """Smaller ranks first: the metric (an epoch without it last), then the validation loss, so
         that epochs tied on a coarse metric (exact match) go to the better trained one."""
-        record = records.get(int(path.stem.split("_")[1]), {})
+        record = records.get(epoch_of(path), {})
         value = _or(record.get(f"valid_{select_by}"), float("-inf") if larger_is_better else float("inf"))
         return (-value if larger_is_better else value), _or(record.get("valid_loss"), float("inf"))
-    return sorted(sorted(kept, key=rank)[:best])
+    return sorted(sorted(kept, key=rank)[:best], key=epoch_of)
 
 
 def average_path(run: RunDir, output: str | Path | None = None) -> Path:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from graphformer.data.text import split_lines
 from graphformer.errors import UserError
-from graphformer.files import remove_temporaries, write_json_atomic, write_text_atomic
+from graphformer.files import epoch_file, epoch_files, epoch_of, remove_temporaries, write_json_atomic, write_text_atomic
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import AVERAGED, BEST, CONFIG, LAST
 
@@ -128,17 +128,16 @@ class RunDir:
 
     def epoch_checkpoints(self) -> list[Path]:
         """The kept per-epoch checkpoints, oldest first."""
-        folder = self.path / EPOCHS
-        return sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
+        return epoch_files(self.path / EPOCHS)
 
     def keep_epoch_checkpoint(self, state: dict, epoch: int, keep_last: int) -> None:
         """Add ``checkpoints/epoch_NNNN.pt``, dropping the oldest first so that never more than
         ``keep_last`` are on disk."""
         (self.path / EPOCHS).mkdir(exist_ok=True)
-        older = [p for p in self.epoch_checkpoints() if p.name != f"epoch_{epoch:04d}.pt"]
+        older = [p for p in self.epoch_checkpoints() if epoch_of(p) != epoch]
         for path in older[:max(0, len(older) - keep_last + 1)]:
             path.unlink()
-        checkpoint.save_atomic(state, self.path / EPOCHS / f"epoch_{epoch:04d}.pt")
+        checkpoint.save_atomic(state, epoch_file(self.path / EPOCHS, epoch))
 
     def log(self, name: str, record: dict) -> None:
         """Append one JSON line; non-finite numbers are written as null (JSON has no NaN)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
+from graphformer.files import epoch_file, epoch_files
 from graphformer.graphs import make_batch, tree
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import save_atomic
@@ -75,7 +76,7 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
     record["maps"] = {rel: attention_maps(model, batch, rel) for rel in (RELATIONS if pool.targets else ("enc",))}
     folder = Path(run_dir) / ATTENTION
     folder.mkdir(exist_ok=True)
-    path = folder / f"epoch_{epoch:04d}.pt"
+    path = epoch_file(folder, epoch)
     save_atomic(record, path)
     return path
 
@@ -85,7 +86,7 @@ def load_records(run_dir: str | Path) -> list[dict]:
     if not Path(run_dir).is_dir():
         raise UserError(f"{run_dir} is not a folder; give the run directory of a run trained with --viz-every N")
     folder = Path(run_dir) / ATTENTION
-    paths = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
+    paths = epoch_files(folder)
     if not paths:
         raise UserError(f"no attention maps recorded in {run_dir}; train with --viz-every N to record them")
     return [checkpoint.load(p, advice="delete it, or train again with --viz-every to record it") for p in paths]
