@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -57,6 +58,8 @@ def epoch_of(path: Path) -> int:
 
 def epoch_files(folder: Path) -> list[Path]:
     """The `epoch_file` files in ``folder``, oldest epoch first (by number: epoch_10000 comes after
-    epoch_9999, which its name sorts before)."""
+    epoch_9999, which its name sorts before); other files (``epoch_3 copy.pt``) are not listed."""
     folder = Path(folder)
-    return sorted(folder.glob("epoch_*.pt"), key=epoch_of) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.glob("epoch_*.pt") if re.fullmatch(r"epoch_\d+\.pt", p.name)), key=epoch_of)

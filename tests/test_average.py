@@ -77,8 +77,8 @@ def test_epochs_past_9999_are_kept_and_chosen_by_number_not_by_name(tmp_path):
     records = [{"epoch": e, "valid_loss": loss} for e, loss in ((10000, 1.0), (10001, 2.0))]
     (run.path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert [p.name for p in choose(run, best=2)] == ["epoch_10000.pt", "epoch_10001.pt"]  # oldest first
-    for epoch in (10, 9, 100):
-        (tmp_path / f"epoch_{epoch:04d}.pt").touch()
+    for name in ("epoch_0010.pt", "epoch_0009.pt", "epoch_0100.pt", "epoch_0003 copy.pt", "epoch_best.pt"):
+        (tmp_path / name).touch()
     assert [p.name for p in epoch_files(tmp_path)] == ["epoch_0009.pt", "epoch_0010.pt", "epoch_0100.pt"]
 
 
