@@ -7,15 +7,7 @@ from pathlib import Path
 from graphformer.cli import read_config_file
 
 CPU_RECIPE = Path(__file__).resolve().parents[1] / "examples" / "multi30k" / "cpu.yaml"
-SIZES = ("layers", "d_model", "heads", "d_ff")
-
-
-def cpu_recipe() -> tuple[dict, dict]:
-    """The recipe's (model, train) options, as ``graphformer train --config`` reads them."""
-    return read_config_file(str(CPU_RECIPE))
-
-
-def model_sizes() -> dict:
-    """The recipe model's layers, d_model, heads and d_ff."""
-    model, _ = cpu_recipe()
-    return {name: model[name] for name in SIZES}
+# The recipe's (model, train) options, as ``graphformer train --config`` reads them (read once).
+RECIPE_MODEL, RECIPE_TRAIN = read_config_file(str(CPU_RECIPE))
+# The recipe model's layers, d_model, heads and d_ff.
+MODEL_SIZES = {name: RECIPE_MODEL[name] for name in ("layers", "d_model", "heads", "d_ff")}

@@ -38,11 +38,11 @@ from graphformer.training.schedule import make_optimizer
 from graphformer.vocab import EOS, PAD, SOS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from recipe import cpu_recipe, model_sizes  # noqa: E402
+from recipe import MODEL_SIZES, RECIPE_MODEL, RECIPE_TRAIN  # noqa: E402
 
 CONFIGS = {
     "copy": dict(layers=1, d_model=512, heads=8, d_ff=2048, dropout=0.1),
-    "multi30k": dict(model_sizes(), dropout=cpu_recipe()[0]["dropout"]),  # the CPU recipe's model
+    "multi30k": dict(MODEL_SIZES, dropout=RECIPE_MODEL["dropout"]),  # the CPU recipe's model
 }
 
 
@@ -87,7 +87,7 @@ def main():
     parser.add_argument("--steps", type=at_least_one, default=20)
     parser.add_argument("--rounds", type=at_least_one, default=2)
     parser.add_argument("--batch-size", type=at_least_one, default=128, help="copy: sentences per batch")
-    parser.add_argument("--batch-tokens", type=at_least_one, default=cpu_recipe()[1]["batch_tokens"],
+    parser.add_argument("--batch-tokens", type=at_least_one, default=RECIPE_TRAIN["batch_tokens"],
                         help="multi30k: tokens per batch (default: the CPU recipe's, %(default)s)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()

@@ -370,14 +370,16 @@ def _how_to_go_on(cfg: TrainConfig, progress: dict, resume: str) -> str:
 
 
 def _load_run(args):
+    from graphformer.training.checkpoint import BEST, LAST
     from graphformer.training.run import LoadedRun
 
     decoding = DecodeConfig(**given(args, DecodeConfig))
     backend = getattr(args, "attention_backend", TrainConfig.defaults()["attention_backend"])
     run = LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend)
-    if args.checkpoint in ("best", "last") and run.path.stem != f"checkpoint_{args.checkpoint}":
-        print(f"graphformer: warning: {args.run_dir} has no checkpoint_{args.checkpoint}.pt (yet: best is written at the "
-              f"end of an epoch); using {run.path.name}", file=sys.stderr)
+    asked = {"best": BEST, "last": LAST}.get(args.checkpoint)  # checkpoint.find falls back from one to the other
+    if asked and run.path.name != asked:
+        print(f"graphformer: warning: {args.run_dir} has no {asked} (yet: best is written at the end of an epoch); "
+              f"using {run.path.name}", file=sys.stderr)
     return run, decoding
 
 
