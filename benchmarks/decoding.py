@@ -23,6 +23,11 @@ Methods, all running the same greedy / beam search code and required to produce 
   backend (which takes ``padded`` here) and, in the fixed setting, with ``dgl``;
 * graph recompute (fixed setting only, timed once: it is slow): the whole prefix rebuilt as a
   training batch at every step (the reference);
+* graph, inline step (bound) (fixed setting only): the graph decoder with its step's operations
+  written out inline as the dense peer's are (`InlineStepGraphStepper`: its batch, encoder,
+  cache, reorders and search are the graph decoder's; no relation, backend dispatch or node
+  function per step). Not a decoder to use: the most that cutting the graph decoder's per-step
+  overhead could reach where nothing ends early;
 * dense KV cache: the same weights in ``torch.nn.Transformer``, decoded on padded tensors with
   the usual key/value cache (its filled steps reordered by indexing, as dense libraries do), the memory's keys and
   values laid out head-major once per batch, and PyTorch's ``scaled_dot_product_attention``; a
@@ -86,6 +91,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from recipe import MODEL_SIZES, RECIPE_MODEL  # noqa: E402
 
 BEAMS = (1, 5)
+INLINE_BOUND = "graph, inline step (bound)"  # InlineStepGraphStepper's method name
 DEFAULT_MIRROR = "../shared/data/multi30k"
 # The CPU recipe's model; random weights, so no dropout, and one table per side (the vocabularies
 # below are per side).
@@ -149,6 +155,47 @@ class DenseCacheStepper:
         self.cache[:, :, :, :, :self.t] = self.cache[:, :, parents, :, :self.t]
 
 
+class InlineStepGraphStepper(IncrementalStepper):
+    """The graph decoder with its step's abstractions taken out: a bound, not a decoder to use.
+
+    Everything is `IncrementalStepper`'s (the graph batch and encoder, its padded memory, its cache
+    of each hypothesis's keys and values as one block, reorders and dropped rows, search) except
+    ``step``, whose operations are written out inline as the dense peer's are: no relation, no
+    backend dispatch, no node functions or residual blocks, one fused attention call per
+    sub-layer over the cache's and the memory's blocks, read in place. It computes what the graph
+    step computes (`test_benchmarks.py` holds it to that). Its time against the dense peer's is
+    the most the graph decoder could reach by cutting its per-step overhead alone: the bound on
+    fixed lengths, where nothing ends early. For what the fixed setting decodes: a pre-norm
+    Transformer, causal decoder self-attention and full cross-attention, sources of one length.
+    """
+
+    def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int, pool):
+        super().__init__(model, batch, hyps_per_sentence, max_steps, pool)
+        if not (model.cfg.model == "transformer" and model.cfg.norm_first and self.causal and self.cross is not None
+                and len(set(self.src_lengths)) == 1):
+            raise ValueError("the inline step covers pre-norm Transformers with causal and full attention on sources "
+                             "of one length (the fixed setting)")
+
+    def step(self, tokens):
+        model, t, n, k = self.model, self.t, self.num_hyps, self.k
+        x = model.tgt_embed.embed(tokens, torch.full_like(tokens, t))
+        for i, layer in enumerate(model.decoder.layers):
+            attn, cross, d = layer.self_attn, layer.cross_attn, x.shape[1]
+            q, key, value = F.linear(layer.self_block.norm(x), attn.in_proj.weight,
+                                     attn.in_proj.bias).view(n, 3, attn.heads, -1).unbind(1)
+            self.cache[0, i, :n, t], self.cache[1, i, :n, t] = key, value
+            keys, values = (self.cache[j, i, :n, :t + 1].transpose(1, 2) for j in (0, 1))  # (n, H, t + 1, d_head)
+            x = x + attn.out_proj(F.scaled_dot_product_attention(q[:, :, None], keys, values).view(n, d))
+            q = F.linear(layer.cross_block.norm(x), cross.in_proj.weight[:d], cross.in_proj.bias[:d])
+            q = q.view(n // k, k, cross.heads, -1).transpose(1, 2)  # (sentences, H, k, d_head)
+            memory = (z.view(n // k, self.width, cross.heads, -1).transpose(1, 2) for z in self.memory_kv[i])
+            o = F.scaled_dot_product_attention(q, *memory).transpose(1, 2).reshape(n, d)
+            x = x + cross.out_proj(o)
+            x = x + layer.feed_forward.linear2(torch.relu(layer.feed_forward.linear1(layer.ff_block.norm(x))))
+        self.t += 1
+        return model.generator(model.decoder.norm(x))
+
+
 def search(stepper, limits, beam, drop_finished):
     if beam == 1:
         return greedy_search(stepper, limits, drop_finished=drop_finished)
@@ -179,13 +226,13 @@ def decode_batches(model, src, limits, beam, stepper_of, batch_tokens=DECODE_BAT
     return out
 
 
-def graph_stepper(model, backend):
+def graph_stepper(model, backend, stepper=IncrementalStepper):
     pool = model.make_pool()
 
     def make(chunk, beam, max_steps):
         model.attention_backend = backend
         batch = make_batch(pool, chunk).to(next(model.parameters()).device)
-        return IncrementalStepper(model, batch, beam, max_steps, pool), True
+        return stepper(model, batch, beam, max_steps, pool), True
     return make
 
 
@@ -333,6 +380,7 @@ def fixed_setting(rounds: int) -> list[dict]:
     rows = []
     for beam in BEAMS:
         makers = {f"graph incremental ({b})": (lambda b=b: graph_stepper(model, b)) for b in ("dgl", "auto")}
+        makers[INLINE_BOUND] = lambda: graph_stepper(model, "auto", InlineStepGraphStepper)
         makers["dense KV cache"] = lambda: dense_stepper(model, dense)
         methods, clocks = clocked_methods(model, src, limits, beam, makers)
         check = same_outputs()
@@ -349,9 +397,10 @@ def fixed_setting(rounds: int) -> list[dict]:
                            python_calls_setup=calls[row["method"]]["setup"],
                            python_calls_per_step=calls[row["method"]]["per_step"])
             rows.append(row)
-        graph, peer = split["graph incremental (auto)"], split["dense KV cache"]
+        graph, bound, peer = (split[name] for name in ("graph incremental (auto)", INLINE_BOUND, "dense KV cache"))
         print(f"fixed beam {beam}: setup {graph['setup'] * 1e3:.1f} ms graph, {peer['setup'] * 1e3:.1f} ms dense; "
-              f"search {graph['search'] * 1e3:.1f} ms, {peer['search'] * 1e3:.1f} ms; Python calls per step "
+              f"search {graph['search'] * 1e3:.1f} ms, {peer['search'] * 1e3:.1f} ms (the graph decoder with an inline "
+              f"step: {bound['search'] * 1e3:.1f} ms); Python calls per step "
               f"{calls['graph incremental (auto)']['per_step']:.0f} graph, {calls['dense KV cache']['per_step']:.0f} "
               "dense")
     return rows

@@ -39,12 +39,46 @@ def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, mess
     assert not list(tmp_path.iterdir())
 
 
-def test_predicted_searches_pay_per_live_row_and_per_step_until_the_longest_output():
+def decoding_benchmark():
     spec = importlib.util.spec_from_file_location("decoding_benchmark", BENCHMARKS / "decoding.py")
     decoding = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(decoding)
+    return decoding
+
+
+def test_predicted_searches_pay_per_live_row_and_per_step_until_the_longest_output():
+    decoding = decoding_benchmark()
     batches, lengths = [[0, 1, 2], [3]], [2, 5, 3, 4]
     # Per row only: the graph decoder steps 2 + 5 + 3 + 4 live rows, a padded one 3 x 5 + 1 x 4.
     assert decoding.predicted_searches((0.0, 1.0), batches, lengths) == (14.0, 19.0)
     # Per step only: both step each batch until its longest output ends, 5 + 4 steps.
     assert decoding.predicted_searches((1.0, 0.0), batches, lengths) == (9.0, 9.0)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_inline_step_bound_computes_what_the_graph_step_computes(beam):
+    """The fixed setting's bound (the graph decoder with its step written inline) is only a bound
+    if it computes the same thing: fed the same tokens, through reorders that move and drop rows,
+    it gives the graph stepper's log-probabilities at every step."""
+    import torch
+    from graphformer.decoding import IncrementalStepper
+    from graphformer.graphs import make_batch
+    decoding = decoding_benchmark()
+    model, src = decoding.fixed_model_and_sources(sentences=4)
+    pool = model.make_pool()
+    batch = make_batch(pool, src)
+    steppers = [cls(model, batch, beam, 8, pool) for cls in (IncrementalStepper, decoding.InlineStepGraphStepper)]
+    generator = torch.Generator().manual_seed(0)
+    rows = 4 * beam
+    with torch.inference_mode():
+        for t in range(8):
+            tokens = torch.randint(4, 30, (rows,), generator=generator)
+            graph, inline = (stepper.step(tokens) for stepper in steppers)
+            torch.testing.assert_close(inline, graph, rtol=1e-4, atol=1e-5)
+            if t in (2, 5):  # each hypothesis continues another of its sentence's; then the last sentence leaves
+                parents = torch.arange(rows).view(-1, beam).flip(1).flatten() if t == 2 else torch.arange(rows - beam)
+                rows = len(parents)
+                for stepper in steppers:
+                    stepper.reorder(parents)
+    with pytest.raises(ValueError, match="sources of one length"):
+        decoding.InlineStepGraphStepper(model, make_batch(pool, [[5, 6], [5, 6, 7]]), 1, 8, pool)
