@@ -63,16 +63,17 @@ def test_the_inline_step_bound_computes_what_the_graph_step_computes(beam):
     import torch
     from graphformer.decoding import IncrementalStepper
     from graphformer.graphs import make_batch
+    from graphformer.vocab import SPECIALS
     decoding = decoding_benchmark()
     model, src = decoding.fixed_model_and_sources(sentences=4)
     pool = model.make_pool()
     batch = make_batch(pool, src)
     steppers = [cls(model, batch, beam, 8, pool) for cls in (IncrementalStepper, decoding.InlineStepGraphStepper)]
     generator = torch.Generator().manual_seed(0)
-    rows = 4 * beam
+    rows = len(src) * beam
     with torch.inference_mode():
         for t in range(8):
-            tokens = torch.randint(4, 30, (rows,), generator=generator)
+            tokens = torch.randint(len(SPECIALS), model.cfg.tgt_vocab, (rows,), generator=generator)  # words
             graph, inline = (stepper.step(tokens) for stepper in steppers)
             torch.testing.assert_close(inline, graph, rtol=1e-4, atol=1e-5)
             if t in (2, 5):  # each hypothesis continues another of its sentence's; then the last sentence leaves
