@@ -14,6 +14,7 @@ traceback. Set GRAPHFORMER_DEBUG=1 to see the traceback of a user error too.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import signal
@@ -240,8 +241,14 @@ def read_config_file(path: str) -> tuple[dict, dict]:
     except yaml.YAMLError as err:
         raise UserError(f"--config {path} is not valid YAML or JSON ({str(err).splitlines()[0]})") from None
     config = config or {}
-    if not isinstance(config, dict) or set(config) - {"model", "train"}:
+    if not isinstance(config, dict):
         raise UserError(f"--config {path} must hold a 'model' and/or a 'train' mapping, like a run's config.json")
+    unknown = [str(name) for name in config if name not in ("model", "train")]  # YAML keys need not be text
+    if unknown:
+        what = (f"{unknown[0]!r} is not a section" if len(unknown) == 1
+                else f"{', '.join(map(repr, unknown))} are not sections")
+        raise UserError(f"--config {path}: {what}; the sections are 'model' and 'train' (either or both), like a run's "
+                        "config.json")
     model, train = config.get("model") or {}, config.get("train") or {}
     for name, section, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
         if not isinstance(section, dict):
@@ -319,7 +326,8 @@ def cmd_train(args) -> int:
 
     follow_launcher()
 
-    trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet)
+    trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet,
+                      abort=_abort_training)
     warning = None if args.resume else ignored_flags_warning(args, model_cfg)
     if warning and trainer.ctx.is_main:  # after the run's checks: an error stays the only line
         print(warning, file=sys.stderr)
@@ -328,6 +336,8 @@ def cmd_train(args) -> int:
     except BaseException:
         trainer.close(failed=True)
         raise
+    if trainer.interrupted:
+        _abort_on_ctrl_c_at_exit()
     trainer.close()
     if not trainer.ctx.is_main:
         return 0
@@ -349,6 +359,32 @@ def cmd_train(args) -> int:
         print(f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "
               f"{_how_to_go_on(trainer.cfg, trainer.progress, resume)}")
     return 0
+
+
+def _abort_training() -> None:
+    """A second Ctrl-C in training: one line, and exit 130 at once. A KeyboardInterrupt could land
+    anywhere, inside torch.save (whose zip writer then raises an error of its own) or in an exit
+    hook, and end in a traceback. Ending without clean-up loses nothing: files are written to a
+    temporary and renamed (`graphformer.files`), and the next run removes a temporary left behind."""
+    try:
+        sys.stdout.flush()
+        _say("interrupted")
+    finally:
+        os._exit(130)
+
+
+def _abort_on_ctrl_c_at_exit() -> None:
+    """Training stopped for a Ctrl-C and gave the signal back; another one is the second still, and
+    may land in an exit hook (torch has some): there too it must be `_abort_training`. Set when the
+    interpreter exits, not now, since main() also runs inside other programs (the tests). Exit hooks
+    run last registered first, so this one runs before torch's."""
+    atexit.unregister(_ctrl_c_aborts)  # one is enough, however many runs this process stopped
+    atexit.register(_ctrl_c_aborts)
+
+
+def _ctrl_c_aborts() -> None:
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # an ignored Ctrl-C stays ignored
+        signal.signal(signal.SIGINT, lambda signum, frame: _abort_training())
 
 
 def _finished(cfg: TrainConfig, progress: dict) -> bool:

@@ -402,6 +402,67 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     assert read_jsonl(run / "steps.jsonl")[-1]["step"] == state["progress"]["step"] + 2
 
 
+# A training run stopped by a first Ctrl-C in step 6 (the checkpoint of epoch 1, 4 steps, is on disk),
+# and a second one while the interrupt's checkpoint is written ("save") or in an exit hook ("exit").
+SECOND_CTRL_C = r"""
+import atexit, signal, sys
+import torch
+from graphformer.cli import main
+from graphformer.training.trainer import Trainer
+
+where, argv = sys.argv[1], sys.argv[2:]
+step, save = Trainer.train_step, torch.save
+
+def first_ctrl_c_in_step_6(self, *args):
+    if self.progress["step"] == 5:
+        signal.raise_signal(signal.SIGINT)
+    return step(self, *args)
+
+class SecondCtrlCMidWrite:
+    def __init__(self, f):
+        self.f, self.writes = f, 0
+
+    def write(self, data):
+        self.writes += 1
+        if self.writes == 3:  # of many: torch's zip writer is in the middle of the file
+            signal.raise_signal(signal.SIGINT)
+        return self.f.write(data)
+
+    def __getattr__(self, name):  # flush, and whatever else the writer asks of its file
+        return getattr(self.f, name)
+
+def save_with_a_second_ctrl_c(obj, f, *args, **kwargs):
+    if where == "save" and isinstance(obj, dict) and obj["progress"]["step"] == 6:
+        f = SecondCtrlCMidWrite(f)  # inside torch's zip writer
+    return save(obj, f, *args, **kwargs)
+
+Trainer.train_step, torch.save = first_ctrl_c_in_step_6, save_with_a_second_ctrl_c
+if where == "exit":
+    atexit.register(signal.raise_signal, signal.SIGINT)  # runs after graphformer's hooks, as torch's do
+sys.exit(main(argv))
+"""
+
+
+@pytest.mark.parametrize("where", ["save", "exit"])
+def test_a_second_ctrl_c_ends_training_with_one_line_and_status_130(tmp_path, where):
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", SECOND_CTRL_C, where, "train", "--task", "parallel", "--data-dir",
+                           str(data), "--out", str(run), "--epochs", "3", "--batch-size", "16", *TINY_MODEL],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, \
+        proc.stderr[-3000:]
+    assert "interrupted" in lines[-1] and len(lines) == {"save": 1, "exit": 2}[where], proc.stderr
+    written = {"save": 4, "exit": 6}[where]  # the interrupt's checkpoint is whole or absent
+    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == written
+    cut_off = [p for p in run.iterdir() if ".tmp-" in p.name]  # the interrupt's, left by the exit
+    assert len(cut_off) == {"save": 1, "exit": 0}[where], cut_off
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "7"]) == 0  # and harmless
+    assert not [p for p in run.iterdir() if ".tmp-" in p.name]
+    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == 7
+
+
 def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path, monkeypatch, capsys):
     """A shell starts a script's background job (cmd &) with SIGINT ignored, so that a Ctrl-C at the
     terminal spares it: training keeps it ignored (as a run of several processes does), and a

@@ -374,6 +374,38 @@ def test_a_second_trainer_on_the_same_run_is_refused(trained, tmp_path, capsys):
     assert train("--out", str(run), "--resume", "--epochs", "2") == 0  # free again
 
 
+def _damage_checkpoint(run):
+    (run / checkpoint.LAST).write_bytes(torch.randint(0, 256, (5000,), dtype=torch.uint8).numpy().tobytes())
+
+
+def _damage_vocab(run):
+    (run / "vocab.json").write_text("{not json")
+
+
+def _put_another_models_checkpoint(run):
+    state = checkpoint.load(run / checkpoint.LAST)
+    state["model_config"]["d_ff"] *= 2
+    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"}, run / checkpoint.LAST)
+
+
+@pytest.mark.parametrize("lock", [b"process 424242\n", None], ids=["lock of an earlier trainer", "no lock"])
+@pytest.mark.parametrize("damage,needle", [(_damage_checkpoint, "checkpoint_last.pt is"),
+                                           (_damage_vocab, "vocab.json is not valid JSON"),
+                                           (_put_another_models_checkpoint, "holds another model")],
+                         ids=["damaged checkpoint", "garbage vocabulary", "another model's checkpoint"])
+def test_a_refused_resume_leaves_the_run_directory_as_it_was(trained, tmp_path, capsys, lock, damage, needle):
+    """The run is not locked (which writes this process's id into .lock) before it is known to resume."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    (run / ".lock").unlink()
+    if lock is not None:
+        (run / ".lock").write_bytes(lock)
+    damage(run)
+    before = snapshot(run)
+    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"], needle)
+    assert snapshot(run) == before
+
+
 def test_resuming_a_run_still_training_before_its_first_checkpoint_names_the_trainer(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
@@ -559,6 +591,16 @@ def test_a_runs_config_json_with_the_other_batch_option_or_task(trained, tmp_pat
 def test_a_config_section_that_is_not_a_mapping_is_a_one_line_error(tmp_path, capsys, text, section):
     (tmp_path / "bad.yaml").write_text(text)
     one_line_error(capsys, ["train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "run")], section)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text", ["foo:\n  layers: 1\nmodel:\n  layers: 1\n", "foo:\n  layers: 1\n"],
+                         ids=["beside model", "instead of model"])
+def test_an_unknown_config_section_is_named(tmp_path, capsys, text):
+    (tmp_path / "bad.yaml").write_text(text)
+    err = one_line_error(capsys, ["train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "run")],
+                         "'foo'")
+    assert "'model'" in err and "'train'" in err, err  # the sections it may hold
     assert not (tmp_path / "run").exists()
 
 

@@ -8,7 +8,11 @@ of short sentences) keeps few tiles. The result is exactly graph attention over 
     S_t   = scale * Q_qb(t) K_kb(t)^T      masked to the tile's edges
     m     = max over a query's tiles of S   (pass 1: stability, as in scaled_exp)
     l     = sum_t rowsum exp(S_t - m)       (pass 2, with O = sum_t exp(S_t - m) V_kb(t))
-    out   = O / l,  and lse = m + log l is all the backward pass keeps
+    out   = O / l,  and m and l are all the backward pass keeps
+
+The backward pass rebuilds the weights as exp(S_t - m) / l, not as exp(S_t - lse) with
+lse = m + log l: for large scores a float32 lse has no bits left for log l, and the weights
+would no longer sum to 1.
 
 Tiles are processed in chunks, forward and backward (FlashAttention-style recomputation), so
 memory stays O(nodes) plus one chunk of tiles: no (edges x heads) tensor is ever stored.
@@ -16,7 +20,10 @@ A tile spans whole blocks of keys, so it meets keys that no edge names; those ar
 (their weight is 0, but 0 * NaN is NaN), so whatever the key tensor holds there never reaches a
 result (a decoding cache leaves the slots past the current step unwritten).
 No DGL kernel is involved: the work is plain PyTorch matmuls on whatever device q, k, v are on.
-Per-edge weights (for inspection) are exp(scale * q_v . k_u - lse_v), read off the same pass.
+Per-edge weights (for inspection) are computed edge by edge, as the torch backend computes them
+(max, exp, sum over each query's edges): a score recomputed per edge rounds apart from its tile's
+matmul, and for large scores one rounding outweighs the whole range of exp, so the weights are
+normalised over the very scores they are made of.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import math
 
 import torch
 
+from graphformer.attention import torch_ops
 from graphformer.graphs.relation import Relation
 
 BLOCK = 64
@@ -124,19 +132,16 @@ class BlockedAttention(torch.autograd.Function):
             P = torch.exp(S - peak[qb][..., None])
             total.index_add_(0, qb, P.sum(-1))
             O.index_add_(0, qb, P @ V[kb])
-        has_keys = total > 0  # false only on padding rows
-        O = O / torch.where(has_keys, total, torch.ones_like(total))[..., None]
-        lse = torch.where(has_keys, peak + torch.log(total), torch.zeros_like(total))
+        total = torch.where(total > 0, total, torch.ones_like(total))  # 0 only on padding rows
+        O = O / total[..., None]
         ctx.layout, ctx.scale = layout, scale
-        ctx.save_for_backward(Q, K, V, O, lse)
-        node_lse = _from_blocks(lse[..., None], layout.num_queries)  # (N_dst, H, 1)
-        ctx.mark_non_differentiable(node_lse)
-        return _from_blocks(O, layout.num_queries), node_lse
+        ctx.save_for_backward(Q, K, V, O, peak, total)
+        return _from_blocks(O, layout.num_queries)
 
     @staticmethod
-    def backward(ctx, grad_out, _grad_lse):
+    def backward(ctx, grad_out):
         layout, scale = ctx.layout, ctx.scale
-        Q, K, V, O, lse = ctx.saved_tensors
+        Q, K, V, O, peak, total = ctx.saved_tensors
         dO = _to_blocks(grad_out.contiguous(), layout.query_blocks, layout.block)
         delta = (dO * O).sum(-1)  # rowsum(dO * O) = sum_u P_u dP_u
         dQ, dK, dV = torch.zeros_like(Q), torch.zeros_like(K), torch.zeros_like(V)
@@ -144,7 +149,7 @@ class BlockedAttention(torch.autograd.Function):
             qb, kb = layout.q_block[c], layout.k_block[c]
             Qc, Kc, Vc, dOc = Q[qb], K[kb], V[kb], dO[qb]
             S = _scores(Qc, Kc, layout.mask[c], scale)
-            P = torch.exp(S - lse[qb][..., None])
+            P = torch.exp(S - peak[qb][..., None]) / total[qb][..., None]
             dV.index_add_(0, kb, P.transpose(-1, -2) @ dOc)
             dS = P * (dOc @ Vc.transpose(-1, -2) - delta[qb][..., None])
             dQ.index_add_(0, qb, dS @ Kc * scale)
@@ -156,10 +161,9 @@ class BlockedAttention(torch.autograd.Function):
 def attend(relation: Relation, q, k, v, return_weights: bool = False, block: int = BLOCK):
     """Graph attention over the relation's edges, tile by tile; same contract as the DGL backend,
     except that the weights (for inspection) carry no gradient."""
-    out, lse = BlockedAttention.apply(layout_of(relation, block), q, k, v)
+    out = BlockedAttention.apply(layout_of(relation, block), q, k, v)
     if not return_weights:
         return out
     with torch.no_grad():
-        u, v_ = relation.u, relation.v
-        scores = (q[v_] * k[u]).sum(-1, keepdim=True) / math.sqrt(q.shape[-1])
-        return out, torch.exp(scores - lse[v_])
+        a = torch_ops.scaled_exp(relation, torch_ops.src_dot_dst(relation, k, q), 1.0 / math.sqrt(q.shape[-1]))
+        return out, a / torch_ops.sum_into_destinations(relation, a)[relation.v]

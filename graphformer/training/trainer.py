@@ -16,6 +16,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -60,10 +61,15 @@ class Trainer:
     ``model_cfg`` and ``train_cfg`` describe a new run; with ``resume=True`` they are the run's
     saved configuration (``graphformer.training.config.resume_config`` says what may change)
     and training continues from ``checkpoint_last.pt``.
+
+    ``abort`` is what a second Ctrl-C does: by default it raises KeyboardInterrupt for the caller
+    (a notebook, say) to handle; the command line ends the process at once instead.
     """
 
     def __init__(self, run_dir: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                 resume: bool = False, show_progress: bool = True):
+                 resume: bool = False, show_progress: bool = True, abort: Callable[[], None] | None = None):
+        if abort is not None:
+            self.abort = abort
         self.files = RunDir(run_dir)
         self.run_dir = self.files.path
         self.ctx = distributed.setup(train_cfg.device)
@@ -170,10 +176,13 @@ class Trainer:
                 raise UserError(f"{self.run_dir} is being trained by {owner} and has no checkpoint yet; wait for "
                                 "one (an epoch's end), or for that run to finish")
             raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
+        # Checked before the run is locked, since locking writes .lock: a refused resume must leave
+        # the run directory as it was.
+        written = _version(path)
+        state = self._resumable_state(path)
         self._open_run_dir(new_run=False)
-        state = checkpoint.load(path)
-        check_matches_run(state, self.files, path)
-        self._check_batches_per_step(state)
+        if _version(path) != written:  # a trainer that held the run wrote it meanwhile
+            state = self._resumable_state(path)
         self._load_data()
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
         self._encode()
@@ -188,11 +197,18 @@ class Trainer:
         if torch.cuda.is_available() and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self._check_epoch_has_steps()
-        self._check_limits_not_below_progress(self.files.read_config()[1])
         self._open_board()
         if self.ctx.is_main:
             self.files.cut_logs(self.progress["step"], self.progress["epoch"])
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
+
+    def _resumable_state(self, path: Path) -> dict:
+        """The checkpoint to resume from, read and checked against the run's files and this launch."""
+        state = checkpoint.load(path)
+        check_matches_run(state, self.files, path)
+        self._check_batches_per_step(state)
+        self._check_limits_not_below_progress(state["progress"], self.files.read_config()[1])
+        return state
 
     def _check_batches_per_step(self, state: dict) -> None:
         """A resumed run keeps its batches per optimizer step, accumulate x processes: step s of an
@@ -211,12 +227,12 @@ class Trainer:
                             f"{trained_by} process(es) ({resume_command(self.run_dir, trained_by)})")
         raise UserError(f"{how}: resume it with {resume_command(self.run_dir, world)} --accumulate {per_step // world}")
 
-    def _check_limits_not_below_progress(self, saved: dict) -> None:
+    def _check_limits_not_below_progress(self, progress: dict, saved: dict) -> None:
         """A resumed run's new --epochs and --max-steps must not undercut what it has done:
         config.json would no longer describe the run (as --config, it would train a shorter one).
         (A lower value saved by an earlier version is kept: the run is then done.)"""
-        for flag, name, done, unit in (("--epochs", "epochs", self.progress["epoch"], "epochs"),
-                                       ("--max-steps", "max_steps", self.progress["step"], "steps")):
+        for flag, name, done, unit in (("--epochs", "epochs", progress["epoch"], "epochs"),
+                                       ("--max-steps", "max_steps", progress["step"], "steps")):
             limit = getattr(self.cfg, name)
             if limit is not None and limit < done and limit != saved.get(name):  # config.json's: given now
                 raise UserError(f"{flag} {limit} is fewer than the {done} {unit} {self.run_dir} has trained; give at "
@@ -516,9 +532,15 @@ class Trainer:
         if self.ctx.is_main:
             self.files.log(name, record)
 
+    @staticmethod
+    def abort() -> None:
+        """What a second Ctrl-C does, unless the trainer was given another ``abort``."""
+        raise KeyboardInterrupt
+
     def _on_interrupt(self, signum, frame):
         if self._stop_requested and signum == signal.SIGINT:  # a second Ctrl-C: stop now, the last checkpoint stays
-            raise KeyboardInterrupt
+            self.abort()
+            return
         # A repeated SIGTERM only asks again: a scheduler may send one to every process of a job, and the
         # launcher of several processes passes its own copy on.
         self._stop_requested = True
@@ -530,6 +552,12 @@ class NonFiniteLoss(ArithmeticError):
     def __init__(self, value: float):
         super().__init__(f"non-finite loss {value}")
         self.value = value
+
+
+def _version(path: Path) -> tuple:
+    """What tells one version of a file from the next: each atomic write makes a new file."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
 def _tuplify(x):
