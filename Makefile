@@ -1,8 +1,17 @@
-# Everything installs into a project-local .venv; `make test` works on a fresh machine.
+# Everything installs into project-local venvs; `make test-all` works on a fresh machine.
+# Two stacks (README): the reference one, .venv (Python 3.11, torch 2.2.1, DGL 2.1.0), and the
+# current one, .venv-current (Python 3.12, the torch of setup.cfg's `current` extra, no DGL).
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# pyenv's shims answer for every version's command but run only the selected ones, so a
+# python3.12 that cannot run is looked for among pyenv's versions.
+PYTHON_CURRENT ?= $(shell python3.12 -c "" 2>/dev/null && echo python3.12 || \
+	ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
+VENV_CURRENT  := .venv-current
+BIN_CURRENT   := $(VENV_CURRENT)/bin
+STAMP_CURRENT := $(VENV_CURRENT)/.installed-stamp
 # Tests run in 2 processes; one thread each keeps 2 cores from being oversubscribed.
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DGLBACKEND=pytorch
 
@@ -11,21 +20,39 @@ MULTI30K ?= ../shared/data/multi30k
 # then also times bfloat16 decoding, with the recipe's decoding choices (docs/results.md).
 MULTI30K_RUN ?= runs/multi30k-cpu
 
-.PHONY: install test test-fast demo bench gpu-check docs lab clean
+.PHONY: install install-current test test-current test-all test-fast test-fast-current demo bench gpu-check docs lab clean
 
 install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip<25"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,dgl]"
 	touch $(STAMP)
+
+install-current: $(STAMP_CURRENT)
+
+$(STAMP_CURRENT): setup.cfg pyproject.toml
+	@test -n "$(PYTHON_CURRENT)" || { echo "no Python 3.12 found: install one or give PYTHON_CURRENT=..."; exit 2; }
+	test -x $(BIN_CURRENT)/python || $(PYTHON_CURRENT) -m venv $(VENV_CURRENT)
+	$(BIN_CURRENT)/python -m pip install --quiet --upgrade pip
+	$(BIN_CURRENT)/python -m pip install --quiet -e ".[dev,current]"
+	touch $(STAMP_CURRENT)
+
+# Both stacks, one after the other (CI runs this).
+test-all: test test-current
 
 test: install
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=10 tests
 
+test-current: install-current
+	$(TEST_ENV) $(BIN_CURRENT)/python -m pytest -n 2 --durations=10 tests
+
 test-fast: install
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow" tests
+
+test-fast-current: install-current
+	$(TEST_ENV) $(BIN_CURRENT)/python -m pytest -n 2 -m "not slow" tests
 
 demo: install
 	BIN=$(BIN) bash examples/copy/demo.sh
@@ -54,4 +81,4 @@ lab: install
 	GRAPHFORMER_NOTEBOOK_DIR=$(CURDIR)/runs/notebooks $(BIN)/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV_CURRENT) *.egg-info .pytest_cache

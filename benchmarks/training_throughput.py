@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from graphformer import make_model
-from graphformer.attention import BACKENDS
+from graphformer.attention import BACKENDS, check_backend_trains, unavailable
 from graphformer.cli import at_least_one
 from graphformer.data import multi30k, synthetic
 from graphformer.data.batching import plan_batches
@@ -64,6 +64,15 @@ class DensePeer(nn.Module):
         h = self.core(emb(src), emb(tgt_in), tgt_mask=causal, src_key_padding_mask=src == PAD,
                       tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src == PAD)
         return torch.log_softmax(self.out(h), -1)
+
+
+def trains_here(backend: str) -> bool:
+    """Whether the installed stack has ``backend`` and it trains on the CPU (flex does not)."""
+    try:
+        check_backend_trains(backend, torch.device("cpu"))
+    except ValueError:
+        return False
+    return not unavailable(backend)
 
 
 def pad(seqs):
@@ -110,7 +119,8 @@ def main():
     graph = make_model(len(vocab), **CONFIG)
     dense = DensePeer(len(vocab), **CONFIG)
     # Every backend but auto (which picks one of them), then the dense peer.
-    systems = {**{f"graph ({name})": graph for name in BACKENDS if name != "auto"}, "dense nn.Transformer": dense}
+    systems = {**{f"graph ({name})": graph for name in BACKENDS if name != "auto" and trains_here(name)},
+               "dense nn.Transformer": dense}
     optimizers = {name: make_optimizer(m.parameters(), CONFIG["d_model"], 400, 1.0) for name, m in systems.items()}
     pool = graph.make_pool()
     src_b = [[train.src[i] for i in b] for b in batches]
@@ -129,7 +139,7 @@ def main():
         return label_smoothed_nll(logp, gold, 0.1), int((gold != PAD).sum())
 
     def run(name):
-        graph.attention_backend = name[len("graph ("):-1] if name.startswith("graph") else "dgl"
+        graph.attention_backend = name[len("graph ("):-1] if name.startswith("graph") else "auto"
         step = dense_step if name.startswith("dense") else graph_step
         optimizer, schedule = optimizers[name]
         step(0)[0].backward()  # warm-up

@@ -90,3 +90,58 @@ def low_precision_drift(kind, precision, device="cpu"):
     drift = max(float((out.float() - reference).abs().max()) for out in (forced, stepped))
     step_change = float((reference[:, 1:] - reference[:, :-1]).abs().amax(-1).min())
     return drift, step_change, stepper.cache.dtype
+
+
+def dgl_missing():
+    """Why DGL cannot be used on this stack (the current one has none), or None."""
+    from graphformer.graphs.heterograph import dgl_missing as missing
+    return missing()
+
+
+def needs_dgl(test):
+    """Skip ``test`` where DGL cannot be imported, saying why."""
+    import pytest
+    return pytest.mark.skipif(bool(dgl_missing()), reason=f"needs DGL (reference stack): {dgl_missing()}")(test)
+
+
+def why_not(name, *, grad=False, float64=False):
+    """Why these tests cannot run backend ``name`` here (on the CPU), or None: the installed stack
+    lacks it, or the test needs gradients or float64, which ``flex`` does not compute on a CPU."""
+    from graphformer.attention import unavailable
+    if unavailable(name):
+        return unavailable(name)
+    if name == "flex" and grad:
+        return "flex has no backward pass on the CPU (it trains on CUDA only)"
+    if name == "flex" and float64:
+        return "flex computes in float32, bfloat16 or float16"
+    return None
+
+
+def backends(*names, grad=False, float64=False):
+    """``names`` as pytest parameters, each skipped (with the reason) where this stack cannot run it
+    as the test needs (`why_not`)."""
+    import pytest
+    reasons = {n: why_not(n, grad=grad, float64=float64) for n in names}
+    return [pytest.param(n, marks=pytest.mark.skipif(bool(reasons[n]), reason=str(reasons[n]))) for n in names]
+
+
+def reference_backend() -> str:
+    """The edge-wise kernels the other backends are checked against: DGL's where it is
+    installed, else the same message passing in PyTorch."""
+    return "torch" if dgl_missing() else "dgl"
+
+
+def import_dgl():
+    """The dgl module, or the calling test skipped where it cannot be imported."""
+    import pytest
+    if dgl_missing():
+        pytest.skip(f"needs DGL (reference stack): {dgl_missing()}")
+    import dgl
+    return dgl
+
+
+def runnable(names=None, *, grad=False, float64=False) -> list:
+    """The backends (of ``names``, default all) that this stack can run as the test needs
+    (`why_not`), in sorted order."""
+    from graphformer.attention import BACKENDS
+    return [n for n in sorted(names or BACKENDS) if not why_not(n, grad=grad, float64=float64)]

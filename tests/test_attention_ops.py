@@ -1,11 +1,23 @@
 """The message-passing attention operators against a dense softmax."""
-import dgl
 import pytest
 import torch
 
 from graphformer import graph_attention
 from graphformer.attention import BACKENDS
+from graphformer.graphs import heterograph
+from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.relation import Relation
+from helpers import backends, dgl_missing, import_dgl, reference_backend, runnable
+
+
+def graph(u, v, n_keys, n_queries):
+    """A one-relation graph, key u[i] -> query v[i]."""
+    return HeteroGraph({"k": n_keys, "q": n_queries}, {("k", "e", "q"): (torch.as_tensor(u), torch.as_tensor(v))}, {})
+
+
+def relation_of(g):
+    (utype, _, vtype), = g.canonical_etypes
+    return Relation.of_edges(*g.edges(), g.num_nodes(utype), g.num_nodes(vtype))
 
 
 def dense_reference(q, k, v, mask):
@@ -20,8 +32,7 @@ def random_graph(n_keys, n_queries, p, seed):
     mask = torch.rand(n_queries, n_keys, generator=gen) < p
     mask[torch.arange(n_queries), torch.randint(n_keys, (n_queries,), generator=gen)] = True
     v_idx, u_idx = mask.nonzero(as_tuple=True)
-    g = dgl.heterograph({("k", "e", "q"): (u_idx, v_idx)}, num_nodes_dict={"k": n_keys, "q": n_queries})
-    return g, mask
+    return graph(u_idx, v_idx, n_keys, n_queries), mask
 
 
 def test_matches_dense_softmax_on_a_random_graph():
@@ -34,30 +45,39 @@ def test_matches_dense_softmax_on_a_random_graph():
     torch.testing.assert_close(w[:, :, 0], ref_w[:, vv, u].T, atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", backends(*sorted(BACKENDS)))
 def test_a_query_without_keys_is_an_error_on_every_backend(backend):
-    g = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 2])), num_nodes=3)  # node 0: no in-edge
+    g = graph([0, 1, 2], [1, 2, 2], 3, 3)  # node 0: no in-edge
     q = k = v = torch.randn(3, 2, 4)
     with pytest.raises(ValueError, match="query node 0 has no in-edges"):
         graph_attention(g, q, k, v, backend)
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", backends(*sorted(BACKENDS)))
 def test_a_graph_listing_an_edge_twice_is_an_error_on_every_backend(backend):
     """Tiles are masks: they would count the key once where edge kernels count it twice."""
-    g = dgl.add_edges(dgl.graph(([0, 0, 1], [0, 0, 0]), num_nodes=2), [1], [1])
+    g = graph([0, 0, 1, 1], [0, 0, 0, 1], 2, 2)
     q = k = v = torch.randn(2, 2, 4)
     with pytest.raises(ValueError, match="lists 1 edge"):
         graph_attention(g, q, k, v, backend)
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", backends(*sorted(BACKENDS), float64=True))
 def test_a_graph_with_32_bit_ids_gives_what_64_bit_ids_give(backend):
     u, v = torch.tensor([0, 1, 1, 2, 0]), torch.tensor([0, 0, 1, 2, 2])
     q, k, w = (torch.randn(3, 2, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(i)) for i in range(3))
-    wide = graph_attention(dgl.graph((u, v), num_nodes=3), q, k, w, backend)
-    narrow = graph_attention(dgl.graph((u, v), num_nodes=3, idtype=torch.int32), q, k, w, backend)
+    wide = graph_attention(graph(u, v, 3, 3), q, k, w, backend)
+    narrow = graph_attention(graph(u.int(), v.int(), 3, 3), q, k, w, backend)
     torch.testing.assert_close(narrow, wide, rtol=0, atol=1e-12)
+
+
+def test_a_dgl_graph_is_read_as_its_relation():
+    dgl = import_dgl()
+    u, v = torch.tensor([0, 1, 1, 2, 0]), torch.tensor([0, 0, 1, 2, 2])
+    q, k, w = (torch.randn(3, 2, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    for ids in (torch.int64, torch.int32):
+        out = graph_attention(dgl.graph((u, v), num_nodes=3, idtype=ids), q, k, w)
+        torch.testing.assert_close(out, graph_attention(graph(u, v, 3, 3), q, k, w), rtol=0, atol=1e-12)
 
 
 def test_extreme_scores_are_finite_and_exact():
@@ -98,7 +118,7 @@ def test_gradients_match_dense_softmax():
 def _backend_run(name, graph, q, k, v, **kw):
     for t in (q, k, v):
         t.grad = None
-    relation = graph if isinstance(graph, Relation) else Relation.of_graph(graph)
+    relation = graph if isinstance(graph, Relation) else relation_of(graph)
     out = BACKENDS[name](relation, q, k, v, **kw)
     weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
     (out * weights).sum().backward()
@@ -110,7 +130,7 @@ def test_blocked_backend_equals_edgewise_kernels(n_keys, n_queries, p, block):
     g, _ = random_graph(n_keys, n_queries, p, seed=n_keys)
     q = torch.randn(n_queries, 3, 8, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(n_keys, 3, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    reference = _backend_run("dgl", g, q, k, v)
+    reference = _backend_run(reference_backend(), g, q, k, v)
     blocked = _backend_run("blocked", g, q, k, v, block=block)
     for a, b in zip(reference, blocked):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
@@ -122,12 +142,37 @@ def test_blocked_backend_with_extreme_scores():
     k = 1e4 * torch.nn.functional.normalize(torch.randn(9, 2, 4, dtype=torch.float64), dim=-1) * 2
     q = torch.nn.functional.normalize(q, dim=-1)
     v = torch.randn(9, 2, 4, dtype=torch.float64)
-    out = BACKENDS["blocked"](Relation.of_graph(g), q, k, v, block=4)
+    out = BACKENDS["blocked"](relation_of(g), q, k, v, block=4)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, dense_reference(q, k, v, mask)[0], atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["dgl", "torch", "blocked", "padded"])
+@pytest.mark.parametrize("scale", [1.0, 1e4, 1e30])
+def test_blocked_backend_weights_sum_to_one_for_large_float32_scores(scale):
+    """The weights feed attention maps, heatmaps and animations, and the backward pass rebuilds
+    them tile by tile: both must be the torch backend's, however large the scores (float32,
+    whose log-sum-exp of large scores keeps no bits of the sum)."""
+    from graphformer.attention import torch_ops
+    g, _ = random_graph(37, 29, 0.3, seed=7)
+    relation = relation_of(g)
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(n, 2, 8, generator=gen) for n in (29, 37, 37))
+    q = q * scale
+    v.requires_grad_()
+    found, reference = [], []
+    for attend, results in ((lambda *a: BACKENDS["blocked"](*a, block=8), found), (torch_ops.attend, reference)):
+        v.grad = None
+        out, weights = attend(relation, q, k, v, True)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.extend([out.detach(), weights, v.grad.clone()])
+    sums = torch.zeros(29, 2, 1).index_add_(0, relation.v, found[1])
+    torch.testing.assert_close(sums, torch.ones_like(sums))
+    assert torch.isfinite(found[0]).all()
+    for mine, ref in zip(found, reference):  # outputs, weights, the gradient of v (the weights' own)
+        torch.testing.assert_close(mine, ref)
+
+
+@pytest.mark.parametrize("name", backends("dgl", "torch", "blocked", "padded"))
 def test_keys_that_no_edge_names_never_reach_a_result(name):
     """A decoding cache leaves the slots past the current step unwritten, so keys that no edge
     names may hold anything: NaN there changes no output and no gradient, though the blocked
@@ -142,7 +187,7 @@ def test_keys_that_no_edge_names_never_reach_a_result(name):
     relation = Relation.of_rows(rows, 40)
     q = torch.randn(21, 3, 8, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(40, 3, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    reference = _backend_run("dgl", relation, q, k, v)
+    reference = _backend_run(reference_backend(), relation, q, k, v)
     with torch.no_grad():
         k[33:], v[33:] = float("nan"), float("nan")
     found = _backend_run(name, relation, q, k, v, **({"block": 16} if name == "blocked" else {}))
@@ -160,7 +205,7 @@ def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
     src, tgt = random_pairs(9, 23, max_len=30)
     pool = model.make_pool()
     results = []
-    for name in sorted(BACKENDS):
+    for name in runnable(grad=True, float64=True):
         model.attention_backend = name
         model.zero_grad()
         out = model(make_batch(pool, src, tgt))  # a fresh batch: no tile layout carried over
@@ -177,12 +222,12 @@ def test_padded_backend_weights_and_edges_across_samples():
     # Two samples: 3 keys -> 2 queries and 4 keys -> 3 queries, random edges inside each.
     g1, m1 = random_graph(3, 2, 0.5, seed=5)
     g2, m2 = random_graph(4, 3, 0.5, seed=6)
-    g = dgl.batch([g1, g2])
-    relation = Relation.of_graph(g, torch.tensor([3, 4]), torch.tensor([2, 3]))
+    g = heterograph.batch([g1, g2])
+    relation = Relation.of_edges(*g.edges(), 7, 5, torch.tensor([3, 4]), torch.tensor([2, 3]))
     q = torch.randn(5, 2, 4, dtype=torch.float64)
     k, v = torch.randn(7, 2, 4, dtype=torch.float64), torch.randn(7, 2, 4, dtype=torch.float64)
     out, w = BACKENDS["padded"](relation, q, k, v, return_weights=True)
-    ref, ref_w = BACKENDS["dgl"](relation, q, k, v, return_weights=True)
+    ref, ref_w = BACKENDS[reference_backend()](relation, q, k, v, return_weights=True)
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     torch.testing.assert_close(w, ref_w, atol=1e-12, rtol=0)
     u, vv = g.edges()
@@ -197,7 +242,7 @@ def test_decoding_with_the_padded_backend_equals_recompute():
     model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1",
                        dec_attention="causal-window:2", cross_attention="window:3+global:1").double().eval()
     src, _ = random_pairs(6, 21, max_len=11, seed=2)
-    model.attention_backend = "dgl"
+    model.attention_backend = reference_backend()
     reference = translate_ids(model, src, beam=3, extra_len=4, incremental=False)
     model.attention_backend = "padded"
     fast = translate_ids(model, src, beam=3, extra_len=4, incremental=True)
@@ -224,7 +269,7 @@ def test_full_attention_is_read_in_place_run_by_run():
         assert full_runs(relation) == runs
         q = torch.randn(relation.num_queries, 2, 4, dtype=torch.float64, generator=gen)
         k, v = (torch.randn(relation.num_keys, 2, 4, dtype=torch.float64, generator=gen) for _ in range(2))
-        torch.testing.assert_close(BACKENDS["padded"](relation, q, k, v), BACKENDS["dgl"](relation, q, k, v),
+        torch.testing.assert_close(BACKENDS["padded"](relation, q, k, v), BACKENDS[reference_backend()](relation, q, k, v),
                                    atol=1e-12, rtol=0)
     assert full_runs(batch.relation(DEC)) is None  # causal: not every pair is an edge
     alternating = make_batch(pool, [[4, 5, 6], [4, 5]] * 4, [[7], [7]] * 4)
@@ -269,7 +314,7 @@ def test_training_on_runs_of_lengths_gives_the_same_gradients():
     src = [torch.randint(4, 23, (n,), generator=gen).tolist() for n in (5, 5, 5, 5, 7, 7, 7, 7)]
     tgt = [torch.randint(4, 23, (n,), generator=gen).tolist() for n in (6, 6, 6, 6, 4, 4, 4, 4)]
     results = []
-    for name in ("dgl", "padded"):
+    for name in (reference_backend(), "padded"):
         model.attention_backend = name
         model.zero_grad()
         batch = make_batch(model.make_pool(), src, tgt)
@@ -289,7 +334,7 @@ def test_a_batch_without_targets_runs_on_every_backend(model_kind):
     from graphformer.graphs import make_batch
     model = make_model(20, model=model_kind, d_model=16, heads=2, d_ff=16, dropout=0.0).eval()
     batch = make_batch(model.make_pool(), [[5, 6, 7], [8, 9]])
-    for backend in sorted(BACKENDS):
+    for backend in runnable():
         model.attention_backend = backend
         with torch.no_grad():
             out = model(batch, full_output=True)
@@ -307,3 +352,49 @@ def test_a_models_backend_is_checked_when_set():
         with pytest.raises(ValueError, match="unknown attention backend 'nope'"):
             model.attention_backend = "nope"
         assert model.attention_backend == "torch"
+
+
+def test_blocked_runs_under_an_autocast_that_takes_exp_to_float32(monkeypatch):
+    """CUDA autocast runs exp in float32 where CPU autocast keeps bfloat16; emulated on the CPU,
+    a bfloat16 forward and backward pass through ``blocked`` runs and stays near float32's."""
+    from graphformer.attention import blocked
+    from graphformer.graphs import patterns
+
+    real_exp = torch.exp
+
+    def exp_as_under_cuda_autocast(x, *args, **kwargs):
+        if torch.is_autocast_cpu_enabled() and x.dtype == torch.bfloat16:
+            x = x.float()
+        return real_exp(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "exp", exp_as_under_cuda_autocast)
+    n = 1100
+    relation = Relation.of_edges(*patterns.parse("window:16")(n, n), n, n)
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(n, 2, 16, generator=gen) for _ in range(3))
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            out = blocked.attend(relation, *leaves)
+        assert out.dtype == dtype
+        (out.float() * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append([out.detach().float()] + [t.grad.float() for t in leaves])
+    for exact, low in zip(*results):
+        torch.testing.assert_close(low, exact, atol=3e-2, rtol=3e-2)
+
+
+def test_a_graph_given_to_graph_attention_becomes_a_relation_on_the_tensors_device(monkeypatch):
+    """A graph is checked where it is (the CPU) and its edges go where q, k and v are: the
+    backend never meets CPU indices with GPU tensors ('meta' stands in for the GPU)."""
+    seen = []
+    monkeypatch.setitem(BACKENDS, "torch", lambda relation, q, k, v, **kw: seen.append(relation) or q)
+    q = torch.zeros(3, 2, 4, device="meta")
+    graphs = [graph([0, 1, 2], [0, 1, 2], 3, 3)]
+    if not dgl_missing():  # DGL installed: its graphs too
+        graphs.append(import_dgl().graph(([0, 1, 2], [0, 1, 2])))
+    for g in graphs:
+        graph_attention(g, q, q, q, backend="torch")
+        assert seen[-1].u.device.type == seen[-1].v.device.type == "meta" and seen[-1].verified
+    with pytest.raises(ValueError, match="query node 2 has no in-edges"):
+        graph_attention(graph([0, 1], [0, 1], 3, 3), q, q, q, backend="torch")

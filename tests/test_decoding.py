@@ -7,7 +7,7 @@ from graphformer.attention.padded import SHORT_SPAN
 from graphformer.data.batching import decoding_batches
 from graphformer.decoding import translate_ids
 from graphformer.decoding.search import length_penalty
-from helpers import random_pairs
+from helpers import backends, random_pairs, runnable
 
 VOCAB = 23
 
@@ -19,7 +19,8 @@ def random_model(norm_first=True, seed=0):
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-@pytest.mark.parametrize("norm_first,backend", [(True, "auto"), (False, "auto"), (True, "dgl"), (True, "torch")])
+@pytest.mark.parametrize("norm_first,backend",
+                         [(True, "auto"), (False, "auto"), *[(True, b) for b in runnable(["dgl", "torch"])]])
 def test_incremental_equals_recompute(beam, norm_first, backend):
     model = random_model(norm_first)
     model.attention_backend = backend
@@ -239,7 +240,7 @@ def test_length_penalty_formula():
     assert float(length_penalty(torch.tensor(7.0), 1.0)) == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize("backend", ["padded", "dgl", "torch", "blocked"])
+@pytest.mark.parametrize("backend", backends("padded", "dgl", "torch", "blocked"))
 @pytest.mark.parametrize("lengths", [[3, 1, 4], 2, SHORT_SPAN + 2])  # uneven; even, short and long
 @pytest.mark.parametrize("queries", [1, 2])
 def test_tiled_relation_is_its_edges(backend, lengths, queries):
@@ -270,7 +271,7 @@ def test_tiled_relation_is_its_edges(backend, lengths, queries):
     torch.testing.assert_close(graph_attention(tiled, q, k, v, backend), ref_out)  # without weights
 
 
-@pytest.mark.parametrize("backend,dec", [(b, "causal") for b in ("auto", "padded", "dgl", "torch", "blocked")]
+@pytest.mark.parametrize("backend,dec", [(b, "causal") for b in runnable(["auto", "padded", "dgl", "torch", "blocked"])]
                          + [(b, "causal-window:2") for b in ("auto", "padded", "blocked")])
 @pytest.mark.parametrize("beam", [1, 3])
 def test_cache_slots_past_the_step_are_never_read(backend, dec, beam):

@@ -1,5 +1,6 @@
-"""On a CUDA machine (skipped elsewhere): attention, training and decoding on the GPU with
-whatever DGL is installed (PyPI's is CPU-only; the relations carry everything to the GPU).
+"""On a CUDA machine (skipped elsewhere): attention, training and decoding on the GPU against
+the edge-wise kernels on the CPU (DGL's where it is installed; the relations carry everything
+to the GPU, so no CUDA build of DGL is needed).
 ``make gpu-check`` runs these and benchmarks/gpu_check.py."""
 import pytest
 import torch
@@ -8,7 +9,7 @@ from graphformer import make_model
 from graphformer.attention import BACKENDS, dgl_ops
 from graphformer.decoding import translate_ids
 from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
-from helpers import TINY_MODEL, random_pairs, small_copy_data
+from helpers import TINY_MODEL, random_pairs, reference_backend, small_copy_data
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")]
 GPU_BACKENDS = ["auto", "torch", "padded", "blocked"] + (["dgl"] if torch.cuda.is_available()
@@ -17,7 +18,7 @@ GPU_BACKENDS = ["auto", "torch", "padded", "blocked"] + (["dgl"] if torch.cuda.i
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 @pytest.mark.parametrize("enc", ["full", "window:2+global:1", "tree:1"])
-def test_attention_on_the_gpu_equals_the_dgl_kernels_on_the_cpu(backend, enc):
+def test_attention_on_the_gpu_equals_the_edgewise_kernels_on_the_cpu(backend, enc):
     src, tgt = random_pairs(6, 30, max_len=20)
     cpu = make_batch(GraphPool(enc), src, tgt)
     gpu = cpu.to("cuda")
@@ -26,7 +27,7 @@ def test_attention_on_the_gpu_equals_the_dgl_kernels_on_the_cpu(backend, enc):
         gen = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(n, 2, 8, dtype=torch.float64, generator=gen) for n in
                    (rel_cpu.num_queries, rel_cpu.num_keys, rel_cpu.num_keys))
-        ref = BACKENDS["dgl"](rel_cpu, q, k, v)
+        ref = BACKENDS[reference_backend()](rel_cpu, q, k, v)
         out = BACKENDS[backend](rel_gpu, q.cuda(), k.cuda(), v.cuda())
         torch.testing.assert_close(out.cpu(), ref, atol=1e-10, rtol=0)
 
@@ -39,7 +40,7 @@ def test_training_step_and_decoding_on_the_gpu_equal_the_cpu(kind, backend):
     src, tgt = random_pairs(6, 25, max_len=12, seed=5)
     pool = model.make_pool()
     results = []
-    for device, name in (("cpu", "dgl"), ("cuda", backend)):
+    for device, name in (("cpu", reference_backend()), ("cuda", backend)):
         model.to(device).attention_backend = name
         model.zero_grad()
         batch = make_batch(pool, src, tgt).to(device)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import reference_backend
 
 SWEEP = Path(__file__).resolve().parents[1] / "examples" / "long_range" / "sweep.py"
 
@@ -63,7 +64,7 @@ def test_step_memory_grows_with_the_patterns_edges(tmp_path):
         run.create()
         run.write_config(ModelConfig(src_vocab=40, tgt_vocab=14, model="encoder", pooling="mean", layers=1,
                                      d_model=32, heads=4, d_ff=64, max_len=1100, enc_attention=spec),
-                         TrainConfig(task="recall", threads=1, attention_backend="dgl"))
+                         TrainConfig(task="recall", threads=1, attention_backend=reference_backend()))
         proc = subprocess.run([sys.executable, str(STEP_MEMORY), str(run.path), "--length", "1024",
                                "--batch-tokens", "2048"], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -51,7 +51,7 @@ def test_pool_adds_span_nodes_and_their_membership():
     pool = GraphPool("tree:1")
     g = pool.graph(6, 3)
     assert g.num_nodes("src") == 6 + 3 + 2 and g.num_nodes("tgt") == 3
-    assert g.nodes["src"].data["pos"].tolist() == [0, 1, 2, 3, 4, 5, 0, 2, 4, 0, 4]
+    assert g.pos["src"].tolist() == [0, 1, 2, 3, 4, 5, 0, 2, 4, 0, 4]
     cross_u, _ = g.edges(etype="cross")
     assert int(cross_u.max()) < 6  # the decoder reads tokens, never spans
     assert g.num_edges("span") == 6 * 2

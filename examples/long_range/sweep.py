@@ -185,7 +185,7 @@ def step_memory(run: Path, args) -> int:
 
 
 def baseline_rss() -> int:
-    _, peak = run_measured([sys.executable, "-c", "import torch, dgl, graphformer.training.trainer"])
+    _, peak = run_measured([sys.executable, "-c", "import torch, graphformer.training.trainer"])
     return peak
 
 

@@ -1,6 +1,6 @@
 """Graph attention behind one entry point.
 
-Five backends compute the same thing, each from a `graphformer.graphs.relation.Relation`:
+Six backends compute the same thing, each from a `graphformer.graphs.relation.Relation`:
 
 * ``dgl``: edge-wise SDDMM/SpMM kernels, the message-passing formulation itself (on the devices
   the installed DGL was built for: PyPI's is CPU-only).
@@ -10,12 +10,17 @@ Five backends compute the same thing, each from a `graphformer.graphs.relation.R
   backward pass); much faster and leaner on long sequences with local patterns.
 * ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
   short sentences, as in translation.
+* ``flex``: the edges as a block mask for PyTorch's compiled FlexAttention (torch >= 2.5); it
+  trains on CUDA and, on a CPU, serves forward passes without gradients (see
+  `graphformer.attention.flex`).
 * ``auto`` (default): ``padded`` where it reads full attention run by run (`padded.full_runs`,
   unless the weights are asked for) or where edges fill at least a quarter of the batch's tiles
   (one per sample, padded to the longest: full and causal attention on length-bucketed batches);
+  ``flex`` where `flex.worth_it` (on a CPU without gradients: evaluation and decoding; relations
+  of 1024 queries or more whose edges fill at least 2.5 % of the pairs of the blocks they touch);
   ``blocked`` on long relations (1024 queries or more) whose edges fill at least a quarter of the
-  64 x 64 tiles they touch (windows, blocks); elsewhere the ``dgl`` kernels where they can run on
-  the tensors' device, else ``torch``.
+  64 x 64 tiles they touch (windows, blocks); elsewhere the ``dgl`` kernels where DGL is
+  installed and runs on the tensors' device, else ``torch``.
 
 The backend is an argument: models hold its name (``model.attention_backend``) and pass it to
 every call of `graph_attention`; layers never call a backend themselves.
@@ -26,13 +31,17 @@ from contextlib import contextmanager
 
 import torch
 
-from graphformer.attention import blocked, dgl_ops, padded, torch_ops
+from graphformer.attention import blocked, dgl_ops, flex, padded, torch_ops
+from graphformer.errors import ConfigError, UserError
+from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.relation import Relation
 
 
 def _auto(relation: Relation, q, k, v, return_weights: bool = False):
     if padded.worth_it(relation, return_weights):
         attend = padded.attend
+    elif flex.worth_it(relation, q, k, v):
+        attend = flex.attend
     elif blocked.worth_it(relation):
         attend = blocked.attend
     elif dgl_ops.runs_on(q.device):
@@ -43,15 +52,44 @@ def _auto(relation: Relation, q, k, v, return_weights: bool = False):
 
 
 BACKENDS = {"auto": _auto, "dgl": dgl_ops.attend, "torch": torch_ops.attend, "blocked": blocked.attend,
-            "padded": padded.attend}
+            "padded": padded.attend, "flex": flex.attend}
 DEFAULT_BACKEND = "auto"
 
 
+def unavailable(name: str) -> str | None:
+    """Why backend ``name`` cannot run with the installed stack (what to install or choose
+    instead), or None where it can."""
+    if name == "dgl" and dgl_ops.missing():
+        return (f"dgl needs DGL, which cannot be imported here ({dgl_ops.missing()}); DGL 2.1.0 installs only beside "
+                f"torch <= 2.2.1 on Python 3.11 (make install), or choose one of {', '.join(_usable())}")
+    if name == "flex":
+        return flex.available()
+    return None
+
+
+def _usable() -> list[str]:
+    return [name for name in sorted(BACKENDS) if name not in ("dgl", "flex") and not unavailable(name)]
+
+
 def check_backend(name: str) -> str:
-    """``name`` if it names a backend, else a ValueError that lists them."""
+    """``name`` if it names a backend that runs here; else a ValueError that lists the backends,
+    or a `graphformer.errors.UserError` that says what the installed stack lacks."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(sorted(BACKENDS))}")
+    why = unavailable(name)
+    if why:
+        raise UserError(f"attention backend {why}")
     return name
+
+
+def check_backend_trains(name: str, device: torch.device) -> None:
+    """A `graphformer.errors.ConfigError` before training starts when backend ``name`` cannot
+    compute gradients on ``device`` (``flex`` on a CPU: torch's FlexAttention has no backward pass
+    there, so it serves evaluation and decoding only)."""
+    if name == "flex" and torch.device(device).type != "cuda":
+        raise ConfigError("attention_backend", f"flex trains only on CUDA (torch's FlexAttention has no backward pass "
+                          f"on {torch.device(device).type}); train with auto, blocked, padded or torch here, and "
+                          "evaluate or translate with flex")
 
 
 # Recording stays a context (a module-level list of open recorders): threading a recorder
@@ -110,20 +148,34 @@ def _check_no_duplicate_edges(relation: Relation) -> None:
                          "once per query; remove the duplicates, e.g. with dgl.to_simple(graph)")
 
 
+def _relation_of_graph(graph, device: torch.device) -> Relation:
+    """The verified relation of a one-relation `HeteroGraph` or DGL graph, on ``device`` (the
+    checks run where the graph is, the CPU for PyPI's DGL)."""
+    if len(graph.canonical_etypes) != 1:
+        raise ValueError(f"the graph has {len(graph.canonical_etypes)} relations (edge types); attention runs on one: "
+                         "pass graph[etype] (a DGL graph) or Relation.of_edges(*graph.edges(etype), ...)")
+    if isinstance(graph, HeteroGraph):
+        (utype, _, vtype), = graph.canonical_etypes
+        relation = Relation.of_edges(*graph.edges(), graph.num_nodes(utype), graph.num_nodes(vtype))
+    else:
+        relation = Relation.of_graph(graph)
+    _check_every_query_has_keys(relation)
+    _check_no_duplicate_edges(relation)
+    return Relation.of_edges(relation.u, relation.v, relation.num_keys, relation.num_queries, device=device,
+                             verified=True)
+
+
 def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False,
                     name: str | None = None):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
     along the edges of ``relation``; returns (N_dst, H, d) [and (E, H, 1) weights].
 
-    ``relation`` is a `Relation` (a single-relation DGL graph is read into one);
+    ``relation`` is a `Relation` (a single-relation `HeteroGraph` or DGL graph is read into one);
     ``backend`` names one of ``BACKENDS``; ``name`` ('enc', 'dec', 'cross') labels the call for
     `record_attention`.
     """
     if not isinstance(relation, Relation):
-        if len(relation.canonical_etypes) != 1:
-            raise ValueError(f"the graph has {len(relation.canonical_etypes)} relations (edge types); attention runs "
-                             "on one: pass graph[etype]")
-        relation = Relation.of_graph(relation)
+        relation = _relation_of_graph(relation, q.device)
     if not relation.verified:  # a user's graph or relation (a pool's patterns are checked when it builds them)
         _check_every_query_has_keys(relation)
         _check_no_duplicate_edges(relation)
@@ -138,4 +190,5 @@ def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_we
     return (out, weights) if return_weights else out
 
 
-__all__ = ["graph_attention", "record_attention", "check_backend", "BACKENDS", "DEFAULT_BACKEND", "Relation"]
+__all__ = ["graph_attention", "record_attention", "check_backend", "check_backend_trains", "unavailable", "BACKENDS",
+           "DEFAULT_BACKEND", "Relation"]

@@ -110,13 +110,22 @@ def _scores(Qt: torch.Tensor, Kt: torch.Tensor, mask: torch.Tensor, scale: float
 
 
 class BlockedAttention(torch.autograd.Function):
+    """Both passes in the inputs' dtype with autocast off, sums kept in at least float32 (`_acc`):
+    CUDA autocast runs exp and sums in float32 and would mix dtypes in the tiles' products and
+    index_add_, where CPU autocast does not."""
+
     @staticmethod
     def forward(ctx, layout: BlockLayout, q, k, v):
+        with torch.autocast(q.device.type, enabled=False):
+            return BlockedAttention._forward(ctx, layout, q, k, v)
+
+    @staticmethod
+    def _forward(ctx, layout: BlockLayout, q, k, v):
         scale = 1.0 / math.sqrt(q.shape[-1])
         B = layout.block
         Q = _to_blocks(q, layout.query_blocks, B)
         K, V = (_to_blocks(x, layout.key_blocks, B, layout.unread_keys) for x in (k, v))
-        H = q.shape[1]
+        H, acc = q.shape[1], _acc(q.dtype)
         peak = Q.new_full((layout.query_blocks, H, B), float("-inf"))
         for c in _chunks(layout, H, q.element_size()):
             qb, kb = layout.q_block[c], layout.k_block[c]
@@ -124,38 +133,50 @@ class BlockedAttention(torch.autograd.Function):
             row_max = S.amax(-1)
             peak.scatter_reduce_(0, qb[:, None, None].expand_as(row_max), row_max, "amax")
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # padding rows
-        total = torch.zeros_like(peak)
-        O = torch.zeros_like(Q)
+        total = torch.zeros_like(peak, dtype=acc)
+        O = torch.zeros_like(Q, dtype=acc)
         for c in _chunks(layout, H, q.element_size()):
             qb, kb = layout.q_block[c], layout.k_block[c]
             S = _scores(Q[qb], K[kb], layout.mask[c], scale)
             P = torch.exp(S - peak[qb][..., None])
-            total.index_add_(0, qb, P.sum(-1))
-            O.index_add_(0, qb, P @ V[kb])
+            total.index_add_(0, qb, P.sum(-1, dtype=acc))
+            O.index_add_(0, qb, (P @ V[kb]).to(acc))
         total = torch.where(total > 0, total, torch.ones_like(total))  # 0 only on padding rows
-        O = O / total[..., None]
+        O = (O / total[..., None]).to(q.dtype)
         ctx.layout, ctx.scale = layout, scale
         ctx.save_for_backward(Q, K, V, O, peak, total)
         return _from_blocks(O, layout.num_queries)
 
     @staticmethod
     def backward(ctx, grad_out):
+        with torch.autocast(grad_out.device.type, enabled=False):
+            return BlockedAttention._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
         layout, scale = ctx.layout, ctx.scale
         Q, K, V, O, peak, total = ctx.saved_tensors
-        dO = _to_blocks(grad_out.contiguous(), layout.query_blocks, layout.block)
-        delta = (dO * O).sum(-1)  # rowsum(dO * O) = sum_u P_u dP_u
-        dQ, dK, dV = torch.zeros_like(Q), torch.zeros_like(K), torch.zeros_like(V)
+        acc = total.dtype
+        dO = _to_blocks(grad_out.to(Q.dtype).contiguous(), layout.query_blocks, layout.block)
+        delta = (dO.to(acc) * O.to(acc)).sum(-1)  # rowsum(dO * O) = sum_u P_u dP_u
+        dQ, dK, dV = (torch.zeros_like(x, dtype=acc) for x in (Q, K, V))
         for c in _chunks(layout, Q.shape[1], Q.element_size()):
             qb, kb = layout.q_block[c], layout.k_block[c]
             Qc, Kc, Vc, dOc = Q[qb], K[kb], V[kb], dO[qb]
             S = _scores(Qc, Kc, layout.mask[c], scale)
-            P = torch.exp(S - peak[qb][..., None]) / total[qb][..., None]
-            dV.index_add_(0, kb, P.transpose(-1, -2) @ dOc)
-            dS = P * (dOc @ Vc.transpose(-1, -2) - delta[qb][..., None])
-            dQ.index_add_(0, qb, dS @ Kc * scale)
-            dK.index_add_(0, kb, dS.transpose(-1, -2) @ Qc * scale)
-        n_k = layout.num_keys
-        return None, _from_blocks(dQ, layout.num_queries), _from_blocks(dK, n_k), _from_blocks(dV, n_k)
+            P = (torch.exp(S - peak[qb][..., None]).to(acc) / total[qb][..., None]).to(Q.dtype)
+            dV.index_add_(0, kb, (P.transpose(-1, -2) @ dOc).to(acc))
+            dS = (P.to(acc) * ((dOc @ Vc.transpose(-1, -2)).to(acc) - delta[qb][..., None])).to(Q.dtype)
+            dQ.index_add_(0, qb, (dS @ Kc).to(acc) * scale)
+            dK.index_add_(0, kb, (dS.transpose(-1, -2) @ Qc).to(acc) * scale)
+        n_k, dtype = layout.num_keys, Q.dtype
+        return (None, _from_blocks(dQ, layout.num_queries).to(dtype), _from_blocks(dK, n_k).to(dtype),
+                _from_blocks(dV, n_k).to(dtype))
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums are kept in: float32 for bfloat16 and float16 inputs, else the inputs'."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def attend(relation: Relation, q, k, v, return_weights: bool = False, block: int = BLOCK):

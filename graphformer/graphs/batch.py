@@ -19,9 +19,10 @@ other use for it):
 
     source nodes    <cls>  x_1 ... x_n  </s>        gold   label
 
-The DGL graph is built and batched on the CPU and stays there; `GraphBatch.to` moves the
-per-node tensors, and each `GraphBatch.relation` reads its edges into index tensors on
-that device once per batch (this is all the attention backends need).
+The graph (a `HeteroGraph` of index tensors) is built and batched on the CPU and stays there;
+`GraphBatch.to` moves the per-node tensors, and each `GraphBatch.relation` moves its edges to
+that device once per batch (this is all the attention backends need). `GraphBatch.dgl_graph`
+is the same batch as a DGL heterograph, where DGL is installed.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Optional, Sequence
 
-import dgl
 import torch
 
+from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.pool import CROSS, DEC, ENC, SPAN, SRC, TGT, GraphPool
 from graphformer.graphs.relation import Relation
 from graphformer.vocab import EOS, PAD, SOS
@@ -42,7 +43,7 @@ class GraphBatch:
     """What a model needs to run one mini-batch.
 
     Attributes:
-        graph: batched heterograph (see `graphformer.graphs.pool`), where DGL built it (CPU).
+        graph: the batched `HeteroGraph` (see `graphformer.graphs.pool`), on the CPU.
         src_tokens, src_pos: (N_src,) token id and position of each source node.
         tgt_tokens, tgt_pos: (N_tgt,) decoder input token and position of each target node.
         gold: what the model's log-probabilities are scored against: (N_tgt,) the token each target
@@ -55,7 +56,7 @@ class GraphBatch:
             nodes, and may put a `<cls>` node first): a model checks them against its own.
     """
 
-    graph: dgl.DGLGraph
+    graph: HeteroGraph
     src_tokens: torch.Tensor
     src_pos: torch.Tensor
     tgt_tokens: torch.Tensor
@@ -87,7 +88,9 @@ class GraphBatch:
         if etype not in self._relations:
             keys, queries = {ENC: (self.src_nodes, self.src_nodes), DEC: (self.tgt_lengths, self.tgt_lengths),
                              CROSS: (self.src_nodes, self.tgt_lengths), SPAN: (self.src_nodes, self.src_nodes)}[etype]
-            self._relations[etype] = Relation.of_graph(self.graph[etype], keys, queries, device=self.device,
+            (u, v), (utype, _, vtype) = self.graph.edges(etype), etype
+            self._relations[etype] = Relation.of_edges(u, v, self.graph.num_nodes(utype), self.graph.num_nodes(vtype),
+                                                       keys, queries, device=self.device,
                                                        verified=True)  # the pool checked its patterns
         return self._relations[etype]
 
@@ -95,13 +98,17 @@ class GraphBatch:
     def has_spans(self) -> bool:
         return SPAN in self.graph.canonical_etypes
 
+    def dgl_graph(self):
+        """The batch's graph as a DGL heterograph (CPU, positions in ``ndata['pos']``); needs DGL."""
+        return self.graph.to_dgl()
+
     @cached_property
     def src_offsets(self) -> torch.Tensor:
         """(B,) id of each sample's first source node."""
         return torch.cumsum(self.src_nodes, 0) - self.src_nodes
 
     def to(self, device: torch.device | str) -> "GraphBatch":
-        """The batch with its tensors on ``device``; the DGL graph stays on the CPU."""
+        """The batch with its tensors on ``device``; the graph stays on the CPU."""
         moved = {
             name: getattr(self, name).to(device)
             for name in ("src_tokens", "src_pos", "tgt_tokens", "tgt_pos", "src_lengths", "tgt_lengths", "src_nodes")
@@ -154,9 +161,9 @@ def make_batch(
     return GraphBatch(
         graph=graph,
         src_tokens=src_tokens,
-        src_pos=graph.nodes[SRC].data["pos"],
+        src_pos=graph.pos[SRC],
         tgt_tokens=tgt_tokens,
-        tgt_pos=graph.nodes[TGT].data["pos"],
+        tgt_pos=graph.pos[TGT],
         gold=gold,
         src_lengths=src_lengths,
         tgt_lengths=tgt_lengths,

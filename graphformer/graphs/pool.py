@@ -8,7 +8,9 @@ Each graph has two node types and three relations (one per attention sub-layer):
                  ('src', 'cross', 'tgt')        encoder-decoder attention (full: n*m)
 
 One heterograph rather than three graphs keeps the node ids of a sample consistent across its
-relations and lets ``dgl.batch`` offset all of them in one call. Node features hold positions;
+relations and lets `graphformer.graphs.heterograph.batch` offset all of them in one call. The
+graphs are graphformer's own index tensors (`HeteroGraph`), on every stack; ``to_dgl()`` gives
+the DGL heterograph where DGL is installed. Node features hold positions;
 token ids are per sample and are attached after batching.
 
 Which edges each relation has is an attention pattern (`graphformer.graphs.patterns`);
@@ -26,11 +28,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from functools import lru_cache
 
-import dgl
 import torch
 
 from graphformer.errors import ConfigError, UserError
-from graphformer.graphs import patterns, tree
+from graphformer.graphs import heterograph, patterns, tree
+from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.patterns import Pattern
 
 SRC, TGT = "src", "tgt"
@@ -139,19 +141,17 @@ class GraphPool:
         ids = torch.unique(v * n_keys + u)  # sorted by query, then key
         return ids % n_keys, ids // n_keys
 
-    def _build(self, n: int, m: int) -> dgl.DGLGraph:
+    def _build(self, n: int, m: int) -> HeteroGraph:
         """The heterograph of one sample with n source and m target tokens (m may be 0)."""
         if n < 1:
             raise ValueError("empty source sequence: every sample needs at least one source token")
         relations = {ENC: self._edges(ENC, n, n), DEC: self._edges(DEC, m, m), CROSS: self._edges(CROSS, n, m)}
         if self.has_spans:
             relations[SPAN] = tree.members(n)
-        g = dgl.heterograph(relations, num_nodes_dict={SRC: n + self.span_nodes(n), TGT: m}, idtype=torch.int64)
         # A span node's position is its first token's (the Universal Transformer re-adds positions).
         spans_first = tree.first_tokens(n) if self.has_spans else torch.zeros(0, dtype=torch.int64)
-        g.nodes[SRC].data["pos"] = torch.cat([torch.arange(n), spans_first])
-        g.nodes[TGT].data["pos"] = torch.arange(m)
-        return g
+        return HeteroGraph({SRC: n + self.span_nodes(n), TGT: m}, relations,
+                           {SRC: torch.cat([torch.arange(n), spans_first]), TGT: torch.arange(m)})
 
     def _incoming(self, relation, n_keys: int, query: int) -> torch.Tensor:
         """Key positions of target ``query`` (DEC: n_keys = query + 1, CROSS: the source length).
@@ -159,9 +159,9 @@ class GraphPool:
         u, v = self._edges(relation, n_keys, query + 1)
         return u[v == query]
 
-    def batch(self, lengths: list[tuple[int, int]]) -> dgl.DGLGraph:
+    def batch(self, lengths: list[tuple[int, int]]) -> HeteroGraph:
         """The batched graph of samples with the given (n, m) lengths, in order."""
-        return dgl.batch([self.graph(n, m) for n, m in lengths])
+        return heterograph.batch([self.graph(n, m) for n, m in lengths])
 
 
 class GraphCache:
@@ -170,8 +170,7 @@ class GraphCache:
 
     A budget of edges, not of graphs: translation meets thousands of length pairs whose graphs are
     small, while a long-range task of varied lengths meets hundreds whose graphs are large (full
-    attention over 2000 tokens has 4 million edges, about 100 MB once DGL has built its sparse
-    formats), and a count alone let such a run grow by gigabytes. 2**24 edges is about 1 GiB.
+    attention over 2000 tokens has 4 million edges, 64 MB of index tensors), and a count alone let such a run grow by gigabytes. 2**24 edges are 256 MiB.
     """
 
     def __init__(self, build, max_edges: int):
@@ -179,7 +178,7 @@ class GraphCache:
         self.graphs: OrderedDict = OrderedDict()
         self.edges = 0
 
-    def __call__(self, n: int, m: int) -> dgl.DGLGraph:
+    def __call__(self, n: int, m: int):
         key = (n, m)
         if key in self.graphs:
             self.graphs.move_to_end(key)

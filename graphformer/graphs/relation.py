@@ -13,10 +13,10 @@ nodes group into samples:
 
 Layouts that a backend derives from the edges (padded per-sample tiles, block-sparse tiles, a
 DGL graph on the compute device) are built on first use and kept in `layouts`, so a
-relation reused by every layer of a batch pays for them once. The DGL graph a relation came from
-stays where DGL built it (the CPU for PyPI's DGL): DGL is the structure library, and the
-attention backends read only the tensors here (the ``dgl`` backend builds its own graph on the
-compute device when it needs one there).
+relation reused by every layer of a batch pays for them once. A DGL graph a relation was read
+from (`of_graph`) stays where DGL built it (the CPU for PyPI's DGL); the attention backends read
+only the tensors here (the ``dgl`` backend builds its own graph on the compute device when it
+needs one there).
 """
 from __future__ import annotations
 
@@ -81,6 +81,17 @@ class Relation:
     def __post_init__(self):
         if self.num_edges < 0:
             self.num_edges = len(self._u)
+
+    @classmethod
+    def of_edges(cls, u: torch.Tensor, v: torch.Tensor, num_keys: int, num_queries: int,
+                 key_counts: torch.Tensor | None = None, query_counts: torch.Tensor | None = None,
+                 device: torch.device | str | None = None, verified: bool = False) -> "Relation":
+        """Key u[i] -> query v[i] for each edge i, the index tensors moved to ``device`` (default:
+        where they are); sample counts as in the attributes."""
+        device = u.device if device is None else device
+        counts = [None if c is None else c.to(device) for c in (key_counts, query_counts)]
+        return cls(u.to(device, torch.int64), v.to(device, torch.int64), num_keys, num_queries, *counts,
+                   verified=verified)
 
     @classmethod
     def of_graph(cls, graph, key_counts: torch.Tensor | None = None, query_counts: torch.Tensor | None = None,

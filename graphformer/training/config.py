@@ -21,7 +21,7 @@ from graphformer.errors import ConfigError
 # metric -> True when larger is better
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 # The names of graphformer.attention's backends (kept here, free of torch, for the command line).
-ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked")
+ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked", "flex")
 DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
 PRECISIONS = ("float32", "bfloat16", "float16")  # what decoding computes in (see graphformer.precision)
 TRAIN_PRECISIONS = PRECISIONS[:2]  # training in float16 would need loss scaling, which the trainer does not do
@@ -91,9 +91,11 @@ class TrainConfig(DictConfig):
     attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
                                     "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
                                     "(long sequences, local patterns); padded: one dense tile per sample (batches of "
-                                    "short sentences); auto: padded where edges fill a quarter of the batch's tiles, "
-                                    "blocked on long relations whose tiles are a quarter edges, else dgl where DGL "
-                                    "runs on the device, else torch", choices=ATTENTION_BACKENDS)
+                                    "short sentences); flex: PyTorch's FlexAttention with the edges as a block mask (torch "
+                                    ">= 2.5; trains on CUDA only); auto: padded where edges fill a quarter of the "
+                                    "batch's tiles, flex (no gradients, on a CPU) or blocked on long relations whose blocks hold edges, "
+                                    "else dgl where DGL is installed and runs on the device, else torch",
+                                    choices=ATTENTION_BACKENDS)
 
     def check(self) -> None:
         if self.batch_size is None and self.batch_tokens is None:
@@ -102,6 +104,10 @@ class TrainConfig(DictConfig):
         if self.select_by is None:
             self.select_by = task.select_by
         super().check()
+        if self.attention_backend != "auto":  # whether the installed stack has it (DGL, flex) needs torch
+            from graphformer.attention import unavailable
+            if unavailable(self.attention_backend):
+                raise ConfigError("attention_backend", unavailable(self.attention_backend))
         if task.needs_data_dir and not self.data_dir:
             raise ConfigError("data_dir", f"is needed by task {self.task!r}: a directory with train/valid/test "
                               ".src/.tgt files")

@@ -22,6 +22,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from graphformer.attention import check_backend_trains
 from graphformer.data.batching import plan_batches, shard
 from graphformer.data.corpus import Split, read_split
 from graphformer.data.splits import RECORD, generated_by
@@ -78,6 +79,7 @@ class Trainer:
         # The context of every training step's forward pass, made once (made here, a GPU without
         # bfloat16 is refused before anything is written); entered again at each batch.
         self.step_precision = autocast(self.cfg.precision, self.ctx.device)
+        check_backend_trains(self.cfg.attention_backend, self.ctx.device)
         if self.ctx.is_main:
             warn_if_emulated(self.cfg.precision, self.ctx.device)
         self.show_progress = show_progress and self.ctx.is_main
@@ -365,7 +367,7 @@ class Trainer:
                     if output.stats:  # the universal models' ponder cost, this batch's share of the step's
                         objective = objective + output.aux_loss_over(counts) * self.ctx.world
                 objective.backward()
-            total += float(loss)
+            total += float(loss.detach())
         total = distributed.all_reduce_sum(total, self.ctx)
         if not math.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)

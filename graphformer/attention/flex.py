@@ -1,0 +1,376 @@
+r"""Graph attention through PyTorch's FlexAttention: the relation's edges as a block mask.
+
+All the nodes of a relation are one flat sequence (batch 1, H heads): query i is row i, key j is
+column j. No edge of a batch crosses samples, so the samples need no batch axis of their own: the
+blocks between two samples hold no edge and are skipped like any other empty block. The
+(query, key) plane is cut into BQ x BK blocks (`BLOCK`), and each block is one of three kinds:
+
+    empty     no edge                  never computed
+    full      every pair is an edge    computed without a mask (``full_kv_*`` of the BlockMask)
+    partial   some pairs are edges     masked by its bitmap: bits[table[i // BQ, j // BK], i % BQ, j % BK]
+
+and FlexAttention computes, over the non-empty blocks only,
+
+    S_vu   = scale * q_v . k_u                      for the pairs (u, v) of those blocks
+    out_v  = sum_u softmax_u(S_v.)[u] v_u           the softmax over v's in-edges (masked pairs: -inf)
+
+which is graph attention over the edges exactly. The per-edge weights, when asked for, are the
+same softmax read off the edges: a_uv = exp(S_vu - m_v) / z_v, with m_v the largest of v's
+in-edge scores and z_v = sum_{u -> v} exp(S_vu - m_v), as in `torch_ops`.
+
+The block layout (`FlexLayout`) is made from the edges with `BlockMask.from_kv_blocks`: a
+(q_blocks, k_blocks) table of bitmap slots (FlexAttention's own block indices are that dense too)
+and one BQ x BK bitmap per partial block, so O(E + q_blocks * k_blocks + partial * BQ * BK) work
+and memory. Nothing of size N_dst x N_src exists, and the layout is kept with the relation
+(`Relation.layout`), so every layer of a batch reuses it. Node counts are padded to whole blocks:
+padded keys are in no block's bitmap (never attended) and padded query rows, which see no key,
+are dropped from the output.
+
+FlexAttention needs torch >= 2.5 (`available`); the import is lazy, so this module imports on older
+torch. It is fast only compiled (`torch.compile`, one compiled function per process with dynamic
+shapes, so new node counts reuse it); uncompiled it materialises every score of the padded plane,
+which only tests can afford (``compiled=False``). On the CPU torch's FlexAttention has no backward
+pass and its compiled kernel returns no lse: the backend serves forward passes without gradients
+there (evaluation, decoding), and a call that needs gradients on the CPU raises a one-line
+`UserError` naming the backends that train there. It raises rather than handing the call to
+another backend: a backend named by the user is the one that runs (a silent substitute would put
+its time and memory under flex's name), and choosing among backends is ``auto``'s job, for which
+`worth_it` refuses such calls. The weights are normalised over the edges' own scores
+(`FlexLayout.edge_scores`): the compiled CPU kernel cannot return the lse.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+import warnings
+
+import torch
+
+from graphformer.errors import UserError
+from graphformer.graphs.relation import Relation
+
+# Block sides. FlexAttention's Triton (CUDA) kernels are tuned for its default, 128. On the CPU,
+# where a partial block's mask is read element by element, smaller blocks pay: more of them are
+# full (a window of w keys either side keeps its diagonal blocks full while the side is at most
+# w + 1, so window:64 has full blocks at 64 and none at 128), and less masked work is done.
+BLOCK = {"cuda": 128, "cpu": 64}
+# Devices where ``auto`` hands calls to flex (`worth_it`): those where it was timed against the
+# other backends (benchmarks/flex_attention.py, docs/results.md). On CUDA it runs when named.
+AUTO_DEVICES = ("cpu",)
+CHUNK_BYTES = 16 * 2**20  # scores of the blocks computed at once for the weights
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the compiled kernels compute in
+_EMPTY, _FULL = 0, 1  # sentinel slots of the bitmap: a block with no edge, a block of edges only
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> str | None:
+    """None if this torch has FlexAttention, else why not (one line: what to install or choose).
+    Asked on every ``auto`` call, so the answer is kept (``available.cache_clear()`` asks again)."""
+    try:
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
+    except ImportError:
+        return (f"the flex backend needs torch >= 2.5 (torch.nn.attention.flex_attention); this torch is "
+                f"{torch.__version__}: install the current stack or choose blocked/torch")
+    return None
+
+
+def _require() -> None:
+    reason = available()
+    if reason is not None:
+        raise UserError(reason)
+
+
+def runs_on(q: torch.Tensor, k: torch.Tensor | None = None, v: torch.Tensor | None = None) -> bool:
+    """Whether the compiled kernel serves a call on these tensors: in float32, bfloat16 or float16
+    (`DTYPES`), on CUDA, or on the CPU where no gradient is needed (it has no backward pass there)
+    and `_cpu_kernel_runs`."""
+    if available() is not None or q.device.type not in ("cuda", "cpu") or q.dtype not in DTYPES:
+        return False
+    return q.device.type == "cuda" or (not _needs_grad(q, k, v) and _cpu_kernel_runs())
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _cpu_kernel_runs() -> bool:
+    """Whether Inductor generates FlexAttention's CPU kernel here: torch >= 2.6 (2.5 compiles it for
+    CUDA only) and what Inductor asks of the CPU (AVX2, not macOS), read without importing Inductor."""
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    avx2 = getattr(torch.cpu, "_is_avx2_supported", lambda: False)()
+    return ((major, minor) >= (2, 6) and avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "default"
+            and sys.platform != "darwin")
+
+
+class FlexLayout:
+    """A relation's edges as a FlexAttention `BlockMask` over nodes padded to whole blocks.
+
+    Attributes:
+        num_keys, num_queries: the relation's nodes; ``padded_keys``/``padded_queries`` rounded up
+            to whole blocks (what the kernel sees).
+        block_mask: the BlockMask (batch 1, one head broadcast to all heads).
+        partial, full: how many blocks carry a bitmap and how many are all edges.
+        bits: (2 + partial, BQ, BK) bool: slot 0 all False, slot 1 all True, then one per partial block.
+        table: (q_blocks, k_blocks) int32 slot of each block's bitmap.
+    """
+
+    def __init__(self, u: torch.Tensor, v: torch.Tensor, num_keys: int, num_queries: int,
+                 block: tuple[int, int]):
+        from torch.nn.attention.flex_attention import BlockMask
+        bq, bk = block
+        self.block = block
+        self.num_keys, self.num_queries = num_keys, num_queries
+        q_blocks, k_blocks = -(-num_queries // bq), -(-num_keys // bk)
+        self.padded_queries, self.padded_keys = q_blocks * bq, k_blocks * bk
+        device = u.device
+        # Edges per block: a block is full when it holds BQ * BK distinct edges (a verified
+        # relation lists no edge twice) and no padded node, which no edge names.
+        tile_of_edge = (v // bq) * k_blocks + u // bk
+        count = torch.bincount(tile_of_edge, minlength=q_blocks * k_blocks).view(q_blocks, k_blocks)
+        full = count == bq * bk
+        partial = (count > 0) & ~full
+        self.partial, self.full = int(partial.sum()), int(full.sum())
+
+        # Slots: 0 and 1 are the empty and full sentinels, so mask_mod is exact on every block, even
+        # where a kernel evaluates it on a block it could have skipped (the uncompiled path does).
+        table = torch.full((q_blocks, k_blocks), _EMPTY, dtype=torch.int32, device=device)
+        table[full] = _FULL
+        table[partial] = torch.arange(2, 2 + self.partial, dtype=torch.int32, device=device)
+        bits = torch.zeros(2 + self.partial, bq, bk, dtype=torch.bool, device=device)
+        bits[_FULL] = True
+        slot = table.view(-1)[tile_of_edge]
+        in_partial = slot >= 2
+        bits[slot[in_partial].long(), v[in_partial] % bq, u[in_partial] % bk] = True
+        self.table, self.bits = table, bits
+        read = torch.zeros(num_keys, dtype=torch.bool, device=device)
+        read[u] = True
+        # (num_keys,) True for keys no edge names, None if there are none. A block's products span
+        # all its keys, and a masked key still enters P V with weight 0, but 0 * NaN is NaN: such
+        # keys are read as zeros (a decoding cache leaves the slots past the current step unwritten).
+        self.unread_keys = None if bool(read.all()) else ~read
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return bits[table[q_idx // bq, kv_idx // bk], q_idx % bq, kv_idx % bk]
+
+        kv_num, kv_index = _ordered(partial)
+        full_num, full_index = _ordered(full)
+        self.block_mask = BlockMask.from_kv_blocks(kv_num, kv_index, full_num, full_index,
+                                                   BLOCK_SIZE=block, mask_mod=mask_mod)
+
+    def edge_scores(self, u: torch.Tensor, v: torch.Tensor, Q: torch.Tensor, K: torch.Tensor,
+                    scale: float) -> torch.Tensor:
+        """(E, H) scores scale * q_v . k_u of the edges, from the padded (1, H, L, d) Q and K.
+
+        Block by block, as the kernel computes them: S_t = scale * Q_qb K_kb^T over the blocks that
+        hold edges, a chunk of blocks at a time (memory stays one chunk, and the products run at
+        BLAS speed where gathering q_v and k_u per edge would move E * H * d numbers twice)."""
+        bq, bk = self.block
+        q_blocks, k_blocks = self.table.shape
+        heads, d = Q.shape[1], Q.shape[-1]
+        Qb = Q[0].view(heads, q_blocks, bq, d).transpose(0, 1)  # (q_blocks, H, BQ, d) views
+        Kb = K[0].view(heads, k_blocks, bk, d).transpose(0, 1)
+        touched = (self.table != _EMPTY).view(-1)
+        blocks = touched.nonzero().squeeze(1)  # (T,) the blocks with edges, query-block major
+        rank = torch.cumsum(touched, 0) - 1
+        edge_block = rank[(v // bq) * k_blocks + u // bk]  # (E,) which of the T blocks holds each edge
+        order = torch.argsort(edge_block)
+        starts = torch.cumsum(torch.bincount(edge_block, minlength=len(blocks)), 0).tolist()
+        scores = Q.new_empty(len(u), heads)
+        step = max(1, CHUNK_BYTES // (heads * bq * bk * Q.element_size()))
+        for first in range(0, len(blocks), step):
+            last = min(first + step, len(blocks))
+            edges = order[(starts[first - 1] if first else 0):starts[last - 1]]
+            chunk = blocks[first:last]
+            S = Qb[chunk // k_blocks] @ Kb[chunk % k_blocks].transpose(-1, -2)  # (chunk, H, BQ, BK)
+            scores[edges] = S[edge_block[edges] - first, :, v[edges] % bq, u[edges] % bk] * scale
+        return scores
+
+    def pad_queries(self, x: torch.Tensor) -> torch.Tensor:
+        """(N_dst, H, d) -> (1, H, padded_queries, d)."""
+        return _to_sequence(x, self.padded_queries)
+
+    def pad_keys(self, x: torch.Tensor) -> torch.Tensor:
+        """(N_src, H, d) -> (1, H, padded_keys, d), the keys that no edge names zeroed."""
+        return _to_sequence(x, self.padded_keys, self.unread_keys)
+
+
+def _ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (q_blocks, k_blocks) bool plane as FlexAttention's (1, 1, q_blocks) counts and
+    (1, 1, q_blocks, k_blocks) int32 key-block indices, each row's blocks first, in key order."""
+    num = blocks.sum(-1, dtype=torch.int32)
+    # A stable descending sort of the plane puts each row's present blocks first, in order; the
+    # rest of the row holds the absent ones (valid indices, never read past ``num``).
+    index = torch.sort(blocks.to(torch.int8), dim=-1, descending=True, stable=True).indices.to(torch.int32)
+    return num[None, None].contiguous(), index[None, None].contiguous()
+
+
+def default_block(device: torch.device | str) -> int:
+    """The block side for a device (`BLOCK`; 128 for devices not listed)."""
+    return BLOCK.get(torch.device(device).type, 128)
+
+
+def layout_of(relation: Relation, block: int | tuple[int, int] | None = None) -> FlexLayout:
+    """The relation's layout for ``block`` (default: `default_block` of its device), built once
+    and kept with the relation."""
+    _require()
+    block = default_block(relation.device) if block is None else block
+    block = (block, block) if isinstance(block, int) else tuple(block)
+    return relation.layout(("flex", block),
+                           lambda r: FlexLayout(r.u, r.v, r.num_keys, r.num_queries, block))
+
+
+def worth_it(relation: Relation, q: torch.Tensor, k: torch.Tensor | None = None, v: torch.Tensor | None = None,
+             min_queries: int = 1024, min_fill: float = 0.025, block: int | None = None) -> bool:
+    """Whether ``auto`` should hand this call to flex: q is on a device of `AUTO_DEVICES` where
+    the compiled kernel serves it (`runs_on`: on the CPU, no gradients), the relation is long (at
+    least ``min_queries`` queries: on shorter ones the other backends are as fast, and the first
+    call's compilation is not repaid; a batch of short samples, or decoding's rows of keys, is not
+    long), and its edges fill at least ``min_fill`` of the pairs of the
+    blocks they touch. The kernel's work grows with those pairs and the edge-wise backends' with
+    the edges, at a far higher cost per edge than the kernel's per pair, so a block may be mostly
+    masked and still pay: windows, dilations and BP trees fill enough (a tree's span nodes come
+    after its tokens, so a block of tokens touches many blocks of spans, sparsely), token-level
+    random links over long sequences (a block of queries then touches most key blocks) do not.
+    Near that fill the kernel is about as fast as the torch backend and holds far less memory (no
+    (E, H, d) messages). The layout built to decide is the one `attend` then uses."""
+    if (q.device.type not in AUTO_DEVICES or q.device.type in _FAILED or relation.num_queries < min_queries
+            or relation.num_edges == 0 or not runs_on(q, k, v)):
+        return False
+    block = default_block(q.device) if block is None else block
+
+    def pays(r: Relation) -> bool:
+        if r.tiles is not None or r.key_rows is not None:  # decoding's rows: a new layout at every step
+            return False
+        if r.query_counts is not None and int(r.query_counts.max()) < min_queries:  # many short samples
+            return False
+        layout = layout_of(r, block)
+        touched = (layout.partial + layout.full) * layout.block[0] * layout.block[1]
+        return r.num_edges >= min_fill * touched
+    return relation.layout(("flex pays", min_fill, block), pays)
+
+
+def _to_sequence(x: torch.Tensor, length: int, zeroed: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, H, d) nodes -> (1, H, length, d), zero-padded past N, the ``zeroed`` rows ((N,) bool)
+    zeros. The memory stays node-major ((length, H, d)), so the kernel's output, laid out like its
+    query, reads back as (N_dst, H, d) without a copy."""
+    n, h, d = x.shape
+    if n != length or zeroed is not None:
+        padded = x.new_zeros(length, h, d)
+        padded[:n] = x if zeroed is None else x.masked_fill(zeroed[:, None, None], 0)
+        x = padded
+    return x.permute(1, 0, 2).unsqueeze(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(compiled: bool):
+    """FlexAttention, compiled once per process (or not compiled at all).
+
+    Node counts change with every batch. Compiled with torch.compile's default (automatic dynamic
+    shapes), the first call compiles for its sizes and the first call with other sizes compiles
+    once more with the node and block counts symbolic; every later size reuses that kernel.
+    Symbolic from the first call is not an option: ``dynamic=True`` also makes the block side
+    symbolic, which the CPU kernel's code generator does not compile, and the BlockMask's lengths
+    are plain ints, which pin the first kernel's sizes anyway. A new head count, head size or dtype,
+    or the first call with gradients (CUDA), compiles again; past torch.compile's limit of kernels
+    per function (``torch._dynamo.config.recompile_limit``) calls would run uncompiled, which one
+    model's few kinds of call do not reach."""
+    from torch.nn.attention.flex_attention import flex_attention
+    if not compiled:
+        return flex_attention
+    return torch.compile(flex_attention)
+
+
+# Devices whose compiled kernel failed to build in this process, and why: their calls go to
+# `_fallback` from then on rather than pay a failing compilation per new layout.
+_FAILED: dict[str, str] = {}
+
+
+def _fallback(relation: Relation, q, k, v, return_weights: bool):
+    """The same attention by the exact backends auto would take without flex."""
+    from graphformer.attention import blocked, torch_ops
+    attend = blocked.attend if blocked.worth_it(relation) else torch_ops.attend
+    return attend(relation, q, k, v, return_weights=return_weights)
+
+
+def _check_runs(q, k, v, compiled: bool) -> None:
+    """A one-line UserError for a call the compiled kernel cannot serve."""
+    if compiled and q.dtype not in DTYPES:
+        raise UserError(f"the flex attention backend computes in float32, bfloat16 or float16, not {q.dtype}; "
+                        "convert the model or choose the blocked, torch or auto backend")
+    if q.device.type != "cpu":
+        return
+    if _needs_grad(q, k, v):
+        raise UserError("the flex attention backend trains only on CUDA (torch's FlexAttention has no backward "
+                        "pass on the CPU); on the CPU choose the blocked, padded, torch or auto backend, or run "
+                        "flex without gradients (torch.no_grad(): evaluation, decoding)")
+    if compiled and not _cpu_kernel_runs():
+        raise UserError(f"the flex attention backend's CPU kernel needs torch >= 2.6 (this is {torch.__version__}) "
+                        "and a CPU with AVX2 (x86-64, not macOS); choose the blocked, padded, torch or auto "
+                        "backend here")
+
+
+def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_weights: bool = False,
+           block: int | tuple[int, int] | None = None, compiled: bool = True):
+    """Graph attention over the relation's edges by FlexAttention; same contract as the DGL
+    backend, except that the weights (for inspection) carry no gradient.
+
+    q (N_dst, H, d), k and v (N_src, H, d) -> out (N_dst, H, d) [, weights (E, H, 1) in the
+    relation's edge order]. ``block`` defaults to `default_block` of q's device;
+    ``compiled=False`` runs FlexAttention uncompiled, which builds the whole padded score plane:
+    for tests and small relations only.
+    """
+    _require()
+    _check_runs(q, k, v, compiled)
+    if not torch.is_grad_enabled():  # FlexAttention refuses CPU tensors that require grad, even here
+        q, k, v = q.detach(), k.detach(), v.detach()
+    if relation.num_queries == 0:  # nothing to attend (an empty subgraph of active nodes)
+        out = q.new_zeros(q.shape)
+        return (out, q.new_zeros(relation.num_edges, q.shape[1], 1)) if return_weights else out
+    layout = layout_of(relation, default_block(q.device) if block is None else block)
+    Q, K, V = layout.pad_queries(q), layout.pad_keys(k), layout.pad_keys(v)
+    if K.data_ptr() == Q.data_ptr() or V.data_ptr() in (Q.data_ptr(), K.data_ptr()):
+        K, V = K.clone(), V.clone()  # the compiled CPU kernel refuses one buffer read as two inputs
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if compiled and q.device.type in _FAILED:
+        return _fallback(relation, q, k, v, return_weights)
+    try:
+        with warnings.catch_warnings():
+            if not compiled:  # asked for: the warning says to compile
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            out = _kernel(compiled)(Q, K, V, block_mask=layout.block_mask, scale=scale)
+    except Exception as err:  # noqa: BLE001 - told apart by name: Inductor is not imported here
+        if not (compiled and q.device.type == "cpu" and type(err).__name__ == "InductorError"):
+            raise
+        _FAILED[q.device.type] = str(err).splitlines()[0] if str(err) else type(err).__name__
+        warnings.warn("flex: torch's compiled CPU kernel failed to build for this block layout (its code generator "
+                      "fails on some second layouts of one size); this process's flex calls now run on the blocked "
+                      "or torch backend, with the same results", RuntimeWarning, stacklevel=2)
+        return _fallback(relation, q, k, v, return_weights)
+    out = out[0].transpose(0, 1)[:relation.num_queries].contiguous()  # (N_dst, H, d), padded rows dropped
+    if not return_weights:
+        return out
+    # The weights are normalised over the edges' own scores, as in `torch_ops`, rather than with
+    # an lse read from the kernel: the compiled CPU kernel cannot return one, asking for it would
+    # compile one more kernel, and exp(s - m_v) / z_v keeps the bits that exp(s - lse_v) loses
+    # where scores are large (s - lse_v is then a difference of two large float32 numbers).
+    with torch.no_grad():
+        scores = layout.edge_scores(relation.u, relation.v, Q, K, scale)  # (E, H)
+        return out, _normalise(scores, relation.v, relation.num_queries)[..., None]
+
+
+def _normalise(scores: torch.Tensor, dst: torch.Tensor, num_queries: int) -> torch.Tensor:
+    """(E, H) softmax of the (E, H) edge scores over each query's in-edges:
+
+        m_v = max_{u -> v} s_uv,   z_v = sum_{u -> v} exp(s_uv - m_v),   a_uv = exp(s_uv - m_v) / z_v
+    """
+    index = dst[:, None].expand_as(scores)
+    peak = scores.new_full((num_queries, scores.shape[1]), float("-inf")).scatter_reduce(0, index, scores, "amax")
+    a = torch.exp(scores - peak[dst])
+    total = scores.new_zeros(peak.shape).index_add_(0, dst, a)
+    return a / total[dst]
+
+
+__all__ = ["attend", "available", "runs_on", "worth_it", "layout_of", "default_block", "FlexLayout", "BLOCK",
+           "AUTO_DEVICES"]

@@ -1,0 +1,302 @@
+"""The flex backend (torch's FlexAttention over a block mask of the edges) against the torch
+backend's edge-wise attention: outputs and weights, on relations of several samples, windows,
+cross attention and queries of a single key; its refusals; and ``auto``'s question, `worth_it`.
+
+Most cases run FlexAttention uncompiled (``compiled=False``: the same block mask and mask_mod,
+without the ~30 s compilation); one slow test runs the compiled kernel, the one the backend uses,
+on two relations of different sizes (so once more with dynamic shapes). All run without gradients
+on the CPU, where FlexAttention has no backward pass. On torch < 2.5 only the refusal test runs.
+"""
+import sys
+import warnings
+
+import pytest
+import torch
+
+from graphformer.attention import flex, torch_ops
+from graphformer.errors import UserError
+from graphformer.graphs import patterns
+from graphformer.graphs.relation import Relation
+
+needs_flex = pytest.mark.skipif(flex.available() is not None, reason=str(flex.available()))
+HEADS, DIM = 2, 8
+
+
+def sample_relation(key_counts, query_counts, p, seed):
+    """Samples numbered one after another, each query attending to a random subset (at least one)
+    of its own sample's keys; edges in a shuffled order (a backend must keep the relation's)."""
+    gen = torch.Generator().manual_seed(seed)
+    us, vs, k0, q0 = [], [], 0, 0
+    for nk, nq in zip(key_counts, query_counts):
+        mask = torch.rand(nq, nk, generator=gen) < p
+        mask[torch.arange(nq), torch.randint(nk, (nq,), generator=gen)] = True
+        v, u = mask.nonzero(as_tuple=True)
+        us.append(u + k0)
+        vs.append(v + q0)
+        k0, q0 = k0 + nk, q0 + nq
+    u, v = torch.cat(us), torch.cat(vs)
+    order = torch.randperm(len(u), generator=gen)
+    return Relation(u[order], v[order], k0, q0, torch.tensor(key_counts), torch.tensor(query_counts))
+
+
+def pattern_relation(spec, num_keys, num_queries):
+    u, v = patterns.parse(spec)(num_keys, num_queries)
+    return Relation(u, v, num_keys, num_queries)
+
+
+def one_key_relation():
+    """Query 0 has a single key (key 2); the others attend to a window; 70 keys, 45 queries."""
+    u, v = patterns.window(3)(70, 45)
+    keep = (v != 0) | (u == 2)
+    return Relation(u[keep], v[keep], 70, 45)
+
+
+CASES = {
+    "samples": lambda: sample_relation([13, 40, 7, 29], [13, 40, 7, 29], 0.3, seed=0),
+    "samples, cross": lambda: sample_relation([21, 5, 50], [9, 33, 12], 0.4, seed=1),
+    "window": lambda: pattern_relation("window:5", 100, 100),
+    "window+global, cross": lambda: pattern_relation("window:4+global:2", 37, 90),
+    "full, cross": lambda: pattern_relation("full", 19, 40),
+    "one key": one_key_relation,
+}
+
+
+def qkv(relation, seed=0, scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(relation.num_queries, HEADS, DIM, generator=gen) * scale
+    k, v = (torch.randn(relation.num_keys, HEADS, DIM, generator=gen) for _ in range(2))
+    return q, k, v
+
+
+def assert_matches_torch_backend(relation, q, k, v, weight_tolerance=1e-5, **options):
+    """Outputs and weights within float32 rounding of the torch backend's; weights that sum to 1."""
+    with torch.no_grad():
+        out, weights = flex.attend(relation, q, k, v, return_weights=True, **options)
+        ref_out, ref_weights = torch_ops.attend(relation, q, k, v, return_weights=True)
+    assert out.shape == ref_out.shape and weights.shape == ref_weights.shape == (relation.num_edges, HEADS, 1)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weights, ref_weights, rtol=weight_tolerance, atol=1e-6)
+    sums = torch.zeros(relation.num_queries, HEADS, 1).index_add_(0, relation.v, weights)
+    torch.testing.assert_close(sums, torch.ones_like(sums))
+    return out
+
+
+def test_without_flexattention_the_backend_says_what_to_install_in_one_line(monkeypatch):
+    """On torch < 2.5 (or with FlexAttention hidden, as here on newer torch) `available` gives the
+    reason, `runs_on` and `worth_it` say no, and a call is one UserError line naming the fix."""
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)  # import raises ImportError
+    flex.available.cache_clear()
+    try:
+        reason = flex.available()
+        relation = pattern_relation("window:1", 4, 4)
+        q = torch.randn(4, 1, 4)
+        assert not flex.runs_on(q) and not flex.worth_it(relation, q)
+        with pytest.raises(UserError) as error:
+            flex.attend(relation, q, q, q)
+    finally:
+        monkeypatch.undo()
+        flex.available.cache_clear()
+    assert reason == str(error.value) and "\n" not in reason
+    assert "torch >= 2.5" in reason and torch.__version__ in reason and "blocked/torch" in reason
+
+
+@needs_flex
+@pytest.mark.parametrize("case", list(CASES))
+def test_flex_equals_the_torch_backend(case):
+    relation = CASES[case]()
+    assert_matches_torch_backend(relation, *qkv(relation), compiled=False, block=16)
+
+
+@needs_flex
+@pytest.mark.parametrize("block", [8, (16, 32), 64])
+def test_any_block_shape_gives_the_same_attention(block):
+    """Blocks wider than the relation, unequal sides, node counts that are no multiple of them:
+    padding and the bitmap keep exactly the edges."""
+    relation = CASES["samples, cross"]()
+    assert_matches_torch_backend(relation, *qkv(relation, seed=3), compiled=False, block=block)
+
+
+@needs_flex
+def test_weights_sum_to_one_for_large_scores():
+    """Scores in the thousands: float32 keeps about 1e-4 of them, so the weights differ from the
+    torch backend's (scores summed in another order) by about that, but still sum to 1."""
+    relation = CASES["samples"]()
+    assert_matches_torch_backend(relation, *qkv(relation, seed=5, scale=300.0), weight_tolerance=1e-3,
+                                 compiled=False, block=16)
+
+
+@needs_flex
+def test_the_layout_skips_empty_blocks_and_unmasks_full_ones():
+    """block:8 over 44 tokens, in 8 x 8 blocks: the five whole diagonal blocks are full (no
+    bitmap), the last one, 4 tokens and 4 padded ones, is partial with its padding masked, and the
+    other blocks are in no list."""
+    relation = pattern_relation("block:8", 44, 44)
+    layout = flex.layout_of(relation, 8)
+    assert layout is flex.layout_of(relation, 8)  # kept with the relation
+    assert (layout.padded_queries, layout.padded_keys) == (48, 48)
+    assert layout.full == 5 and layout.partial == 1  # the last block holds 4 x 4 edges of 8 x 8
+    assert layout.bits.shape == (2 + 1, 8, 8) and layout.table.shape == (6, 6)
+    last = layout.bits[int(layout.table[5, 5])]
+    assert last[:4, :4].all() and not last[4:].any() and not last[:, 4:].any()
+    assert layout.block_mask.kv_num_blocks.tolist() == [[[0, 0, 0, 0, 0, 1]]]
+    assert layout.block_mask.full_kv_num_blocks.tolist() == [[[1, 1, 1, 1, 1, 0]]]
+
+
+@needs_flex
+def test_keys_that_no_edge_names_never_reach_a_result():
+    """A decoding cache leaves slots past the current step unwritten: NaN in keys that no edge
+    names changes nothing, though their block's products span them."""
+    u, v = patterns.window(2)(30, 20)
+    keep = u < 24  # keys 24..29 are named by no edge
+    relation = Relation(u[keep], v[keep], 30, 20)
+    q, k, v_ = qkv(relation, seed=2)
+    reference = assert_matches_torch_backend(relation, q, k, v_, compiled=False, block=16)
+    k[24:], v_[24:] = float("nan"), float("nan")
+    with torch.no_grad():
+        torch.testing.assert_close(flex.attend(relation, q, k, v_, compiled=False, block=16), reference)
+
+
+@needs_flex
+def test_one_tensor_as_queries_keys_and_values():
+    relation = pattern_relation("window:3", 64, 64)  # whole blocks: no padding copy
+    x = torch.randn(64, HEADS, DIM)
+    assert_matches_torch_backend(relation, x, x, x, compiled=False, block=16)
+
+
+@needs_flex
+def test_training_on_the_cpu_is_one_line_naming_the_backends_that_train():
+    relation = CASES["window"]()
+    q, k, v = qkv(relation)
+    q.requires_grad_()
+    with pytest.raises(UserError) as error:
+        flex.attend(relation, q, k, v, compiled=False)
+    message = str(error.value)
+    assert "\n" not in message and "only on CUDA" in message and "blocked" in message and "torch" in message
+    assert not flex.runs_on(q, k, v)
+    with torch.no_grad():  # the same tensors serve a forward pass without gradients
+        assert flex.runs_on(q, k, v) == flex._cpu_kernel_runs()
+        flex.attend(relation, q, k, v, compiled=False, block=16)
+
+
+@needs_flex
+def test_a_dtype_the_kernels_do_not_compute_in_is_refused():
+    relation = CASES["window"]()
+    q, k, v = (x.double() for x in qkv(relation))
+    assert not flex.runs_on(q)
+    with torch.no_grad(), pytest.raises(UserError, match="float32, bfloat16 or float16"):
+        flex.attend(relation, q, k, v)
+
+
+@needs_flex
+def test_a_relation_without_queries():
+    relation = Relation(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 5, 0)
+    q, k, v = qkv(relation)
+    with torch.no_grad():
+        out, weights = flex.attend(relation, q, k, v, return_weights=True, compiled=False)
+    assert out.shape == (0, HEADS, DIM) and weights.shape == (0, HEADS, 1)
+
+
+@needs_flex
+def test_worth_it_takes_long_filled_relations_without_gradients():
+    x = torch.randn(2048, 1, 4)
+    window = pattern_relation("window:64", 2048, 2048)
+    with torch.no_grad():
+        assert flex.worth_it(window, x) == flex._cpu_kernel_runs()
+        assert not flex.worth_it(pattern_relation("window:64", 512, 512), x[:512])  # short
+        assert not flex.worth_it(pattern_relation("random:2", 2048, 2048), x)  # scattered: blocks mostly empty
+        assert not flex.worth_it(window, x.double())
+    assert not flex.worth_it(window, x.requires_grad_())  # no backward pass on the CPU
+
+
+@needs_flex
+@pytest.mark.slow
+def test_the_compiled_kernel_equals_the_torch_backend_across_sizes():
+    """The compiled kernel, what the backend runs: one relation of several samples, then a cross
+    relation of other sizes (the compilation with dynamic shapes), under inference mode too."""
+    if not flex._cpu_kernel_runs():
+        pytest.skip("this CPU has no AVX2: FlexAttention's CPU kernel does not compile here")
+    first = sample_relation([130, 64, 200], [130, 64, 200], 0.05, seed=4)
+    second = pattern_relation("window:16+global:1", 300, 170)
+    for relation in (first, second):
+        assert_matches_torch_backend(relation, *qkv(relation, seed=6))
+    with torch.inference_mode():
+        q, k, v = qkv(first, seed=7)
+        torch.testing.assert_close(flex.attend(first, q, k, v), torch_ops.attend(first, q, k, v),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@needs_flex
+def test_weights_computed_one_block_at_a_time(monkeypatch):
+    """The weights' scores come block by block in chunks (`FlexLayout.edge_scores`); chunks of one
+    block give the same weights, in the relation's edge order."""
+    monkeypatch.setattr(flex, "CHUNK_BYTES", 1)
+    relation = CASES["samples, cross"]()
+    assert_matches_torch_backend(relation, *qkv(relation, seed=8), compiled=False, block=8)
+
+
+@pytest.mark.parametrize("argv, message", [(["--lengths", "1"], "--lengths must be at least 2"),
+                                           (["--rounds", "0"], "--rounds: must be at least 1")])
+def test_the_benchmark_refuses_what_it_cannot_measure(tmp_path, argv, message):
+    import subprocess
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "flex_attention.py"
+    proc = subprocess.run([sys.executable, str(script), *argv, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not list(tmp_path.iterdir())
+
+
+@needs_flex
+def test_a_kernel_that_fails_to_build_falls_back_to_the_exact_backends(monkeypatch):
+    """torch's CPU code generator fails on some second block layouts of one size: the call (and
+    every later one of the process) runs on blocked or torch, with a warning, and auto stops
+    choosing flex."""
+    class InductorError(RuntimeError):  # the name torch._inductor.exc gives its error
+        pass
+
+    def fails(*args, **kwargs):
+        raise InductorError("CppCompileError: C++ compile error")
+
+    monkeypatch.setattr(flex, "_kernel", lambda compiled: fails if compiled else torch_ops.attend)
+    monkeypatch.setattr(flex, "_FAILED", {})
+    n = 1100
+    relation = Relation.of_edges(*patterns.parse("window:8")(n, n), n, n)
+    q = torch.randn(n, HEADS, DIM)
+    with torch.no_grad():
+        assert flex.worth_it(relation, q, q, q) == flex.runs_on(q, q, q)
+        with pytest.warns(RuntimeWarning, match="now run on the blocked or torch backend"):
+            out, weights = flex.attend(relation, q, q, q, return_weights=True)
+        ref, ref_weights = torch_ops.attend(relation, q, q, q, return_weights=True)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(weights, ref_weights)
+        assert "cpu" in flex._FAILED and not flex.worth_it(relation, q, q, q)
+        torch.testing.assert_close(flex.attend(relation, q, q, q), ref)  # no second try, no second warning
+
+
+@needs_flex
+@pytest.mark.slow
+def test_compiled_flex_gives_exact_attention_on_two_layouts_of_one_size():
+    """The layouts torch's CPU code generator has failed to build (window:128, then window:64,
+    at one size): compiled or fallen back, every call equals the torch backend."""
+    n = 2048
+    for spec in ("window:128", "window:64"):
+        relation = Relation.of_edges(*patterns.parse(spec)(n, n), n, n)
+        q, k, v = (torch.randn(n, 4, 32, generator=torch.Generator().manual_seed(i)) for i in range(3))
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            torch.testing.assert_close(flex.attend(relation, q, k, v), torch_ops.attend(relation, q, k, v),
+                                       atol=1e-5, rtol=1e-5)
+
+
+@needs_flex
+def test_auto_leaves_batches_of_short_samples_and_decoding_rows_to_the_others():
+    """Many short sentences make a long relation, but each new batch would be a new layout (and
+    on a first call, a compilation) for no gain: translation stays with padded and the others."""
+    short = sample_relation([12] * 100, [12] * 100, 0.5, seed=3)  # 1200 queries in samples of 12
+    long_one = Relation.of_edges(*patterns.parse("window:8")(1200, 1200), 1200, 1200,
+                                 torch.tensor([1200]), torch.tensor([1200]))
+    rows = Relation.of_rows(torch.arange(1200)[:, None], 1200)
+    q = torch.randn(1200, HEADS, DIM)
+    with torch.no_grad():
+        assert not flex.worth_it(short, q, q, q) and not flex.worth_it(rows, q, q, q)
+        assert flex.worth_it(long_one, q, q, q) == flex.runs_on(q, q, q)
