@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import json
 import os
 import signal
@@ -700,8 +701,13 @@ def main(argv=None) -> int:
     except OSError as err:  # a file or folder the system refused: read-only, no permission, not a folder
         if os.environ.get("GRAPHFORMER_DEBUG"):
             raise
+        from graphformer.files import REFUSED
         where = f"{err.filename}: " if err.filename else ""
-        _say(f"error: {where}{err.strerror or err}; check the path and its permissions")
+        if err.errno in REFUSED and err.errno not in (errno.EACCES, errno.EPERM):  # only ever a write's
+            what, remedy = REFUSED[err.errno]
+            _say(f"error: {where}{what} ({err.strerror or err}); {remedy}, then run the command again")
+        else:
+            _say(f"error: {where}{err.strerror or err}; check the path and its permissions")
         return 2
     except Exception as err:  # MemoryError, or torch's and DGL's allocation failures
         if _lost_peer(err) and not os.environ.get("GRAPHFORMER_DEBUG"):

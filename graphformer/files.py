@@ -4,20 +4,62 @@ A writer fills ``.NAME.tmp-PID`` beside the target, flushes it to disk and renam
 target; a crash at any moment leaves the old file or the new one, never half of one. A crash
 during the write can leave the temporary file behind: ``remove_temporaries`` clears them when a
 run directory is opened again.
+
+A write the system refuses (a full disk, the file-size limit, a read-only folder) is a
+`WriteRefused`: one line that names the file graphformer meant to write and why it could not.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+from contextlib import suppress
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from graphformer.errors import UserError
+
 TMP_MARK = ".tmp-"
+
+# errno of a refused write -> (what happened, what the user can do about it)
+REFUSED = {
+    errno.ENOSPC: ("the disk is full", "free some space"),
+    errno.EDQUOT: ("the disk quota is used up", "free some space"),
+    errno.EFBIG: ("the file is too large for this system's file-size limit", "raise the limit (ulimit -f)"),
+    errno.EROFS: ("the file system is read-only", "make it writable"),
+    errno.EACCES: ("permission denied", "give yourself write permission"),
+    errno.EPERM: ("permission denied", "give yourself write permission"),
+}
+
+
+class WriteRefused(UserError):
+    """The system refused to write ``path`` (`REFUSED` says why); every file written before is
+    whole. ``then`` says how to go on once the cause is fixed."""
+
+    def __init__(self, path: str | Path, error: OSError, then: str = "then run the command again"):
+        what, remedy = REFUSED[error.errno]
+        said = error.strerror or str(error)
+        detail = "" if said.lower() == what else f" ({said})"  # the system's words, where they say more
+        super().__init__(f"cannot write {path}: {what}{detail}; {remedy}, {then}")
+        self.path, self.error = Path(path), error
+
+
+def refused_write(err: BaseException | None) -> OSError | None:
+    """The refused write (an OSError of `REFUSED`) in ``err`` or the errors it arose from, else
+    None: torch.save reports a failed write as a RuntimeError of its own, raised while handling it."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno in REFUSED:
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call ``write(f)`` on a temporary file, then move it to ``path`` in one step."""
+    """Call ``write(f)`` on a temporary file, then move it to ``path`` in one step; a refused
+    write is a `WriteRefused` naming ``path`` (the old file, if any, stays as it was)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
     try:
@@ -26,8 +68,26 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except Exception as err:
+        refused = refused_write(err)
+        if refused is None:
+            raise
+        raise WriteRefused(path, refused) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with suppress(OSError):  # a read-only folder refuses this too: the write's error is the one to report
+            tmp.unlink(missing_ok=True)
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` and a newline to a text file; a refused write is a `WriteRefused`, and can
+    leave part of the line (readers of a log drop a torn last line)."""
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError as err:
+        if err.errno not in REFUSED:
+            raise
+        raise WriteRefused(path, err) from None
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -218,9 +218,9 @@ def _run(command: list[str], env: dict, log) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_two_processes_resume_exactly_with_dropout(tmp_path):
-    """A checkpoint holds rank 0's random state and every rank restores it: exact only while the
-    ranks' states stay equal (one seed, and dropout draws that advance them alike whatever the
-    batch shapes). This guards that: a stopped and resumed run takes the uninterrupted run's steps."""
+    """A checkpoint holds every rank's own random state and each rank restores its own: how far a
+    dropout draw moves a generator can depend on the batch's size, and the ranks' batches differ.
+    This guards that: a stopped and resumed run takes the uninterrupted run's steps."""
     data = small_copy_data(tmp_path / "data")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",

@@ -4,7 +4,9 @@ The six raw files come from the public ``multi30k/dataset`` repository at a pinn
 checked against pinned SHA-256 sums, and are kept in a cache (``$GRAPHFORMER_CACHE`` or
 ``~/.cache/graphformer``). A local mirror directory holding the same files can be given instead
 of the network. A file is written to the cache under a temporary name and renamed only once its
-checksum is right, so a failed or corrupt download never leaves a file that looks good.
+checksum is right, so a failed or corrupt download never leaves a file that looks good; a cached
+file is checked again on every fetch, and one that no longer matches (truncated or altered since)
+is named in a warning and fetched afresh, never used.
 
 Text is tokenized with the Moses tokenizer (sacremoses; aggressive hyphen splitting, cased) and
 detokenized for output, as in the original DGL example.
@@ -16,6 +18,7 @@ import hashlib
 import http.client
 import os
 import shutil
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -81,8 +84,12 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
     cache.mkdir(parents=True, exist_ok=True)
     for name, expected in SHA256.items():
         final = cache / name
-        if final.is_file() and sha256_of(final) == expected:
-            continue
+        if final.is_file():
+            if sha256_of(final) == expected:
+                continue
+            origin = f"the mirror {mirror}" if mirror is not None else base_url
+            tqdm.write(f"graphformer: warning: {final} does not match its pinned SHA-256 (truncated or altered); "
+                       f"not using it: fetching it again from {origin}", file=sys.stderr)
         partial = cache / f".{name}.partial-{os.getpid()}"
         try:
             if mirror is not None:

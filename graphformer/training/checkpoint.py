@@ -3,18 +3,27 @@
 A checkpoint is one ``torch.save`` file holding only tensors and plain Python values (so it
 loads with ``weights_only=True``): model and optimizer state, the schedule, RNG states,
 vocabularies, configs and progress counters.
+
+Every checkpoint records the version of its format (``"format": "graphformer-checkpoint-N"``,
+N = `VERSION`); this graphformer reads its own version only, and another is a one-line error
+that names both. Raise `VERSION` when a change to what a checkpoint holds would make an older
+graphformer misread it; a change that older readers pass over (a new key, a key no longer
+written) keeps it. Every graphformer checkpoint has had the field: a file without it is none.
 """
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 
 import torch
 
+from graphformer import __version__
 from graphformer.errors import UserError
 from graphformer.files import write_atomic
 
-FORMAT = "graphformer-checkpoint-1"
+VERSION = 1
+FORMAT = f"graphformer-checkpoint-{VERSION}"
 LAST, BEST, AVERAGED = "checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_averaged.pt"
 CONFIG = "config.json"  # every run directory has one (`graphformer.training.run_dir`)
 
@@ -38,9 +47,22 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         reason = reason if isinstance(err, (RuntimeError, EOFError, ValueError, OSError)) else type(err).__name__
         raise UserError(f"{path} is damaged or truncated ({reason}); {advice}") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    version = format_version(state)
+    if version is None:
         raise UserError(f"{path} is not a graphformer checkpoint")
+    if version != VERSION:
+        which = "a newer graphformer wrote it: upgrade" if version > VERSION else \
+            "an older graphformer wrote it: use that version, or retrain"
+        raise UserError(f"{path} is a checkpoint of format version {version}, and this graphformer ({__version__}) "
+                        f"reads version {VERSION}; {which}")
     return state
+
+
+def format_version(state) -> int | None:
+    """The format version a loaded checkpoint records, or None if it is no graphformer checkpoint."""
+    fmt = state.get("format") if isinstance(state, dict) else None
+    match = re.fullmatch(r"graphformer-checkpoint-(\d+)", fmt) if isinstance(fmt, str) else None
+    return int(match.group(1)) if match else None
 
 
 def check_run_dir(run_dir: str | Path) -> Path:

@@ -135,6 +135,15 @@ def any_rank(flags: tuple[bool, ...], ctx: Context) -> tuple[bool, ...]:
     return tuple(bool(x > 0) for x in t.tolist())
 
 
+def all_gather(value, ctx: Context) -> list:
+    """``value`` of every rank, in rank order, on every rank (any picklable value)."""
+    if not ctx.distributed:
+        return [value]
+    gathered: list = [None] * ctx.world
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def teardown(ctx: Context, together: bool = True) -> None:
     """Leave the process group together: a rank that exits while another still talks to it
     can leave that one waiting for ever. Not ``together`` (this rank failed, and the others may
@@ -157,8 +166,4 @@ def parameter_digests(model: torch.nn.Module, ctx: Context) -> list[str]:
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().cpu().contiguous().numpy().tobytes())
-    if not ctx.distributed:
-        return [digest.hexdigest()]
-    gathered: list = [None] * ctx.world
-    dist.all_gather_object(gathered, digest.hexdigest())
-    return gathered
+    return all_gather(digest.hexdigest(), ctx)

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from graphformer.data.text import split_lines
 from graphformer.errors import UserError
-from graphformer.files import epoch_file, epoch_files, epoch_of, remove_temporaries, write_json_atomic, write_text_atomic
+from graphformer.files import (append_line, epoch_file, epoch_files, epoch_of, remove_temporaries, write_json_atomic,
+                               write_text_atomic)
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import AVERAGED, BEST, CONFIG, LAST
 
@@ -142,8 +143,7 @@ class RunDir:
     def log(self, name: str, record: dict) -> None:
         """Append one JSON line; non-finite numbers are written as null (JSON has no NaN)."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        with open(self.path / name, "a", encoding="utf-8") as f:
-            f.write(json.dumps(clean) + "\n")
+        append_line(self.path / name, json.dumps(clean))
 
     def records(self, name: str) -> list[tuple[str, dict]]:
         """The (line, record) pairs of a log, without a last line that a crash cut in half

@@ -28,7 +28,7 @@ from graphformer.data.corpus import Split, read_split
 from graphformer.data.splits import RECORD, generated_by
 from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
-from graphformer.files import write_json_atomic
+from graphformer.files import WriteRefused, write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
@@ -194,10 +194,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.progress = dict(state["progress"])
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(_tuplify(state["rng"]["python"]))
-        if torch.cuda.is_available() and state["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self._restore_rng(state["rng"])
         self._check_epoch_has_steps()
         self._open_board()
         if self.ctx.is_main:
@@ -290,23 +287,63 @@ class Trainer:
             self.model.parameters(), self.model.cfg.d_model, self.cfg.warmup, self.cfg.lr_factor)
 
     # ---- checkpoints ------------------------------------------------------------------------
-    def state(self) -> dict:
+    def state(self, rng_by_rank: dict | None = None) -> dict:
+        """What a checkpoint holds; ``rng_by_rank``: every rank's own random states (`_rng_by_rank`),
+        by default this process's alone."""
         return {
             "model_config": self.model.cfg.to_dict(),
             "train_config": self.cfg.to_dict(),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
+            # "torch" (rank 0's CPU state) is what graphformer read before the states by rank.
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                    **(rng_by_rank or self._rng_by_rank(gather=False))},
             "vocab": {"src": self.src_vocab.itos, "tgt": self.tgt_vocab.itos},
             "progress": dict(self.progress),
             "processes": self.ctx.world,  # an epoch's batches are split among them (see epoch_plan)
         }
 
-    def save(self, best: bool = False):
-        if self.ctx.is_main:
-            self.files.save_checkpoint(self.state(), best)
+    def save(self, best: bool = False, keep_epoch: int | None = None):
+        """Write the last checkpoint (and the best one with ``best``, and first the epoch's own with
+        ``keep_epoch``: a kill between the two then resumes from before that epoch). Every rank
+        calls it, since each one's random states go in; rank 0 writes."""
+        rng_by_rank = self._rng_by_rank()
+        if not self.ctx.is_main:
+            return
+        state = self.state(rng_by_rank)
+        if keep_epoch is not None:
+            self.files.keep_epoch_checkpoint(state, keep_epoch, self.cfg.keep_last)
+        self.files.save_checkpoint(state, best)
+
+    def _rng_by_rank(self, gather: bool = True) -> dict:
+        """Each rank's own random states, in rank order: its CPU generator's ("torch_by_rank") and
+        its own GPU's ("cuda_by_rank", None on the CPU, where no CUDA state is touched). Ranks
+        draw alike, but how far a draw moves a generator can depend on its size, and each rank's
+        batches have their own. ``gather``: from every rank (a collective: every rank calls it)."""
+        gpu = torch.cuda.get_rng_state(self.ctx.device) if self.ctx.device.type == "cuda" else None
+        mine = (torch.get_rng_state(), gpu)
+        states = distributed.all_gather(mine, self.ctx) if gather else [mine]
+        return {"torch_by_rank": [cpu for cpu, _ in states],
+                "cuda_by_rank": [gpu for _, gpu in states] if gpu is not None else None}
+
+    def _restore_rng(self, rng: dict) -> None:
+        """This rank's random states from a checkpoint's: this rank's entries (rank 0's when the
+        run had fewer processes). A checkpoint of an earlier graphformer holds rank 0's CPU state
+        ("torch") and rank 0's view of every visible GPU ("cuda"): those, this rank's GPU's entry
+        there if it has one (exact on one process)."""
+        random.setstate(_tuplify(rng["python"]))
+        cpu = _own(rng.get("torch_by_rank"), self.ctx.rank)
+        torch.set_rng_state(rng["torch"] if cpu is None else cpu)
+        device = self.ctx.device
+        if device.type != "cuda":
+            return
+        saved = _own(rng.get("cuda_by_rank"), self.ctx.rank)
+        if saved is None:
+            every = rng.get("cuda") or []
+            saved = every[device.index] if device.index < len(every) else None
+        if saved is not None:
+            torch.cuda.set_rng_state(saved, device)
 
     # ---- the loop ---------------------------------------------------------------------------
     def _check_epoch_has_steps(self, steps: list | None = None) -> None:
@@ -355,7 +392,7 @@ class Trainer:
         """
         train, global_tokens = self.splits["train"], counts["gold"]
         self.net.train()
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=self.ctx.device)  # read once per step, not per batch
         for i, idx in enumerate(batches):
             batch = make_batch(self.pool, [train.src[j] for j in idx], [train.tgt[j] for j in idx]).to(self.ctx.device)
             sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
@@ -367,8 +404,8 @@ class Trainer:
                     if output.stats:  # the universal models' ponder cost, this batch's share of the step's
                         objective = objective + output.aux_loss_over(counts) * self.ctx.world
                 objective.backward()
-            total += float(loss.detach())
-        total = distributed.all_reduce_sum(total, self.ctx)
+            total = total + loss.detach().double()  # float64 sums, as Python's floats gave
+        total = distributed.all_reduce_sum(float(total), self.ctx)
         if not math.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLoss(total)
@@ -406,9 +443,18 @@ class Trainer:
             if self.ctx.distributed:
                 self._check_ranks_in_sync()
             return metrics
+        except WriteRefused as err:  # every file written before is whole: say how to go on from them
+            raise WriteRefused(err.path, err.error, self._how_to_go_on()) from None
         finally:
             for sig, previous in handlers.items():
                 signal.signal(sig, previous)
+
+    def _how_to_go_on(self) -> str:
+        """What to do once a refused write is put right: resume from the last checkpoint, or start again."""
+        if not (self.run_dir / checkpoint.LAST).is_file():
+            return "then start the run again"
+        resume = resume_command(self.run_dir, self.ctx.world, self.ctx.per_node)
+        return f"then continue from {checkpoint.LAST} (intact) with: {resume}"
 
     def _train_epoch(self) -> "EpochEnd":
         """Steps of the current epoch from where progress points."""
@@ -481,9 +527,7 @@ class Trainer:
             self.board.epoch(metrics)
         if self.ctx.is_main and self.cfg.viz_every and (epoch + 1) % self.cfg.viz_every == 0:
             self._record_attention(epoch + 1)
-        if self.ctx.is_main and self.cfg.keep_last:  # first: a kill after it resumes from before this epoch
-            self.files.keep_epoch_checkpoint(self.state(), epoch + 1, self.cfg.keep_last)
-        self.save(best=is_best)
+        self.save(best=is_best, keep_epoch=epoch + 1 if self.cfg.keep_last else None)
         if self.show_progress:
             tqdm.write(format_metrics(metrics))
         return metrics
@@ -560,6 +604,13 @@ def _version(path: Path) -> tuple:
     """What tells one version of a file from the next: each atomic write makes a new file."""
     stat = path.stat()
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def _own(by_rank: list | None, rank: int):
+    """A rank's entry of a list by rank; rank 0's for a rank past its end; None without a list."""
+    if not by_rank:
+        return None
+    return by_rank[rank] if rank < len(by_rank) else by_rank[0]
 
 
 def _tuplify(x):
