@@ -60,7 +60,7 @@ class DensePeer(nn.Module):
     def forward(self, src, tgt_in):
         def emb(x):
             return self.embed(x) * self.d_model ** 0.5 + self.pos[: x.shape[1]]
-        causal = torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool).triu(1)
+        causal = torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool, device=tgt_in.device).triu(1)
         h = self.core(emb(src), emb(tgt_in), tgt_mask=causal, src_key_padding_mask=src == PAD,
                       tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src == PAD)
         return torch.log_softmax(self.out(h), -1)
@@ -75,9 +75,24 @@ def trains_here(backend: str) -> bool:
     return not unavailable(backend)
 
 
-def pad(seqs):
+def pad(seqs, device=None):
     width = max(len(s) for s in seqs)
-    return torch.tensor([s + [PAD] * (width - len(s)) for s in seqs])
+    return torch.tensor([s + [PAD] * (width - len(s)) for s in seqs], device=device)
+
+
+def graph_loss(model, pool, src, tgt, device=None):
+    """(summed label-smoothed loss, gold count) of the graph model on one batch."""
+    batch = make_batch(pool, src, tgt)
+    batch = batch if device is None else batch.to(device)  # graphs on the CPU, tensors to the device
+    return label_smoothed_nll(model(batch), batch.gold, 0.1), len(batch.gold)
+
+
+def dense_loss(dense, src, tgt, vocab: int, device=None):
+    """(summed label-smoothed loss, gold count) of the dense peer on the same batch, padded."""
+    s = pad([x + [EOS] for x in src], device)
+    tgt_in, gold = pad([[SOS] + y for y in tgt], device), pad([y + [EOS] for y in tgt], device).reshape(-1)
+    logp = dense(s, tgt_in).reshape(-1, vocab)
+    return label_smoothed_nll(logp, gold, 0.1), sum(len(y) + 1 for y in tgt)  # counted on the host
 
 
 def sgemm_gflops(n=2048, repeats=5) -> float:
@@ -128,15 +143,10 @@ def main():
     tokens = sum(len(t) + 1 for b in tgt_b for t in b)
 
     def graph_step(i, model=graph, src=src_b, tgt=tgt_b):
-        batch = make_batch(pool, src[i], tgt[i])
-        return label_smoothed_nll(model(batch), batch.gold, 0.1), len(batch.gold)
+        return graph_loss(model, pool, src[i], tgt[i])
 
     def dense_step(i):
-        src = pad([s + [EOS] for s in src_b[i]])
-        tgt_in, gold = pad([[SOS] + t for t in tgt_b[i]]), pad([t + [EOS] for t in tgt_b[i]])
-        logp = dense(src, tgt_in).reshape(-1, len(vocab))
-        gold = gold.reshape(-1)
-        return label_smoothed_nll(logp, gold, 0.1), int((gold != PAD).sum())
+        return dense_loss(dense, src_b[i], tgt_b[i], len(vocab))
 
     def run(name):
         graph.attention_backend = name[len("graph ("):-1] if name.startswith("graph") else "auto"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graphformer import make_model
-from graphformer.attention import BACKENDS, dgl_ops
+from graphformer.attention import BACKENDS, dgl_ops, unavailable
 from graphformer.decoding import translate_ids
 from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
 from helpers import TINY_MODEL, random_pairs, reference_backend, small_copy_data
@@ -75,3 +75,81 @@ def test_cli_trains_and_translates_on_cuda(tmp_path, capsys):
     assert main(["evaluate", str(run), "--split", "test", "--device", "cuda", "--json"]) == 0
     assert main(["evaluate", str(run), "--split", "test", "--device", "cuda", "--precision", "float16", "--json"]) == 0
     assert '"precision": "float16"' in capsys.readouterr().out
+
+
+TRAIN_BACKENDS = GPU_BACKENDS + (["flex"] if not unavailable("flex") else [])
+# Relative distance of a training step's loss and gradients from the float64 one on the CPU:
+# float32 rounds at about 1e-7 per operation, bfloat16 products at about 4e-3.
+STEP_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
+
+
+def _training_step(model, batch, precision: str, device: str):
+    """(loss, gradients) of one label-smoothed step of ``model`` on ``batch``, on ``device``."""
+    from graphformer.precision import autocast
+    from graphformer.training.loss import label_smoothed_nll
+    model.zero_grad()
+    batch = batch.to(device)
+    with autocast(precision, device):
+        loss = label_smoothed_nll(model(batch), batch.gold, 0.1) / len(batch.gold)
+    loss.backward()
+    return loss.detach().double().cpu(), [p.grad.double().cpu() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+@pytest.mark.parametrize("backend", TRAIN_BACKENDS)
+def test_training_steps_in_float32_and_bfloat16_on_the_gpu_stay_near_float64(backend, precision):
+    """blocked's tiles start at 1024 queries: the batch has more target nodes than that."""
+    model = make_model(30, layers=2, d_model=32, heads=4, d_ff=64, dropout=0.0)
+    src, tgt = random_pairs(64, 30, max_len=40, seed=3)
+    batch = make_batch(model.make_pool(), src, tgt)
+    assert len(batch.tgt_tokens) >= 1024
+    model.double().attention_backend = reference_backend()
+    ref_loss, ref_grads = _training_step(model, batch, "float32", "cpu")
+    model.float().to("cuda").attention_backend = backend
+    loss, grads = _training_step(model, batch, precision, "cuda")
+    tol = STEP_TOLERANCE[precision]
+    assert abs(loss - ref_loss) <= tol * abs(ref_loss)
+    for g, ref in zip(grads, ref_grads):
+        assert torch.isfinite(g).all() and (g - ref).norm() <= tol * ref.norm() + 1e-6
+
+
+@pytest.mark.parametrize("resume_on", ["cuda", "cpu"])
+def test_a_run_stopped_on_the_gpu_resumes_on_the_gpu_exactly_and_on_the_cpu(tmp_path, resume_on):
+    from graphformer.cli import main
+    from graphformer.training import checkpoint
+    from helpers import assert_same_last_weights, read_jsonl, train_straight_and_interrupted
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    common = ["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16",
+              "--device", "cuda", *TINY_MODEL]
+    if resume_on == "cuda":  # the same device: the resumed run is the straight one, bit for bit
+        straight, stopped = train_straight_and_interrupted(tmp_path, common, stop_at=3)
+        assert_same_last_weights(straight, stopped)
+        return
+    stopped = tmp_path / "stopped"
+    assert main(["train", *common, "--out", str(stopped), "--max-steps", "3"]) == 0
+    assert main(["train", "--out", str(stopped), "--resume", "--device", "cpu", "--max-steps", "1000", "--quiet"]) == 0
+    steps = read_jsonl(stopped / "steps.jsonl")
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1)) and len(steps) > 3
+    state = checkpoint.load(stopped / checkpoint.LAST)["model"]
+    assert {t.device.type for t in state.values()} == {"cpu"}
+
+
+@pytest.mark.parametrize("kind", ["transformer", "universal"])
+def test_incremental_decoding_on_the_gpu_equals_recomputing_the_prefix(kind):
+    extra = {"model": "universal", "max_depth": 3} if kind == "universal" else {"layers": 2}
+    model = make_model(25, d_model=16, heads=2, d_ff=32, dropout=0.0, **extra).double().cuda().eval()
+    src, _ = random_pairs(6, 25, max_len=12, seed=7)
+    for beam in (1, 3):
+        incremental = translate_ids(model, src, beam=beam, extra_len=5)
+        recomputed = translate_ids(model, src, beam=beam, extra_len=5, incremental=False)
+        assert [h.tokens for h in incremental] == [h.tokens for h in recomputed]
+
+
+def test_viz_every_records_attention_while_training_on_the_gpu(tmp_path):
+    from graphformer.cli import main
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    run = tmp_path / "run"
+    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--device", "cuda",
+                 "--epochs", "2", "--batch-size", "16", "--viz-every", "1", *TINY_MODEL]) == 0
+    assert len(list((run / "attention").glob("epoch_*.pt"))) == 3  # the untrained model, then each epoch
+    assert main(["heatmap", str(run), "--relation", "cross", "-o", str(tmp_path / "cross.png")]) == 0

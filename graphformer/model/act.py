@@ -60,19 +60,22 @@ class ACT:
         self.remainders = like.new_zeros(n)
         self.running = torch.ones(n, dtype=torch.bool, device=like.device)
 
-    def weigh(self, s: int, p: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Halting weights of step s for the active tokens (p: their halting probabilities)."""
+    def weigh(self, s: int, p: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Halting weights of step s for the active tokens ``ids`` (ascending; p: their halting
+        probabilities). Indexing by ids, not by the boolean mask, keeps the device from waiting
+        for the host: only the step's ``nonzero`` that made ``ids`` reads the mask back."""
         last = s == self.max_depth - 1
-        halts = (self.cumulative[active] + p > self.threshold) | last
-        remainder = 1.0 - self.cumulative[active]
+        cumulative = self.cumulative[ids]
+        halts = (cumulative + p > self.threshold) | last
+        remainder = 1.0 - cumulative
         w = torch.where(halts, remainder, p)
-        self.weights = self.weights.index_put((active.nonzero().squeeze(1), torch.full_like(p, s, dtype=torch.int64)), w)
-        self.cumulative = self.cumulative.index_put((active,), self.cumulative[active] + w)
-        self.steps[active] += 1
-        ids = active.nonzero().squeeze(1)
-        self.remainders = self.remainders.index_put((ids[halts],), remainder[halts])
-        self.running = self.running.clone()
-        self.running[ids[halts]] = False
+        self.weights = self.weights.index_put((ids, torch.full_like(ids, s)), w)
+        self.cumulative = self.cumulative.index_put((ids,), cumulative + w)
+        self.steps = self.steps.index_put((ids,), self.steps[ids] + 1)
+        # A token still running has no remainder yet (0): writing every active token keeps the
+        # halted ones' R and the others' 0, without selecting the halted ones on the host.
+        self.remainders = self.remainders.index_put((ids,), torch.where(halts, remainder, self.remainders[ids]))
+        self.running = self.running.index_put((ids,), ~halts)  # the active tokens were running
         return w
 
     def finish(self, stats: ACTStats) -> ACTStats:

@@ -33,8 +33,9 @@ def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
     # (its own check would find that out and warn at every call of this function).
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), cfg.layers, nn.LayerNorm(cfg.d_model),
                                     enable_nested_tensor=not cfg.norm_first)
+    weight = next(model.parameters())  # the twin lives where the model does, in its dtype
     dense = nn.Transformer(num_decoder_layers=cfg.layers, custom_encoder=encoder, **layer).to(
-        next(model.parameters()).dtype)
+        device=weight.device, dtype=weight.dtype)
 
     def copy(dst: nn.Module, src: nn.Module):
         dst.load_state_dict(src.state_dict())

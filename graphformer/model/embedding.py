@@ -23,7 +23,13 @@ def check_ids(ids: torch.Tensor, size: int, kind: str = "token", vocabulary: str
     reads the ids' extremes on the host."""
     if not ids.numel():
         return
-    low, high = int(ids.min()), int(ids.max())
+    low, high = torch.stack((ids.min(), ids.max())).tolist()  # one wait for the device, not two
+    refuse_ids(low, high, size, kind, vocabulary, things)
+
+
+def refuse_ids(low: int, high: int, size: int, kind: str = "token", vocabulary: str = "vocabulary",
+               things: str = "inputs") -> None:
+    """`check_ids`' ValueError, from the ids' extremes already read."""
     if low < 0 or high >= size:
         raise ValueError(f"{kind} id {high if high >= size else low} is outside the {vocabulary} (size {size}); "
                          f"encode {things} with the model's own {vocabulary}")
@@ -112,10 +118,15 @@ class Embedder(nn.Module):
     def check(self, tokens: torch.Tensor, positions: torch.Tensor) -> None:
         """ValueError unless every token id and position has a row in the tables. Reading them
         waits for the device: done once per batch of given ids, never per decoding step."""
-        self.tokens.check(tokens)
-        if positions.numel() and int(positions.max()) >= self.positions.max_len:
+        if tokens.numel() and positions.numel():  # the three extremes in one read: each read waits for the device
+            low, high, longest = torch.stack((tokens.min(), tokens.max(), positions.max().to(tokens.dtype))).tolist()
+            refuse_ids(low, high, self.tokens.table.num_embeddings)
+        else:
+            self.tokens.check(tokens)
+            longest = int(positions.max()) if positions.numel() else -1
+        if longest >= self.positions.max_len:
             raise ValueError(
-                f"sequence of length {int(positions.max()) + 1} is longer than the positional table "
+                f"sequence of length {longest + 1} is longer than the positional table "
                 f"(max_len={self.positions.max_len}); shorten it or build the model with a larger max_len"
             )
 

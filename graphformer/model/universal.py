@@ -36,8 +36,9 @@ def ponder(h: torch.Tensor, timing: Callable, halt: HaltingUnit, update: Callabl
            record_states: bool = False) -> tuple[torch.Tensor, ACTStats]:
     """The ACT loop of one side over its (N, d_model) token states ``h``.
 
-    Before step s the active tokens' states get ``timing(active, s)``, then ``update(x, active, s)
-    -> (new states, messages sent)`` runs the shared layer on them. Returns the (N, d_model)
+    Before step s the active tokens' states get ``timing(ids, s)``, then ``update(x, active, ids, s)
+    -> (new states, messages sent)`` runs the shared layer on them (``active``: the (N,) mask of
+    the tokens still running; ``ids``: theirs, ascending). Returns the (N, d_model)
     halting-weighted sum of states and what ACT did (every step's states too, if ``record_states``).
     """
     act = ACT(len(h), cfg.max_depth, cfg.act_threshold, h.new_zeros(()))
@@ -45,14 +46,15 @@ def ponder(h: torch.Tensor, timing: Callable, halt: HaltingUnit, update: Callabl
     stats = ACTStats(act.steps, act.remainders, act.weights)
     for s in range(cfg.max_depth):
         active = act.running
-        if not bool(active.any()):
+        ids = active.nonzero().squeeze(1)  # the step's one read of the mask: the rest index by ids
+        if not len(ids):
             break
-        x = h[active] + timing(active, s)
-        new, n_edges = update(x, active, s)
-        w = act.weigh(s, halt(new), active)
-        h = h.index_put((active,), new)
-        out = out.index_put((active,), out[active] + w[:, None] * new)
-        stats.active_nodes.append(int(active.sum()))
+        x = h[ids] + timing(ids, s)
+        new, n_edges = update(x, active, ids, s)
+        w = act.weigh(s, halt(new), ids)
+        h = h.index_put((ids,), new)
+        out = out.index_put((ids,), out[ids] + w[:, None] * new)
+        stats.active_nodes.append(len(ids))
         stats.active_edges.append(n_edges)
         if record_states:
             stats.states.append(h.detach().clone())
@@ -83,11 +85,11 @@ class UniversalEncoder(nn.Module):
         embedded tokens ``h`` at ``positions`` (the embedder gives the per-step timing signal)."""
         cache = {}  # keys and values of every source token, as of its last active step
 
-        def update(x, active, s):
+        def update(x, active, ids, s):
             sub = relation.restrict_to_destinations(active)
-            return self.layer(sub, x, backend, remember=_keep_latest(cache, active)), sub.num_edges
+            return self.layer(sub, x, backend, remember=_keep_latest(cache, ids, len(active))), sub.num_edges
 
-        out, stats = ponder(h, lambda active, s: timing_signal(self.depth, embedder, positions[active], s),
+        out, stats = ponder(h, lambda ids, s: timing_signal(self.depth, embedder, positions[ids], s),
                             self.halt, update, self.cfg, record_states)
         return self.norm(out), stats
 
@@ -139,8 +141,8 @@ class UniversalTransformer(nn.Module):
         layer, backend = self.decoder_layer, self.attention_backend
         cache = {}  # keys and values of every target node, as of its last active step
 
-        def update(x, active, s):
-            keep = _keep_latest(cache, active)
+        def update(x, active, ids, s):
+            keep = _keep_latest(cache, ids, len(active))
             remember_at_s = keep if remember is None else (lambda k, v: remember(s, *keep(k, v)))
             sub_self = self_relation.restrict_to_destinations(active)
             sub_cross = cross_relation.restrict_to_destinations(active)
@@ -149,7 +151,7 @@ class UniversalTransformer(nn.Module):
 
         h = self.tgt_embed(tokens, positions)
         steps = self.encoder.depth  # one table of step encodings serves both sides (fixed sinusoids)
-        out, stats = ponder(h, lambda active, s: timing_signal(steps, self.tgt_embed, positions[active], s),
+        out, stats = ponder(h, lambda ids, s: timing_signal(steps, self.tgt_embed, positions[ids], s),
                             self.decoder_halt, update, self.cfg, self.record_states)
         return ModelOutput(self.generator(self.decoder_norm(out)), {"tgt": stats}, self.cfg.ponder_weight)
 
@@ -178,17 +180,17 @@ def _rename_flat_encoder_keys(state_dict: dict, prefix: str, *_) -> None:
                 state_dict[prefix + new + key[len(prefix + old):]] = state_dict.pop(key)
 
 
-def _keep_latest(cache: dict, active: torch.Tensor):
-    """A ``remember`` for a layer call on the active tokens: their new keys and values replace
-    theirs in ``cache``, whose full tables are what the queries attend over."""
+def _keep_latest(cache: dict, ids: torch.Tensor, n: int):
+    """A ``remember`` for a layer call on the active tokens ``ids`` of ``n``: their new keys and
+    values replace theirs in ``cache``, whose full tables are what the queries attend over."""
     def remember(k, v):
-        cache["k"], cache["v"] = _scatter(cache.get("k"), active, k), _scatter(cache.get("v"), active, v)
+        cache["k"], cache["v"] = _scatter(cache.get("k"), ids, n, k), _scatter(cache.get("v"), ids, n, v)
         return cache["k"], cache["v"]
     return remember
 
 
-def _scatter(table, active: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``table`` with the rows of the active tokens replaced (created on the first step)."""
+def _scatter(table, ids: torch.Tensor, n: int, rows: torch.Tensor) -> torch.Tensor:
+    """``table`` (n rows) with the rows of the active tokens replaced (created on the first step)."""
     if table is None:
-        table = rows.new_zeros((len(active),) + rows.shape[1:])
-    return table.index_put((active,), rows)
+        table = rows.new_zeros((n,) + rows.shape[1:])
+    return table.index_put((ids,), rows)
