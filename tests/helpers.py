@@ -145,3 +145,20 @@ def runnable(names=None, *, grad=False, float64=False) -> list:
     (`why_not`), in sorted order."""
     from graphformer.attention import BACKENDS
     return [n for n in sorted(names or BACKENDS) if not why_not(n, grad=grad, float64=float64)]
+
+
+def refused_training(tmp_path, backend: str, prelude: str = "") -> str:
+    """``graphformer train --attention-backend BACKEND`` on a small copy task, in a fresh process
+    that first runs ``prelude``: asserts one line on stderr, exit 2 and no run folder; returns the line."""
+    import subprocess
+    import sys
+    data = small_copy_data(tmp_path / "data", n_train=40)
+    run = tmp_path / "run"
+    probe = (f"import sys\n{prelude}\nfrom graphformer.cli import main\n"
+             f"sys.exit(main(['train', '--task', 'copy', '--data-dir', {str(data)!r}, '--out', {str(run)!r}, "
+             f"'--attention-backend', {backend!r}, '--device', 'cpu', '--quiet']))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert not run.exists() or not any(run.iterdir())
+    return lines[0]

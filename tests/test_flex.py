@@ -7,7 +7,6 @@ without the ~30 s compilation); one slow test runs the compiled kernel, the one 
 on two relations of different sizes (so once more with dynamic shapes). All run without gradients
 on the CPU, where FlexAttention has no backward pass. On torch < 2.5 only the refusal test runs.
 """
-import subprocess
 import sys
 import warnings
 
@@ -18,6 +17,7 @@ from graphformer.attention import flex, torch_ops
 from graphformer.errors import UserError
 from graphformer.graphs import patterns
 from graphformer.graphs.relation import Relation
+from helpers import refused_training
 
 needs_flex = pytest.mark.skipif(flex.available() is not None, reason=str(flex.available()))
 HEADS, DIM = 2, 8
@@ -306,14 +306,6 @@ def test_auto_leaves_batches_of_short_samples_and_decoding_rows_to_the_others():
 def test_training_with_flex_on_this_cpu_is_refused_in_one_line_before_anything_is_written(tmp_path):
     """torch 2.2 has no FlexAttention, a newer torch has no backward pass for it on a CPU: either
     way ``train --attention-backend flex`` here is one line, exit 2, and no run folder."""
-    from helpers import small_copy_data
-    data = small_copy_data(tmp_path / "data", n_train=40)
-    probe = ("import sys\nfrom graphformer.cli import main\n"
-             f"sys.exit(main(['train', '--task', 'copy', '--data-dir', {str(data)!r}, '--out', "
-             f"{str(tmp_path / 'run')!r}, '--attention-backend', 'flex', '--device', 'cpu', '--quiet']))")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert "--attention-backend" in lines[0]
-    assert ("torch >= 2.5" in lines[0]) if flex.available() else ("only on CUDA" in lines[0] and "auto" in lines[0])
-    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+    line = refused_training(tmp_path, "flex")
+    assert "--attention-backend" in line
+    assert ("torch >= 2.5" in line) if flex.available() else ("only on CUDA" in line and "auto" in line)
