@@ -166,7 +166,7 @@ class InlineStepGraphStepper(IncrementalStepper):
     ``step``, whose operations are written out inline as the dense peer's are: no relation, no
     backend dispatch, no node functions or residual blocks, one fused attention call per
     sub-layer over the cache's and the memory's blocks, read in place. It computes what the graph
-    step computes (`test_benchmarks.py` holds it to that). Its time against the dense peer's is
+    step computes (`tests/bench/test_benchmarks.py` holds it to that). Its time against the dense peer's is
     the most the graph decoder could reach by cutting its per-step overhead alone: the bound on
     fixed lengths, where nothing ends early. For what the fixed setting decodes: a pre-norm
     Transformer, causal decoder self-attention and full cross-attention, sources of one length.

@@ -9,7 +9,7 @@ error while the others go on. Stages:
 
 * wheels: installs the carried wheels into a scratch folder on the stages' PYTHONPATH;
 * imports: graphformer and the packages it reads at run time;
-* tests: ``pytest -m gpu tests/test_gpu.py`` (junit XML beside gpu.json);
+* tests: ``pytest -m gpu tests/gpu/test_gpu.py`` (junit XML beside gpu.json);
 * training: target tokens/s of every graph backend against ``torch.nn.Transformer`` on the same
   batches, in float32, TF32 and bfloat16 (autocast), at the copy configuration of
   ``training_throughput.py`` and the Multi30k GPU recipe's model and batch size
@@ -204,7 +204,7 @@ def imports_stage(device, rows: Rows, out: Path):
 def tests_stage(device, rows: Rows, out: Path):
     xml = out / "gpu-tests.xml"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs", "-p", "no:cacheprovider",
-                           f"--junitxml={xml}", "tests/test_gpu.py"], cwd=ROOT, capture_output=True, text=True)
+                           f"--junitxml={xml}", "tests/gpu/test_gpu.py"], cwd=ROOT, capture_output=True, text=True)
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     rows.add({"pytest": tail, "returncode": proc.returncode, "junit_xml": xml.name})
     print(proc.stdout[-4000:], proc.stderr[-2000:])

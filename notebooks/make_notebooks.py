@@ -3,7 +3,7 @@
     python notebooks/make_notebooks.py
 
 Cells that draw are tagged: ``figure`` cells must show an image (PNG), ``player`` cells an HTML
-page; tests/test_notebooks.py runs every notebook and counts them.
+page; tests/docs/test_notebooks.py runs every notebook and counts them.
 """
 from pathlib import Path
 
@@ -14,7 +14,7 @@ HERE = Path(__file__).parent
 
 
 def figure_cell(source: str, tag: str = "figure"):
-    """A code cell that must show a picture when run (checked by tests/test_notebooks.py)."""
+    """A code cell that must show a picture when run (checked by tests/docs/test_notebooks.py)."""
     return new_code_cell(source, metadata={"tags": [tag]})
 
 SETUP = '''import os, subprocess, sys, json, tempfile

@@ -525,7 +525,7 @@ def test_the_multi30k_recipe_files_are_valid_configurations(recipe):
     from graphformer.model.config import ModelConfig
     from graphformer.training.config import TrainConfig
 
-    model, train = read_config_file(str(Path(__file__).resolve().parents[1] / "examples" / "multi30k" / recipe))
+    model, train = read_config_file(str(Path(__file__).resolve().parents[2] / "examples" / "multi30k" / recipe))
     ModelConfig(src_vocab=1, tgt_vocab=1, **model)
     assert TrainConfig(**train).task == "multi30k"
 

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # what a tagged cell must show (tags are set by notebooks/make_notebooks.py)
 PICTURES = {"figure": "image/png", "player": "text/html"}

@@ -59,7 +59,7 @@ def test_training_step_and_decoding_on_the_gpu_equal_the_cpu(kind, backend):
 @pytest.mark.parametrize("kind", ["transformer", "universal"])
 @pytest.mark.parametrize("precision", ["autocast-float16", "autocast-bfloat16", "bfloat16"])
 def test_decoding_in_lower_precision_on_the_gpu_stays_near_float32(kind, precision):
-    """As on the CPU (tests/test_decoding.py), with float16 too."""
+    """As on the CPU (tests/decoding/test_decoding.py), with float16 too."""
     from helpers import low_precision_drift
     drift, step_change, cache_dtype = low_precision_drift(kind, precision, device="cuda")
     assert cache_dtype == getattr(torch, precision.split("-")[-1])

@@ -19,7 +19,7 @@ from graphformer.errors import UserError
 from graphformer.training.bleu import bleu_scores
 from helpers import TINY_MODEL, read_jsonl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MIRROR = ROOT.parent / "shared" / "data" / "multi30k"
 pytestmark = pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the Multi30k mirror in ../shared/data/multi30k")
 

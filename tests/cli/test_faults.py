@@ -33,7 +33,7 @@ from graphformer.training import checkpoint, distributed
 from graphformer.training.run_dir import STEPS, RunDir
 from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data
 
-MIRROR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "multi30k"
+MIRROR = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 
 
 @pytest.fixture(scope="module")

@@ -240,7 +240,7 @@ def test_weights_computed_one_block_at_a_time(monkeypatch):
 def test_the_benchmark_refuses_what_it_cannot_measure(tmp_path, argv, message):
     import subprocess
     from pathlib import Path
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "flex_attention.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "flex_attention.py"
     proc = subprocess.run([sys.executable, str(script), *argv, "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -12,7 +12,7 @@ import pytest
 
 import graphformer
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPHINX_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|obj|exc):(?=`|<code)")
 SPECIAL_TOKEN_AS_TAG = re.compile(r"<(?:pad|unk|s|/s)>")  # a docstring's <pad> outside backticks
 

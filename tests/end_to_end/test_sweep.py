@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import reference_backend
 
-SWEEP = Path(__file__).resolve().parents[1] / "examples" / "long_range" / "sweep.py"
+SWEEP = Path(__file__).resolve().parents[2] / "examples" / "long_range" / "sweep.py"
 
 
 @pytest.mark.slow
