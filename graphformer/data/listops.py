@@ -193,5 +193,5 @@ def write_listops(data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = S
     """
     check_options(min_length, max_length, max_depth, max_args)  # before any folder is made
     rng = random.Random(f"listops-{seed}")
-    return write_splits(data_dir, sizes, lambda n: generate_listops(n, rng, min_length, max_length,
+    return write_splits(data_dir, sizes, lambda split, n: generate_listops(n, rng, min_length, max_length,
                                                                     max_depth, max_args), "listops", seed)

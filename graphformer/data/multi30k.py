@@ -1,6 +1,6 @@
 """Multi30k task 1 (WMT16 multimodal, text only): English -> German.
 
-The six raw files come from the public ``multi30k/dataset`` repository at a pinned commit, are
+The twelve raw files (train, val and the four test sets, English and German) come from the public ``multi30k/dataset`` repository at a pinned commit, are
 checked against pinned SHA-256 sums, and are kept in a cache (``$GRAPHFORMER_CACHE`` or
 ``~/.cache/graphformer``). A local mirror directory holding the same files can be given instead
 of the network. A file is written to the cache under a temporary name and renamed only once its
@@ -37,8 +37,17 @@ SHA256 = {
     "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_mscoco.en.gz": "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58",
+    "test_2017_mscoco.de.gz": "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338",
+    "test_2018_flickr.en.gz": "ef4f4844037d4c5dea75c9a8ed5fd78905967a26f67c255e230cc9780032654d",
+    "test_2018_flickr.de.gz": "ddd0130c7d97482dc5197a02141dae8dd79f20f03586c480d675c09a32daf608",
 }
-SPLIT_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+# The four standard test sets; the first is the ``test`` split every task has. test_2017_mscoco is out
+# of domain (COCO captions, not Flickr's).
+TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
+SPLIT_FILES = {"train": "train", "valid": "val", "test": TEST_SETS[0], **{name: name for name in TEST_SETS[1:]}}
 SRC_LANG, TGT_LANG = "en", "de"
 
 
@@ -70,15 +79,15 @@ def _download(url: str, target: Path, name: str) -> None:
 
 
 def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url: str = BASE_URL) -> Path:
-    """The cache directory with all six files present and verified.
+    """The cache directory with every file of `SHA256` present and verified.
 
     Files come from ``mirror`` (a local directory) when given, otherwise from ``base_url``.
     """
     if mirror is not None and not Path(mirror).is_dir():  # refused even when the cache needs nothing from it
-        raise UserError(f"the Multi30k mirror {mirror} is not a directory; give the folder that holds the six "
+        raise UserError(f"the Multi30k mirror {mirror} is not a directory; give the folder that holds the "
                         "raw files, or no --data-dir to download them")
     if mirror is not None and not any((Path(mirror) / name).is_file() for name in SHA256):  # a mistyped folder
-        raise UserError(f"the Multi30k mirror {mirror} holds none of the six raw files ({', '.join(SHA256)}); give "
+        raise UserError(f"the Multi30k mirror {mirror} holds none of the raw files ({', '.join(SHA256)}); give "
                         "the folder that holds them, or no --data-dir to download them")
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -95,7 +104,7 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
             if mirror is not None:
                 source = Path(mirror) / name
                 if not source.is_file():
-                    raise UserError(f"{source} is missing; the mirror needs all six Multi30k files")
+                    raise UserError(f"{source} is missing; the mirror needs all {len(SHA256)} Multi30k files")
                 shutil.copyfile(source, partial)
             else:
                 _download(f"{base_url}/{name}", partial, name)
@@ -132,8 +141,8 @@ class MosesPipeline:
 
 
 def prepare(data_dir: Path, mirror: str | Path | None = None) -> Path:
-    """Fetch, tokenize, and write ``data_dir/{train,valid,test}.{src,tgt}`` (tokenized) plus the
-    raw references ``data_dir/{split}.ref`` for BLEU. Nothing is done when all of them are there;
+    """Fetch, tokenize, and write ``data_dir/{split}.{src,tgt}`` (tokenized) for every split of
+    `SPLIT_FILES` plus the raw references ``data_dir/{split}.ref`` for BLEU. Nothing is done when all of them are there;
     otherwise all are written afresh."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if all((data_dir / f"{s}.{side}").is_file() for s in SPLIT_FILES for side in ("src", "tgt", "ref")):

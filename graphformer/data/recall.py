@@ -113,5 +113,5 @@ def write_recall(data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SP
     """
     check_options(min_length, max_length, num_keys, num_values)  # before any folder is made
     rng = random.Random(f"recall-{seed}")
-    return write_splits(data_dir, sizes, lambda n: generate_recall(n, rng, min_length, max_length,
+    return write_splits(data_dir, sizes, lambda split, n: generate_recall(n, rng, min_length, max_length,
                                                                    num_keys, num_values), "recall", seed)

@@ -1,6 +1,6 @@
 """Write a generated task's train / valid / test splits as aligned text files.
 
-A generated task is a function ``draw(n) -> [(source, target), ...]`` that takes its randomness
+A generated task is a function ``draw(split, n) -> [(source, target), ...]`` that takes its randomness
 from one `random.Random`. The splits are drawn in the order of ``sizes`` from that one stream, so
 the same seed gives the same files. The layout is the one every parallel data set uses:
 
@@ -10,7 +10,8 @@ the same seed gives the same files. The layout is the one every parallel data se
 
 Files already there are left untouched (evaluation and resumed runs call the writer every time),
 and each file is written atomically: complete or absent, never half-written. ``data_dir/generated.json``
-records which task made them, so a folder of one task's data is never read as another's.
+records which task made them (and the options that shape the samples, such as their lengths), so a
+folder of one task's data is never read as another's.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from graphformer.data.text import write_lines_atomic
 from graphformer.errors import ConfigError, UserError
 from graphformer.files import write_text_atomic
 
-Draw = Callable[[int], list[tuple[str, str]]]
+Draw = Callable[[str, int], list[tuple[str, str]]]
 
 
 def check_sizes(sizes: dict[str, int]) -> None:
@@ -37,30 +38,34 @@ def check_sizes(sizes: dict[str, int]) -> None:
 RECORD = "generated.json"
 
 
-def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw, task: str, seed: int) -> Path:
+def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw, task: str, seed: int,
+                 options: dict | None = None) -> Path:
     """Draw ``sizes[split]`` pairs for each split and write ``{split}.src`` / ``{split}.tgt``.
 
     Args:
         data_dir: the folder to write into (created if missing).
         sizes: split name -> number of pairs, e.g. ``{"train": 2000, "valid": 200, "test": 200}``.
-        draw: ``draw(n)`` returns ``n`` (source, target) pairs of whitespace-separated tokens.
+        draw: ``draw(split, n)`` returns ``n`` (source, target) pairs of whitespace-separated tokens.
         task: the generated task's name, recorded in ``data_dir/generated.json`` with the seed;
             a folder that another task generated is refused.
         seed: the seed ``draw`` was made with (recorded for the reader).
+        options: what else shapes the samples (JSON values), recorded with the task; a folder
+            generated with other options is refused.
 
     Returns:
         ``data_dir`` as a `Path`.
     """
     check_sizes(sizes)
     data_dir = Path(data_dir)
-    _check_same_task(data_dir, task)
+    options = options or {}
+    _check_same_task(data_dir, task, options)
     if all((data_dir / f"{split}.{side}").exists() for split in sizes for side in ("src", "tgt")):
         return data_dir  # nothing to draw
     data_dir.mkdir(parents=True, exist_ok=True)
     if not (data_dir / RECORD).exists():
-        write_text_atomic(data_dir / RECORD, json.dumps({"task": task, "seed": seed}) + "\n")
+        write_text_atomic(data_dir / RECORD, json.dumps({"task": task, "seed": seed, **options}) + "\n")
     for split, n in sizes.items():
-        pairs = draw(n)  # drawn even when the split's files exist, so later splits stay reproducible
+        pairs = draw(split, n)  # drawn even when the split's files exist, so later splits stay reproducible
         for side, lines in (("src", [p[0] for p in pairs]), ("tgt", [p[1] for p in pairs])):
             path = data_dir / f"{split}.{side}"
             if not path.exists():
@@ -78,7 +83,7 @@ def generated_by(data_dir: str | Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def _check_same_task(data_dir: Path, task: str) -> None:
+def _check_same_task(data_dir: Path, task: str, options: dict) -> None:
     record = generated_by(data_dir)
     if record is None:
         return  # nothing to compare
@@ -86,3 +91,7 @@ def _check_same_task(data_dir: Path, task: str) -> None:
     if made_by != task:
         raise UserError(f"{data_dir} holds data generated for task {made_by!r}, not {task!r}; give another "
                         "--data-dir (or none: RUN_DIR/data)")
+    for name in sorted(set(options) | set(record) - {"task", "seed"}):
+        if record.get(name) != options.get(name):
+            raise UserError(f"{data_dir} holds {task} data generated with {name} {record.get(name)!r}, not "
+                            f"{options.get(name)!r}; give another --data-dir (or none: RUN_DIR/data)")

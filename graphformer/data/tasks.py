@@ -60,7 +60,7 @@ class Task:
 
 class GeneratedTask(Task):
     """Data generated from the seed into RUN_DIR/data (or data_dir, if given) by
-    ``write(folder, seed=seed)``: copy, sort, and the long-range ListOps and associative recall."""
+    ``write(folder, seed=seed)``: copy, sort, reverse, addition, and the long-range ListOps and associative recall."""
 
     select_by = "exact_match"
     needs_data_dir = False
@@ -140,6 +140,8 @@ class Multi30kTask(Task):
 TASKS: dict[str, Task] = {
     "copy": GeneratedTask(partial(synthetic.write_task, "copy")),
     "sort": GeneratedTask(partial(synthetic.write_task, "sort")),
+    "reverse": GeneratedTask(partial(synthetic.write_task, "reverse")),
+    "addition": GeneratedTask(partial(synthetic.write_task, "addition")),
     "listops": GeneratedTask(listops.write_listops, classification=True),   # 500-2000 tokens: raise max_len
     "recall": GeneratedTask(recall.write_recall, classification=True),      # 1024 tokens: raise max_len
     "parallel": Task(),

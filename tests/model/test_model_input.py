@@ -158,7 +158,7 @@ def test_python_api_misuse_found_by_a_users_review(tmp_path):
         (lambda: GraphPool(enc=lambda nk, nq: None).graph(3, 2), "must return (u, v), two tensors"),
         (lambda: patterns.from_edges([(0, 1, 2), (1, 2, 3)]), "is no (key, query) pair"),
         (lambda: patterns.from_edges([(-1, 0)]), "is no (key, query) pair"),
-        (lambda: multi30k.fetch(mirror=tmp_path, cache=tmp_path / "cache"), "holds none of the six raw files"),
+        (lambda: multi30k.fetch(mirror=tmp_path, cache=tmp_path / "cache"), "holds none of the raw files"),
     ]
     for call, message in cases:
         with pytest.raises((ValueError, IndexError, UserError), match=re.escape(message)):
