@@ -63,6 +63,7 @@ rows mostly gains from larger batches.
     python benchmarks/decoding.py [--rounds 5] [--multi30k-rounds 2] [--mirror DIR] [--multi30k-run RUN_DIR]
                                   [--batch-budgets N,N,...] [--out benchmarks/results]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -118,8 +119,9 @@ class DenseCacheStepper:
         ids = torch.tensor([s + [EOS] + [PAD] * (n - 1 - len(s)) for s in src], device=device)
         pad = ids == PAD
         pos = torch.arange(n, device=device).repeat(len(src))
-        memory = dense.encoder(model.src_embed(ids.reshape(-1), pos).view(*ids.shape, -1),
-                               src_key_padding_mask=pad if pad.any() else None)
+        memory = dense.encoder(
+            model.src_embed(ids.reshape(-1), pos).view(*ids.shape, -1), src_key_padding_mask=pad if pad.any() else None
+        )
         memory = memory.repeat_interleave(k, 0)  # (hyps, n, d)
         self.memory_mask = None if not pad.any() else ~pad.repeat_interleave(k, 0)[:, None, None]
         self.memory_kv = []
@@ -141,10 +143,14 @@ class DenseCacheStepper:
         t, d = self.t, self.model.cfg.d_model
         x = self.model.tgt_embed.embed(tokens, torch.full_like(tokens, t))[:, None]  # (hyps, 1, d), unchecked
         for i, layer in enumerate(self.dense.decoder.layers):
-            q, k, v = (self._heads(z) for z in F.linear(layer.norm1(x), layer.self_attn.in_proj_weight,
-                                                        layer.self_attn.in_proj_bias).chunk(3, -1))
+            q, k, v = (
+                self._heads(z)
+                for z in F.linear(layer.norm1(x), layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias).chunk(
+                    3, -1
+                )
+            )
             self.cache[i, 0, :, :, t], self.cache[i, 1, :, :, t] = k[:, :, 0], v[:, :, 0]
-            o = F.scaled_dot_product_attention(q, self.cache[i, 0, :, :, :t + 1], self.cache[i, 1, :, :, :t + 1])
+            o = F.scaled_dot_product_attention(q, self.cache[i, 0, :, :, : t + 1], self.cache[i, 1, :, :, : t + 1])
             x = x + layer.self_attn.out_proj(o.transpose(1, 2).reshape(len(x), 1, d))
             attn = layer.multihead_attn
             q = self._heads(F.linear(layer.norm2(x), attn.in_proj_weight[:d], attn.in_proj_bias[:d]))
@@ -155,7 +161,7 @@ class DenseCacheStepper:
         return self.model.generator(self.dense.decoder.norm(x[:, 0]))
 
     def reorder(self, parents):  # the filled steps only, as a cache that grows by steps holds them
-        self.cache[:, :, :, :, :self.t] = self.cache[:, :, parents, :, :self.t]
+        self.cache[:, :, :, :, : self.t] = self.cache[:, :, parents, :, : self.t]
 
 
 class InlineStepGraphStepper(IncrementalStepper):
@@ -174,20 +180,30 @@ class InlineStepGraphStepper(IncrementalStepper):
 
     def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int, pool):
         super().__init__(model, batch, hyps_per_sentence, max_steps, pool)
-        if not (model.cfg.model == "transformer" and model.cfg.norm_first and self.causal and self.cross is not None
-                and len(set(self.src_lengths)) == 1):
-            raise ValueError("the inline step covers pre-norm Transformers with causal and full attention on sources "
-                             "of one length (the fixed setting)")
+        if not (
+            model.cfg.model == "transformer"
+            and model.cfg.norm_first
+            and self.causal
+            and self.cross is not None
+            and len(set(self.src_lengths)) == 1
+        ):
+            raise ValueError(
+                "the inline step covers pre-norm Transformers with causal and full attention on sources "
+                "of one length (the fixed setting)"
+            )
 
     def step(self, tokens):
         model, t, n, k = self.model, self.t, self.num_hyps, self.k
         x = model.tgt_embed.embed(tokens, torch.full_like(tokens, t))
         for i, layer in enumerate(model.decoder.layers):
             attn, cross, d = layer.self_attn, layer.cross_attn, x.shape[1]
-            q, key, value = F.linear(layer.self_block.norm(x), attn.in_proj.weight,
-                                     attn.in_proj.bias).view(n, 3, attn.heads, -1).unbind(1)
+            q, key, value = (
+                F.linear(layer.self_block.norm(x), attn.in_proj.weight, attn.in_proj.bias)
+                .view(n, 3, attn.heads, -1)
+                .unbind(1)
+            )
             self.cache[0, i, :n, t], self.cache[1, i, :n, t] = key, value
-            keys, values = (self.cache[j, i, :n, :t + 1].transpose(1, 2) for j in (0, 1))  # (n, H, t + 1, d_head)
+            keys, values = (self.cache[j, i, :n, : t + 1].transpose(1, 2) for j in (0, 1))  # (n, H, t + 1, d_head)
             x = x + attn.out_proj(F.scaled_dot_product_attention(q[:, :, None], keys, values).view(n, d))
             q = F.linear(layer.cross_block.norm(x), cross.in_proj.weight[:d], cross.in_proj.bias[:d])
             q = q.view(n // k, k, cross.heads, -1).transpose(1, 2)  # (sentences, H, k, d_head)
@@ -236,6 +252,7 @@ def graph_stepper(model, backend, stepper=IncrementalStepper):
         model.attention_backend = backend
         batch = make_batch(pool, chunk).to(next(model.parameters()).device)
         return stepper(model, batch, beam, max_steps, pool), True
+
     return make
 
 
@@ -282,6 +299,7 @@ def same_outputs():
         tokens = [h.tokens for h in hyps]
         first.setdefault("tokens", tokens)
         assert tokens == first["tokens"], f"{name} decoded different tokens"
+
     check.tokens = lambda: first["tokens"]
     return check
 
@@ -292,20 +310,31 @@ def rows_of(setting, beam, seconds: dict, sentences: int, tokens: int):
     rows, dense = [], seconds["dense KV cache"]
     for name, times in seconds.items():
         s = min(times)
-        row = {"setting": setting, "beam": beam, "method": name, "seconds": s,
-               "sentences_per_s": sentences / s, "tokens_per_s": tokens / s,
-               "vs_dense_kv_cache": min(dense) / s}
+        row = {
+            "setting": setting,
+            "beam": beam,
+            "method": name,
+            "seconds": s,
+            "sentences_per_s": sentences / s,
+            "tokens_per_s": tokens / s,
+            "vs_dense_kv_cache": min(dense) / s,
+        }
         if name != "dense KV cache" and len(times) == len(dense) > 1:
             row["vs_dense_kv_cache_paired"] = paired_ratios(seconds, name)
-        backend = name[name.find("("):]
+        backend = name[name.find("(") :]
         if name.startswith("graph incremental") and f"graph recompute {backend}" in seconds:
             row["vs_recompute"] = min(seconds[f"graph recompute {backend}"]) / s
         rows.append(row)
         spread = row.get("vs_dense_kv_cache_paired")
-        print(f"{setting:8s} beam {beam} {name:26s} {row['sentences_per_s']:8.1f} sentences/s "
-              f"{row['tokens_per_s']:9.0f} tokens/s  {row['vs_dense_kv_cache']:.2f}x dense"
-              + (f" (paired rounds: median {spread['median']:.2f}x, {spread['min']:.2f}-{spread['max']:.2f}x)"
-                 if spread else ""))
+        print(
+            f"{setting:8s} beam {beam} {name:26s} {row['sentences_per_s']:8.1f} sentences/s "
+            f"{row['tokens_per_s']:9.0f} tokens/s  {row['vs_dense_kv_cache']:.2f}x dense"
+            + (
+                f" (paired rounds: median {spread['median']:.2f}x, {spread['min']:.2f}-{spread['max']:.2f}x)"
+                if spread
+                else ""
+            )
+        )
     return rows
 
 
@@ -318,7 +347,9 @@ def clocked_methods(model, src, limits, beam, makers: dict):
         def run():
             clocks[name].append({"setup": 0.0, "search": 0.0})
             return decode_batches(model, src, limits, beam, makers[name](), clock=clocks[name][-1])
+
         return run
+
     return {name: method(name) for name in makers}, clocks
 
 
@@ -365,8 +396,14 @@ def fixed_model_and_sources(sentences: int = 32, device: str | torch.device = "c
 
 def fixed_translate(model, src, beam: int, incremental: bool = True):
     """`translate_ids` on the fixed setting: one batch, every output ``FIXED_OUTPUT_TOKENS`` long."""
-    return translate_ids(model, src, beam=beam, extra_len=FIXED_OUTPUT_TOKENS - FIXED_SOURCE_TOKENS - 1,
-                         incremental=incremental, batch_tokens=sum(len(s) + 1 for s in src))
+    return translate_ids(
+        model,
+        src,
+        beam=beam,
+        extra_len=FIXED_OUTPUT_TOKENS - FIXED_SOURCE_TOKENS - 1,
+        incremental=incremental,
+        batch_tokens=sum(len(s) + 1 for s in src),
+    )
 
 
 def fixed_setting(rounds: int) -> list[dict]:
@@ -378,6 +415,7 @@ def fixed_setting(rounds: int) -> list[dict]:
         def run(beam):
             model.attention_backend = backend
             return fixed_translate(model, src, beam, incremental=False)
+
         return run
 
     rows = []
@@ -396,16 +434,21 @@ def fixed_setting(rounds: int) -> list[dict]:
         calls = {name: python_calls(makers[name](), src, limits, beam) for name in makers}
         for row in rows_of("fixed", beam, seconds, len(src), len(src) * FIXED_OUTPUT_TOKENS):
             if row["method"] in makers:
-                row.update(setup_seconds=split[row["method"]]["setup"], search_seconds=split[row["method"]]["search"],
-                           python_calls_setup=calls[row["method"]]["setup"],
-                           python_calls_per_step=calls[row["method"]]["per_step"])
+                row.update(
+                    setup_seconds=split[row["method"]]["setup"],
+                    search_seconds=split[row["method"]]["search"],
+                    python_calls_setup=calls[row["method"]]["setup"],
+                    python_calls_per_step=calls[row["method"]]["per_step"],
+                )
             rows.append(row)
         graph, bound, peer = (split[name] for name in ("graph incremental (auto)", INLINE_BOUND, "dense KV cache"))
-        print(f"fixed beam {beam}: setup {graph['setup'] * 1e3:.1f} ms graph, {peer['setup'] * 1e3:.1f} ms dense; "
-              f"search {graph['search'] * 1e3:.1f} ms, {peer['search'] * 1e3:.1f} ms (the graph decoder with an inline "
-              f"step: {bound['search'] * 1e3:.1f} ms); Python calls per step "
-              f"{calls['graph incremental (auto)']['per_step']:.0f} graph, {calls['dense KV cache']['per_step']:.0f} "
-              "dense")
+        print(
+            f"fixed beam {beam}: setup {graph['setup'] * 1e3:.1f} ms graph, {peer['setup'] * 1e3:.1f} ms dense; "
+            f"search {graph['search'] * 1e3:.1f} ms, {peer['search'] * 1e3:.1f} ms (the graph decoder with an inline "
+            f"step: {bound['search'] * 1e3:.1f} ms); Python calls per step "
+            f"{calls['graph incremental (auto)']['per_step']:.0f} graph, {calls['dense KV cache']['per_step']:.0f} "
+            "dense"
+        )
     return rows
 
 
@@ -413,6 +456,7 @@ def random_length_forced_model(en: list[str], de: list[str]):
     """(model, source ids, per-sentence limits): a CPU-recipe-sized random model that never picks
     </s> before each sentence's limit, its German reference's length + 1."""
     from graphformer.data.multi30k import MosesPipeline
+
     src_words = [MosesPipeline("en").tokenize(x) for x in en]
     # The test sentences' own words, then unused ids up to the recipe's size (<unk> beyond it).
     words = Vocab.build(src_words)
@@ -441,6 +485,7 @@ def multi30k_inputs(mirror: Path, sentences: int, run_dir: Path | None = None):
     """(model, its dense peer, source ids, per-sentence limits) of the Multi30k settings: a trained
     run's model, or a random length-forced one."""
     from graphformer.data.multi30k import read_gz
+
     en = read_gz(mirror / "test_2016_flickr.en.gz")[:sentences]
     de = read_gz(mirror / "test_2016_flickr.de.gz")[:sentences]
     model, src, limits = trained_model(run_dir, en) if run_dir else random_length_forced_model(en, de)
@@ -478,14 +523,23 @@ def step_cost_setting(rounds: int, inputs) -> tuple[list[dict], dict]:
     for _ in range(rounds):
         for name, n in seconds:
             seconds[name, n] = min(seconds[name, n], step_seconds(makers[name], first[:n], device))
-    rows = [{"setting": "multi30k step cost", "beam": 1, "method": name, "rows": n, "seconds_per_step": s}
-            for (name, n), s in seconds.items()]
+    rows = [
+        {"setting": "multi30k step cost", "beam": 1, "method": name, "rows": n, "seconds_per_step": s}
+        for (name, n), s in seconds.items()
+    ]
     fits = {}
     for name in makers if len(counts) > 1 else ():  # a line needs two row counts (a batch of one sentence has one)
         fit = statistics.linear_regression(counts, [seconds[name, n] for n in counts])
         fits[name] = (fit.intercept, fit.slope)
-        rows.append({"setting": "multi30k step cost fit", "beam": 1, "method": name,
-                     "seconds_per_step": fit.intercept, "seconds_per_row": fit.slope})
+        rows.append(
+            {
+                "setting": "multi30k step cost fit",
+                "beam": 1,
+                "method": name,
+                "seconds_per_step": fit.intercept,
+                "seconds_per_row": fit.slope,
+            }
+        )
     for n in counts:
         g, d = seconds["graph incremental (auto)", n], seconds["dense KV cache", n]
         print(f"multi30k greedy step at {n:4d} rows: graph {g * 1e3:7.2f} ms, dense {d * 1e3:7.2f} ms ({d / g:.2f}x)")
@@ -516,8 +570,10 @@ def multi30k_setting(rounds: int, inputs, step_cost: tuple[float, float] | None 
     print(f"multi30k: {len(batches)} batches of {min(map(len, batches))}-{max(map(len, batches))} sentences")
     rows = []
     for beam in BEAMS:  # the default backend only: the dgl one is timed in the fixed setting
-        makers = {"graph incremental (auto)": lambda: graph_stepper(model, "auto"),
-                  "dense KV cache": lambda: dense_stepper(model, dense)}
+        makers = {
+            "graph incremental (auto)": lambda: graph_stepper(model, "auto"),
+            "dense KV cache": lambda: dense_stepper(model, dense),
+        }
         methods, clocks = clocked_methods(model, src, limits, beam, makers)
         check = same_outputs()
         seconds = time_methods(methods, rounds, check)
@@ -530,29 +586,45 @@ def multi30k_setting(rounds: int, inputs, step_cost: tuple[float, float] | None 
         split = fastest_split(clocks)
         graph_split, dense_split = split["graph incremental (auto)"], split["dense KV cache"]
         # The total if the graph decoder's search cost the dense peer's per row, for the rows it steps:
-        bound = (dense_split["setup"] + dense_split["search"]) / (graph_split["setup"] + dense_split["search"] / padding)
-        print(f"multi30k beam {beam}: a padded batch steps {padding:.2f}x the rows a graph decoder steps; "
-              f"setup (batching, encoder, memory) {graph_split['setup']:.2f} s graph, {dense_split['setup']:.2f} s "
-              f"dense; search {dense_split['search'] / graph_split['search']:.2f}x; at equal cost per row the total "
-              f"could reach {bound:.2f}x")
+        bound = (dense_split["setup"] + dense_split["search"]) / (
+            graph_split["setup"] + dense_split["search"] / padding
+        )
+        print(
+            f"multi30k beam {beam}: a padded batch steps {padding:.2f}x the rows a graph decoder steps; "
+            f"setup (batching, encoder, memory) {graph_split['setup']:.2f} s graph, {dense_split['setup']:.2f} s "
+            f"dense; search {dense_split['search'] / graph_split['search']:.2f}x; at equal cost per row the total "
+            f"could reach {bound:.2f}x"
+        )
         extra = {}
         if beam == 1 and step_cost is not None:
             graph_pred, dense_pred = predicted_searches(step_cost, batches, lengths)
             # The fit gives the ratio of the two searches; the measured dense search sets the scale
             # (the fit's own times were taken at another moment of a noisy run).
             estimate = (dense_split["setup"] + dense_split["search"]) / (
-                graph_split["setup"] + dense_split["search"] * graph_pred / dense_pred)
+                graph_split["setup"] + dense_split["search"] * graph_pred / dense_pred
+            )
             extra = {"equal_cost_per_step_estimate": estimate, "predicted_search_ratio": dense_pred / graph_pred}
-            print(f"  with the dense peer's cost per step and per row, the graph search would be about "
-                  f"{dense_pred / graph_pred:.2f}x the dense one and the total {estimate:.2f}x")
+            print(
+                f"  with the dense peer's cost per step and per row, the graph search would be about "
+                f"{dense_pred / graph_pred:.2f}x the dense one and the total {estimate:.2f}x"
+            )
         for row in rows_of("multi30k", beam, seconds, len(src), sum(lengths)):
             mine = split[row["method"]]
-            rows.append({**row, "padded_over_live_row_steps": padding, "setup_seconds": mine["setup"],
-                         "search_seconds": mine["search"],
-                         "search_vs_dense_kv_cache": dense_split["search"] / mine["search"],
-                         "equal_cost_per_row_bound": bound, **extra,
-                         "batch_sizes": [len(idx) for idx in batches], "longest_output_per_batch": longest,
-                         "mean_output_length": sum(lengths) / len(lengths), "outputs_at_their_limit": at_limit})
+            rows.append(
+                {
+                    **row,
+                    "padded_over_live_row_steps": padding,
+                    "setup_seconds": mine["setup"],
+                    "search_seconds": mine["search"],
+                    "search_vs_dense_kv_cache": dense_split["search"] / mine["search"],
+                    "equal_cost_per_row_bound": bound,
+                    **extra,
+                    "batch_sizes": [len(idx) for idx in batches],
+                    "longest_output_per_batch": longest,
+                    "mean_output_length": sum(lengths) / len(lengths),
+                    "outputs_at_their_limit": at_limit,
+                }
+            )
     return rows
 
 
@@ -560,21 +632,39 @@ def batch_budget_setting(rounds: int, inputs, budgets: list[int]) -> list[dict]:
     """Multi30k greedy decoding at several batch budgets: each decoder's best budget, since a
     padded decoder and one that drops finished rows do not gain alike from larger batches."""
     model, dense, src, limits = inputs
-    steppers = {"graph incremental (auto)": lambda: graph_stepper(model, "auto"),  # a fresh graph pool per run
-                "dense KV cache": lambda: dense_stepper(model, dense)}
-    runs = {(method, tokens): (lambda make=make, t=tokens: decode_batches(model, src, limits, 1, make(), t))
-            for tokens in budgets for method, make in steppers.items()}
+    steppers = {
+        "graph incremental (auto)": lambda: graph_stepper(model, "auto"),  # a fresh graph pool per run
+        "dense KV cache": lambda: dense_stepper(model, dense),
+    }
+    runs = {
+        (method, tokens): (lambda make=make, t=tokens: decode_batches(model, src, limits, 1, make(), t))
+        for tokens in budgets
+        for method, make in steppers.items()
+    }
     seconds = best_of(time_methods(runs, rounds, same_outputs()))
-    rows = [{"setting": "multi30k batch budgets", "beam": 1, "method": method, "batch_tokens": tokens,
-             "seconds": s, "sentences_per_s": len(src) / s} for (method, tokens), s in seconds.items()]
+    rows = [
+        {
+            "setting": "multi30k batch budgets",
+            "beam": 1,
+            "method": method,
+            "batch_tokens": tokens,
+            "seconds": s,
+            "sentences_per_s": len(src) / s,
+        }
+        for (method, tokens), s in seconds.items()
+    ]
     best = {m: min((r for r in rows if r["method"] == m), key=lambda r: r["seconds"]) for m in steppers}
     graph, dense_best = best["graph incremental (auto)"], best["dense KV cache"]
-    print(f"multi30k greedy, each decoder at its best batch budget: graph @{graph['batch_tokens']} "
-          f"{dense_best['seconds'] / graph['seconds']:.2f}x dense @{dense_best['batch_tokens']}")
+    print(
+        f"multi30k greedy, each decoder at its best batch budget: graph @{graph['batch_tokens']} "
+        f"{dense_best['seconds'] / graph['seconds']:.2f}x dense @{dense_best['batch_tokens']}"
+    )
     for r in rows:
         r["vs_best_dense"] = dense_best["seconds"] / r["seconds"]
-        print(f"  {r['method']:26s} @{r['batch_tokens']:6d} {r['sentences_per_s']:8.1f} sentences/s "
-              f"{r['vs_best_dense']:.2f}x the best dense")
+        print(
+            f"  {r['method']:26s} @{r['batch_tokens']:6d} {r['sentences_per_s']:8.1f} sentences/s "
+            f"{r['vs_best_dense']:.2f}x the best dense"
+        )
     return rows
 
 
@@ -582,24 +672,39 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=at_least_one, default=5, help="timed rounds per method (the best counts)")
     parser.add_argument("--multi30k-rounds", type=at_least_one, default=2, help="timed rounds in the multi30k setting")
-    parser.add_argument("--mirror", default=DEFAULT_MIRROR, help="Multi30k raw files (without them, and unless "
-                        "--mirror or --multi30k-run is given, the multi30k setting is skipped)")
+    parser.add_argument(
+        "--mirror",
+        default=DEFAULT_MIRROR,
+        help="Multi30k raw files (without them, and unless "
+        "--mirror or --multi30k-run is given, the multi30k setting is skipped)",
+    )
     parser.add_argument("--multi30k-sentences", type=at_least_one, default=1000)
-    parser.add_argument("--multi30k-run", type=Path, metavar="RUN_DIR",
-                        help="decode with this trained Multi30k run's best model (natural stops) instead of a "
-                             "random, length-forced one")
-    parser.add_argument("--batch-budgets", type=lambda text: [int(x) for x in text.split(",")], metavar="N,N,...",
-                        help="also time Multi30k greedy decoding at these source-token budgets per batch, so each "
-                             "decoder can be compared at its best (e.g. 1000,2000,4000,8000)")
+    parser.add_argument(
+        "--multi30k-run",
+        type=Path,
+        metavar="RUN_DIR",
+        help="decode with this trained Multi30k run's best model (natural stops) instead of a "
+        "random, length-forced one",
+    )
+    parser.add_argument(
+        "--batch-budgets",
+        type=lambda text: [int(x) for x in text.split(",")],
+        metavar="N,N,...",
+        help="also time Multi30k greedy decoding at these source-token budgets per batch, so each "
+        "decoder can be compared at its best (e.g. 1000,2000,4000,8000)",
+    )
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     mirror = Path(args.mirror)
     have_multi30k = (mirror / "test_2016_flickr.en.gz").is_file()
     if not have_multi30k and (args.multi30k_run or args.mirror != DEFAULT_MIRROR):  # asked for, not there
-        parser.error(f"no Multi30k files in {mirror} (test_2016_flickr.en.gz); give --mirror the folder that holds them")
+        parser.error(
+            f"no Multi30k files in {mirror} (test_2016_flickr.en.gz); give --mirror the folder that holds them"
+        )
     if args.multi30k_run:  # before the fixed setting's minutes, not after
         from graphformer.errors import UserError
         from graphformer.training import checkpoint
+
         try:
             checkpoint.find(args.multi30k_run, "best")
         except UserError as err:
@@ -615,22 +720,27 @@ def main():
         print(f"no Multi30k files in {mirror}: skipping the multi30k setting (pass --mirror DIR)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"command": f"python benchmarks/decoding.py --rounds {args.rounds} --multi30k-rounds "
-                         f"{args.multi30k_rounds} --mirror {args.mirror} "
-                         f"--multi30k-sentences {args.multi30k_sentences}"
-                         + (f" --multi30k-run {args.multi30k_run}" if args.multi30k_run else "")
-                         + (f" --batch-budgets {','.join(map(str, args.batch_budgets))}" if args.batch_budgets else ""),
-              "settings": {"fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target "
-                                    "tokens each, one batch",
-                           "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches as "
-                                       f"translate makes them ({DECODE_BATCH_TOKENS} source tokens, by "
-                                       "length), "
-                                       + ("the trained run's best model, natural stops" if args.multi30k_run else
-                                          "CPU-recipe-sized random model, each output as long as its German "
-                                          "reference (+</s>)")},
-              "rows": rows, "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(),
-                                        "platform": platform.platform()},
-              "versions": {"torch": torch.__version__, "python": platform.python_version()}}
+    result = {
+        "command": f"python benchmarks/decoding.py --rounds {args.rounds} --multi30k-rounds "
+        f"{args.multi30k_rounds} --mirror {args.mirror} "
+        f"--multi30k-sentences {args.multi30k_sentences}"
+        + (f" --multi30k-run {args.multi30k_run}" if args.multi30k_run else "")
+        + (f" --batch-budgets {','.join(map(str, args.batch_budgets))}" if args.batch_budgets else ""),
+        "settings": {
+            "fixed": "copy model (2 layers, d_model 128), 32 sentences of 20 tokens, 50 target tokens each, one batch",
+            "multi30k": f"{args.multi30k_sentences} test_2016_flickr sentences, batches as "
+            f"translate makes them ({DECODE_BATCH_TOKENS} source tokens, by "
+            "length), "
+            + (
+                "the trained run's best model, natural stops"
+                if args.multi30k_run
+                else "CPU-recipe-sized random model, each output as long as its German reference (+</s>)"
+            ),
+        },
+        "rows": rows,
+        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
     (out / "decoding.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'decoding.json'}")
 

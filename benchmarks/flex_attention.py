@@ -23,6 +23,7 @@ process repeats its first call with that cache warm.
 
     python benchmarks/flex_attention.py [--lengths 1024 4096 16384] [--rounds 3] [--quick] [--out benchmarks/results]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from graphformer.memory import peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
 
-PATTERNS = {"window": "window:64", "dilated": "dilated:32,4", "bigbird": "window:64+global:2+random:3",
-            "tree": "tree:1"}
+PATTERNS = {
+    "window": "window:64",
+    "dilated": "dilated:32,4",
+    "bigbird": "window:64+global:2+random:3",
+    "tree": "tree:1",
+}
 METHODS = ["flex", "blocked", "torch", "sdpa"]
 HEADS, DIM = 4, 32
 MAX_SECONDS, MAX_BYTES = 60.0, 8 * 2**30
@@ -57,6 +62,7 @@ def relation_of(spec: str, L: int):
 
     from graphformer.graphs import patterns
     from graphformer.graphs.relation import Relation
+
     u, v = patterns.parse(spec)(L, L)
     nodes = max(L, int(u.max()) + 1, int(v.max()) + 1)
     return Relation(u.to(torch.int64), v.to(torch.int64), nodes, nodes, verified=True)
@@ -76,6 +82,7 @@ def _call(method: str, relation):
     import torch
 
     from graphformer.attention import blocked, flex, torch_ops
+
     torch.manual_seed(0)
     n = relation.num_queries
     q, k, v = (torch.randn(n, HEADS, DIM) for _ in range(3))
@@ -93,6 +100,7 @@ def measure(method: str, pattern: str, lengths: list[int], rounds: int) -> list[
     import torch
 
     from graphformer.attention import flex
+
     rows, previous, stopped = [], None, None
     for L in lengths:
         row = {"method": method, "pattern": pattern, "spec": PATTERNS[pattern], "L": L}
@@ -105,14 +113,16 @@ def measure(method: str, pattern: str, lengths: list[int], rounds: int) -> list[
             continue
         relation = relation_of(PATTERNS[pattern], L)
         row.update(nodes=relation.num_queries, edges=relation.num_edges)
-        size = relation.num_queries ** 2 if method == "sdpa" else relation.num_edges
+        size = relation.num_queries**2 if method == "sdpa" else relation.num_edges
         if previous is not None:
             grow = size / previous["size"]
             seconds, peak = previous["seconds"] * grow, previous["peak_bytes"] * grow
             if seconds > MAX_SECONDS or peak > MAX_BYTES:
-                row["skipped"] = (f"extrapolated from L={previous['L']} ({'N^2' if method == 'sdpa' else 'edges'} "
-                                  f"x{grow:.1f}): ~{seconds:.0f} s, ~{peak / 2**30:.1f} GiB, past the "
-                                  f"{MAX_SECONDS:.0f} s / {MAX_BYTES / 2**30:.0f} GiB limit")
+                row["skipped"] = (
+                    f"extrapolated from L={previous['L']} ({'N^2' if method == 'sdpa' else 'edges'} "
+                    f"x{grow:.1f}): ~{seconds:.0f} s, ~{peak / 2**30:.1f} GiB, past the "
+                    f"{MAX_SECONDS:.0f} s / {MAX_BYTES / 2**30:.0f} GiB limit"
+                )
                 stopped = L
                 continue
         with torch.no_grad():
@@ -120,9 +130,12 @@ def measure(method: str, pattern: str, lengths: list[int], rounds: int) -> list[
                 tic = time.perf_counter()
                 layout = flex.layout_of(relation)
                 row["layout_seconds"] = time.perf_counter() - tic
-                row["blocks"] = {"side": layout.block[0], "partial": layout.partial, "full": layout.full,
-                                 "fill": relation.num_edges / ((layout.partial + layout.full) * layout.block[0]
-                                                               * layout.block[1])}
+                row["blocks"] = {
+                    "side": layout.block[0],
+                    "partial": layout.partial,
+                    "full": layout.full,
+                    "fill": relation.num_edges / ((layout.partial + layout.full) * layout.block[0] * layout.block[1]),
+                }
             run = _call(method, relation)
             tic = time.perf_counter()
             run()  # warm-up: the compilation, block layouts, the allocator
@@ -135,8 +148,9 @@ def measure(method: str, pattern: str, lengths: list[int], rounds: int) -> list[
                 tic = time.perf_counter()
                 run()
                 times.append(time.perf_counter() - tic)
-            row.update(seconds=statistics.median(times), rounds=len(times),
-                       peak_bytes=max(peak_rss_bytes() - before, 0))
+            row.update(
+                seconds=statistics.median(times), rounds=len(times), peak_bytes=max(peak_rss_bytes() - before, 0)
+            )
         del run
         _release()
         previous = {"L": L, "size": size, "seconds": row["seconds"], "peak_bytes": row["peak_bytes"]}
@@ -166,6 +180,7 @@ def main():
     lengths = sorted(set(args.lengths))
 
     import torch
+
     rows, compile_rows = [], []
     with tempfile.TemporaryDirectory(prefix="flex-bench-inductor-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
@@ -174,13 +189,31 @@ def main():
             jobs.append(("flex", args.patterns[0], lengths[:1]))
         for index, (method, pattern, job_lengths) in enumerate(jobs):
             warm_repeat = index == len(jobs) - 1 and "flex" in args.methods
-            proc = subprocess.run([sys.executable, __file__, "--child", method, pattern,
-                                   ",".join(map(str, job_lengths)), str(args.rounds)],
-                                  capture_output=True, text=True, env=env)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    method,
+                    pattern,
+                    ",".join(map(str, job_lengths)),
+                    str(args.rounds),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if proc.returncode != 0:
-                found = [{"method": method, "pattern": pattern, "spec": PATTERNS[pattern], "L": L,
-                          "error": (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1]}
-                         for L in job_lengths]
+                found = [
+                    {
+                        "method": method,
+                        "pattern": pattern,
+                        "spec": PATTERNS[pattern],
+                        "L": L,
+                        "error": (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1],
+                    }
+                    for L in job_lengths
+                ]
             else:
                 found = json.loads(proc.stdout.strip().splitlines()[-1])
             (compile_rows if warm_repeat else rows).extend(found)
@@ -192,17 +225,23 @@ def main():
     compilation = {}
     if flex_rows:
         first = [r for r in flex_rows if r["pattern"] == flex_rows[0]["pattern"]]
-        compilation = {"pattern": first[0]["pattern"],
-                       "first_call_cold_seconds": first[0]["first_call_seconds"],
-                       "first_call_of_a_new_length_seconds": [r["first_call_seconds"] for r in first[1:]],
-                       "first_call_warm_cache_seconds": [r.get("first_call_seconds") for r in compile_rows]}
+        compilation = {
+            "pattern": first[0]["pattern"],
+            "first_call_cold_seconds": first[0]["first_call_seconds"],
+            "first_call_of_a_new_length_seconds": [r["first_call_seconds"] for r in first[1:]],
+            "first_call_warm_cache_seconds": [r.get("first_call_seconds") for r in compile_rows],
+        }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {
         "command": "python " + " ".join(sys.argv),
         "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
-        "heads": HEADS, "dim": DIM, "dtype": "float32", "patterns": PATTERNS, "compilation": compilation,
+        "heads": HEADS,
+        "dim": DIM,
+        "dtype": "float32",
+        "patterns": PATTERNS,
+        "compilation": compilation,
         "rows": rows,
     }
     (out / "flex_attention.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -212,8 +251,10 @@ def main():
 
 def _describe(row: dict) -> str:
     if "seconds" in row:
-        text = (f"{row['seconds'] * 1e3:9.1f} ms {row['peak_bytes'] / 2**20:8.1f} MiB  "
-                f"first call {row['first_call_seconds']:.2f} s")
+        text = (
+            f"{row['seconds'] * 1e3:9.1f} ms {row['peak_bytes'] / 2**20:8.1f} MiB  "
+            f"first call {row['first_call_seconds']:.2f} s"
+        )
         return text + (f"  blocks fill {row['blocks']['fill']:.2f}" if "blocks" in row else "")
     return row.get("skipped") or row.get("error", "?")
 
@@ -223,19 +264,28 @@ def markdown(result: dict) -> str:
     the share of the pairs of the flex blocks that hold edges which are edges."""
     rows = result["rows"]
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
-    lines = ["| pattern | L | nodes | edges | block fill | " + " | ".join(methods) + " |",
-             "|---|---|---|---|---|" + "---|" * len(methods)]
+    lines = [
+        "| pattern | L | nodes | edges | block fill | " + " | ".join(methods) + " |",
+        "|---|---|---|---|---|" + "---|" * len(methods),
+    ]
     keys = sorted({(r["pattern"], r["L"]) for r in rows}, key=lambda key: (list(PATTERNS).index(key[0]), key[1]))
     for pattern, L in keys:
         cells = {r["method"]: r for r in rows if (r["pattern"], r["L"]) == (pattern, L)}
         sized = next((r for r in cells.values() if "edges" in r), {})
         fill = cells.get("flex", {}).get("blocks", {}).get("fill")
-        line = (f"| {PATTERNS[pattern]} | {L} | {sized.get('nodes', '')} | {sized.get('edges', '')} | "
-                f"{'' if fill is None else f'{fill:.3f}'} |")
+        line = (
+            f"| {PATTERNS[pattern]} | {L} | {sized.get('nodes', '')} | {sized.get('edges', '')} | "
+            f"{'' if fill is None else f'{fill:.3f}'} |"
+        )
         for m in methods:
             r = cells.get(m, {})
-            line += (f" {r['seconds'] * 1e3:.0f} ms / {r['peak_bytes'] / 2**20:.0f} MiB |" if "seconds" in r
-                     else " skipped |" if "skipped" in r else " error |")
+            line += (
+                f" {r['seconds'] * 1e3:.0f} ms / {r['peak_bytes'] / 2**20:.0f} MiB |"
+                if "seconds" in r
+                else " skipped |"
+                if "skipped" in r
+                else " error |"
+            )
         lines.append(line)
     return "\n".join(lines)
 

@@ -28,6 +28,7 @@ size, so a broken code path shows before device minutes are spent, and gpu.json 
 
     python benchmarks/gpu_check.py --out DIR [--wheels build/gpu-wheels] [--budget 420]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,33 +46,52 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parent
 ROOT = BENCHMARKS.parent
 # Each stage's time limit, seconds; together under 7 minutes with the start and the wheels.
-TIMEOUTS = {"wheels": 15, "imports": 20, "tests": 110, "training": 140, "decoding": 60, "long_sequences": 50,
-            "syncs": 20}
+TIMEOUTS = {
+    "wheels": 15,
+    "imports": 20,
+    "tests": 110,
+    "training": 140,
+    "decoding": 60,
+    "long_sequences": 50,
+    "syncs": 20,
+}
 CPU_SLOWER = 4  # the rehearsal's limits are this many times longer: a CPU runs even tiny stages slowly
 RUNTIME_PACKAGES = ["yaml", "tqdm", "networkx", "matplotlib", "sacrebleu", "sentencepiece", "sacremoses"]
 
 
 # ----------------------------------------------------------------------------- the orchestrator
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="where gpu.json and gpu-tests.xml go")
-    parser.add_argument("--wheels", default=str(ROOT / "build" / "gpu-wheels"),
-                        help="wheels to install first (make gpu-wheels makes them)")
+    parser.add_argument(
+        "--wheels",
+        default=str(ROOT / "build" / "gpu-wheels"),
+        help="wheels to install first (make gpu-wheels makes them)",
+    )
     parser.add_argument("--stages", nargs="+", default=list(TIMEOUTS), choices=list(TIMEOUTS))
     parser.add_argument("--stage", help=argparse.SUPPRESS)  # in a stage's own process: which one
-    parser.add_argument("--rows", help=argparse.SUPPRESS)   # ... and the file its rows go to
+    parser.add_argument("--rows", help=argparse.SUPPRESS)  # ... and the file its rows go to
     args = parser.parse_args()
     if args.stage:
         return run_stage(args.stage, Path(args.rows), Path(args.out))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scratch / "site"), str(ROOT), str(ROOT / "tests"),
-                                                        os.environ.get("PYTHONPATH", "")]),
-           "PYTHONUNBUFFERED": "1", "DGLBACKEND": "pytorch"}
-    result = {"command": " ".join(["python benchmarks/gpu_check.py", *sys.argv[1:]]),
-              "python": platform.python_version(), "stages": {}}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(scratch / "site"), str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+        ),
+        "PYTHONUNBUFFERED": "1",
+        "DGLBACKEND": "pytorch",
+    }
+    result = {
+        "command": " ".join(["python benchmarks/gpu_check.py", *sys.argv[1:]]),
+        "python": platform.python_version(),
+        "stages": {},
+    }
     result.update(device_facts())
     write(out / "gpu.json", result)
     for name in args.stages:
@@ -91,14 +111,18 @@ def main():
 
 def cuda_visible() -> bool:
     import torch
+
     return torch.cuda.is_available()
 
 
 def device_facts() -> dict:
     import torch
+
     cuda = torch.cuda.is_available()
-    return {"cuda_device": torch.cuda.get_device_name(0) if cuda else None,
-            "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}}
+    return {
+        "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+    }
 
 
 def write(path: Path, result: dict) -> None:
@@ -111,8 +135,11 @@ def write(path: Path, result: dict) -> None:
 def summary(stage: dict) -> str:
     rows = stage.get("rows", [])
     errors = sum("error" in r for r in rows)
-    return f"{len(rows)} rows" + (f", {errors} with errors" if errors else "") + \
-        (f"; {stage['error']}" if stage.get("error") else "")
+    return (
+        f"{len(rows)} rows"
+        + (f", {errors} with errors" if errors else "")
+        + (f"; {stage['error']}" if stage.get("error") else "")
+    )
 
 
 def install_wheels(wheels: Path, site: Path) -> dict:
@@ -122,11 +149,31 @@ def install_wheels(wheels: Path, site: Path) -> dict:
     found = sorted(str(p) for p in wheels.glob("*.whl"))
     if not found:
         return {"status": "failed", "seconds": 0.0, "error": f"no wheels in {wheels}: run make gpu-wheels here first"}
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                           "--no-cache-dir", "--upgrade", "--target", str(site), *found],
-                          capture_output=True, text=True, timeout=TIMEOUTS["wheels"])
-    stage = {"status": "ok" if proc.returncode == 0 else "failed", "seconds": time.perf_counter() - tic,
-             "wheels": [Path(p).name for p in found]}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--upgrade",
+            "--target",
+            str(site),
+            *found,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUTS["wheels"],
+    )
+    stage = {
+        "status": "ok" if proc.returncode == 0 else "failed",
+        "seconds": time.perf_counter() - tic,
+        "wheels": [Path(p).name for p in found],
+    }
     if proc.returncode:
         stage["error"] = last_line(proc.stderr)
     return stage
@@ -162,6 +209,7 @@ def last_line(text: str) -> str:
 
 # ----------------------------------------------------------------------------- inside a stage's process
 
+
 class Rows:
     """A stage's rows, rewritten to their file after each one."""
 
@@ -187,24 +235,48 @@ class Rows:
 
 def run_stage(name: str, rows_file: Path, out: Path) -> int:
     import torch
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rows = Rows(rows_file, device=str(device))
-    stage = {"imports": imports_stage, "tests": tests_stage, "training": training_stage,
-             "decoding": decoding_stage, "long_sequences": long_sequence_stage, "syncs": syncs_stage}[name]
+    stage = {
+        "imports": imports_stage,
+        "tests": tests_stage,
+        "training": training_stage,
+        "decoding": decoding_stage,
+        "long_sequences": long_sequence_stage,
+        "syncs": syncs_stage,
+    }[name]
     code = stage(device, rows, out)
     return code or (1 if any("error" in r for r in rows.data["rows"]) else 0)
 
 
 def imports_stage(device, rows: Rows, out: Path):
     import importlib
+
     for module in ["graphformer", "graphformer.cli", *RUNTIME_PACKAGES]:
         rows.attempt({"module": module}, lambda m=module: {"file": str(importlib.import_module(m).__file__)})
 
 
 def tests_stage(device, rows: Rows, out: Path):
     xml = out / "gpu-tests.xml"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs", "-p", "no:cacheprovider",
-                           f"--junitxml={xml}", "tests/gpu/test_gpu.py"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "gpu",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+            "tests/gpu/test_gpu.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     rows.add({"pytest": tail, "returncode": proc.returncode, "junit_xml": xml.name})
     print(proc.stdout[-4000:], proc.stderr[-2000:])
@@ -214,6 +286,7 @@ def tests_stage(device, rows: Rows, out: Path):
 def timed(fn, device, repeats: int = 1) -> tuple[float, int]:
     """(seconds of ``repeats`` calls after one warm-up, peak device bytes during them; 0 on a CPU)."""
     import torch
+
     fn()
     cuda = device.type == "cuda"
     if cuda:
@@ -230,10 +303,13 @@ def timed(fn, device, repeats: int = 1) -> tuple[float, int]:
 # Training: (model options, batches) per configuration; the CPU rehearsal shrinks both.
 def training_configs(device) -> dict:
     from graphformer.cli import read_config_file
+
     gpu_model, gpu_train = read_config_file(str(ROOT / "examples" / "multi30k" / "gpu.yaml"))
     sizes = ("layers", "d_model", "heads", "d_ff", "dropout")
-    configs = {"copy": ({"layers": 1, "d_model": 512, "heads": 8, "d_ff": 2048, "dropout": 0.1}, {"sentences": 128}),
-               "multi30k gpu recipe": ({k: gpu_model[k] for k in sizes}, {"tokens": gpu_train["batch_tokens"]})}
+    configs = {
+        "copy": ({"layers": 1, "d_model": 512, "heads": 8, "d_ff": 2048, "dropout": 0.1}, {"sentences": 128}),
+        "multi30k gpu recipe": ({k: gpu_model[k] for k in sizes}, {"tokens": gpu_train["batch_tokens"]}),
+    }
     if device.type == "cpu":  # the rehearsal: the code paths, at a size a CPU runs in seconds
         tiny = {"layers": 1, "d_model": 32, "heads": 4, "d_ff": 64, "dropout": 0.1}
         configs = {"copy": (tiny, {"sentences": 8}), "multi30k gpu recipe": (tiny, {"tokens": 200})}
@@ -261,12 +337,13 @@ PRECISIONS = {"float32": ("highest", "float32"), "tf32": ("high", "float32"), "b
 
 def training_stage(device, rows: Rows, out: Path):
     import torch
+    from training_throughput import DensePeer, dense_loss, graph_loss
 
     from graphformer import make_model
     from graphformer.attention import BACKENDS, check_backend_trains, unavailable
     from graphformer.errors import UserError
     from graphformer.precision import autocast
-    from training_throughput import DensePeer, dense_loss, graph_loss
+
     steps = 10 if device.type == "cuda" else 2
     vocab = 8000 if device.type == "cuda" else 40
     for config, (model_opts, sizing) in training_configs(device).items():
@@ -280,8 +357,15 @@ def training_stage(device, rows: Rows, out: Path):
             torch.set_float32_matmul_precision(matmul)
             dense_rate = None
             for system in [*(b for b in BACKENDS if b != "auto"), "dense nn.Transformer"]:
-                row = {"config": config, "precision": precision, "system": system, "steps": steps,
-                       "target_tokens": tokens, **model_opts, **sizing}
+                row = {
+                    "config": config,
+                    "precision": precision,
+                    "system": system,
+                    "steps": steps,
+                    "target_tokens": tokens,
+                    **model_opts,
+                    **sizing,
+                }
                 reason = None if system.startswith("dense") else unavailable(system)
                 if reason is None and not system.startswith("dense"):
                     try:
@@ -298,8 +382,11 @@ def training_stage(device, rows: Rows, out: Path):
                 def epoch(model=model, optimizer=optimizer):
                     for src, tgt in batches:
                         with autocast(dtype, device):
-                            loss, n = (dense_loss(model, src, tgt, vocab, device) if model is dense
-                                       else graph_loss(model, pool, src, tgt, device))
+                            loss, n = (
+                                dense_loss(model, src, tgt, vocab, device)
+                                if model is dense
+                                else graph_loss(model, pool, src, tgt, device)
+                            )
                         (loss / n).backward()
                         optimizer.step()
                         optimizer.zero_grad(set_to_none=True)
@@ -307,6 +394,7 @@ def training_stage(device, rows: Rows, out: Path):
                 def measure():
                     seconds, peak = timed(epoch, device)
                     return {"tokens_per_s": tokens / seconds, "seconds": seconds, "peak_memory_mib": peak / 2**20}
+
                 rows.attempt(row, measure)
                 if model is dense and "tokens_per_s" in row:
                     dense_rate = row["tokens_per_s"]
@@ -322,20 +410,24 @@ def training_stage(device, rows: Rows, out: Path):
 
 def decoding_stage(device, rows: Rows, out: Path):
     import torch
-
     from decoding import FIXED_OUTPUT_TOKENS, dense_decode, fixed_model_and_sources, fixed_translate
+
     from graphformer.attention import BACKENDS, unavailable
     from graphformer.model.dense import to_torch_transformer
+
     sentences = 64 if device.type == "cuda" else 2
     model, src = fixed_model_and_sources(sentences, device)
     dense = to_torch_transformer(model).eval()
     for beam in (1, 5):
+
         def decode_dense():
             with torch.no_grad():
                 return dense_decode(model, dense, src, beam, FIXED_OUTPUT_TOKENS)
+
         reference = [h.tokens for h in decode_dense()]
         methods = {f"graph incremental ({b})": b for b in BACKENDS if not unavailable(b)}
         for method, backend in [*methods.items(), ("dense KV cache", None)]:
+
             def run(backend=backend):
                 if backend is None:
                     return decode_dense()
@@ -345,8 +437,13 @@ def decoding_stage(device, rows: Rows, out: Path):
             def measure(run=run):
                 differ = mismatches([h.tokens for h in run()], reference)
                 seconds, peak = timed(run, device)
-                return {"tokens_per_s": sentences * FIXED_OUTPUT_TOKENS / seconds, "seconds": seconds,
-                        "peak_memory_mib": peak / 2**20, **differ}
+                return {
+                    "tokens_per_s": sentences * FIXED_OUTPUT_TOKENS / seconds,
+                    "seconds": seconds,
+                    "peak_memory_mib": peak / 2**20,
+                    **differ,
+                }
+
             rows.attempt({"beam": beam, "method": method, "sentences": sentences}, measure)
         dense_rate = rows.data["rows"][-1].get("tokens_per_s")
         for r in rows.data["rows"]:
@@ -359,17 +456,23 @@ def mismatches(tokens: list[list[int]], reference: list[list[int]]) -> dict:
     """How far ``tokens`` are from the dense peer's: sentences that differ, and where the first
     difference is (a near-tie that a kernel's rounding flipped changes the rest of the output)."""
     differ = [i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b]
-    first = [next((t for t, (x, y) in enumerate(zip(tokens[i], reference[i])) if x != y),
-                  min(len(tokens[i]), len(reference[i]))) for i in differ]
+    first = [
+        next(
+            (t for t, (x, y) in enumerate(zip(tokens[i], reference[i])) if x != y),
+            min(len(tokens[i]), len(reference[i])),
+        )
+        for i in differ
+    ]
     return {"sentences_differing_from_dense": len(differ), "first_difference_at_step": first[:10]}
 
 
 def long_sequence_stage(device, rows: Rows, out: Path):
     import torch
-
     from flex_attention import relation_of
+
     from graphformer.attention import blocked, flex, torch_ops
     from graphformer.graphs.relation import Relation
+
     heads, dim = 8, 64
     patterns = {"window": "window:128", "bigbird": "window:64+global:2+random:3"}
     lengths = [4096, 16384] if device.type == "cuda" else [256]
@@ -380,8 +483,14 @@ def long_sequence_stage(device, rows: Rows, out: Path):
             cpu = relation_of(spec, L)
             relation = Relation.of_edges(cpu.u, cpu.v, cpu.num_keys, cpu.num_queries, device=device, verified=True)
             for method in ["blocked", "torch", "flex", "sdpa"]:
-                row = {"pattern": spec, "L": L, "method": method, "dtype": str(dtype).split(".")[-1],
-                       "heads": heads, "dim": dim}
+                row = {
+                    "pattern": spec,
+                    "L": L,
+                    "method": method,
+                    "dtype": str(dtype).split(".")[-1],
+                    "heads": heads,
+                    "dim": dim,
+                }
                 backward = device.type == "cuda" or method != "flex"  # flex has no backward on a CPU
                 row["pass"] = "forward+backward" if backward else "forward"
                 if method == "flex" and flex.available():
@@ -394,21 +503,33 @@ def long_sequence_stage(device, rows: Rows, out: Path):
 
                 def measure(method=method, backward=backward):
                     n = relation.num_queries
-                    q, k, v = (torch.randn(n, heads, dim, device=device, dtype=dtype, requires_grad=backward)
-                               for _ in range(3))
-                    call = sdpa_call(relation, q, k, v) if method == "sdpa" else \
-                        (lambda: attend[method](relation, q, k, v))
+                    q, k, v = (
+                        torch.randn(n, heads, dim, device=device, dtype=dtype, requires_grad=backward) for _ in range(3)
+                    )
+                    call = (
+                        sdpa_call(relation, q, k, v)
+                        if method == "sdpa"
+                        else (lambda: attend[method](relation, q, k, v))
+                    )
 
                     def once():
                         out = call()
                         if backward:
                             out.float().sum().backward()
+
                     seconds, peak = timed(once, device, repeats=3)
                     return {"ms": 1e3 * seconds / 3, "peak_memory_mib": peak / 2**20, "edges": relation.num_edges}
+
                 rows.attempt(row, measure)
     for r in rows.data["rows"]:
-        sdpa = next((s for s in rows.data["rows"] if (s["pattern"], s["L"], s["method"]) == (r["pattern"], r["L"], "sdpa")
-                     and "ms" in s), None)
+        sdpa = next(
+            (
+                s
+                for s in rows.data["rows"]
+                if (s["pattern"], s["L"], s["method"]) == (r["pattern"], r["L"], "sdpa") and "ms" in s
+            ),
+            None,
+        )
         if sdpa and "ms" in r:
             r["speedup_over_masked_sdpa"] = sdpa["ms"] / r["ms"]
     write(rows.path, rows.data)
@@ -417,6 +538,7 @@ def long_sequence_stage(device, rows: Rows, out: Path):
 def sdpa_call(relation, q, k, v):
     """Masked scaled_dot_product_attention over the relation's edges as a dense (N, N) mask."""
     import torch
+
     n = relation.num_queries
     mask = torch.zeros(n, n, dtype=torch.bool, device=q.device)
     mask[relation.v, relation.u] = True
@@ -426,6 +548,7 @@ def sdpa_call(relation, q, k, v):
 
 def syncs_stage(device, rows: Rows, out: Path):
     import syncs
+
     for system, setup in syncs.SETUPS.items():
         rows.attempt({"system": system}, lambda s=system, setup=setup: syncs.measure(str(device), 2, {s: setup})[0])
 

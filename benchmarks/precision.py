@@ -16,6 +16,7 @@ flags that say so, and the variables that make PyTorch and oneDNN act as on an o
     python benchmarks/precision.py --run RUN_DIR [--checkpoint best] [--beam 5] [--alpha 0.6]
                                    [--rounds 2] [--sentences N] [--out benchmarks/results]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,14 +42,16 @@ def main():
     parser.add_argument("--run", type=Path, required=True, metavar="RUN_DIR", help="a trained translation run")
     parser.add_argument("--checkpoint", default="best", help="best, last, averaged or a file (default: best)")
     parser.add_argument("--beam", type=at_least_one, default=5, help="the beam besides greedy (default: 5)")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                        help=f"length penalty of the beam (default: {DEFAULT_ALPHA})")
+    parser.add_argument(
+        "--alpha", type=float, default=DEFAULT_ALPHA, help=f"length penalty of the beam (default: {DEFAULT_ALPHA})"
+    )
     parser.add_argument("--rounds", type=at_least_one, default=2, help="timed rounds (the best counts)")
     parser.add_argument("--sentences", type=at_least_one, help="decode only the test split's first N sentences")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     from graphformer.errors import UserError
     from graphformer.training.run import LoadedRun
+
     try:
         run = LoadedRun(args.run, args.checkpoint)
         references = run.references("test")
@@ -59,7 +62,10 @@ def main():
         parser.error(f"--run: {err}")
     if args.sentences:
         n = args.sentences
-        split, references = Split(split.src_words[:n], split.tgt_words[:n], split.src[:n], split.tgt[:n]), references[:n]
+        split, references = (
+            Split(split.src_words[:n], split.tgt_words[:n], split.src[:n], split.tgt[:n]),
+            references[:n],
+        )
     if emulation_warning("bfloat16", run.device):  # said in the benchmark's words: it has no --precision
         print("this CPU has no bfloat16 instructions: PyTorch emulates them, and the bfloat16 rounds take long")
     _, detokenize = run.pipelines()
@@ -80,27 +86,46 @@ def main():
             best = min(seconds[precision])
             same = sum(h.tokens == r for h, r in zip(hyps[precision], reference)) / len(reference)
             bleu = bleu_of(hyps[precision], split, run.tgt_vocab, references, detokenize, run.bleu_tokenize())
-            rows.append({"precision": precision, "beam": beam, "alpha": args.alpha if beam > 1 else None,
-                         "seconds": best, "sentences_per_s": len(reference) / best,
-                         "vs_float32": min(seconds["float32"]) / best, "identical_to_float32": same,
-                         "bleu": bleu["bleu"], "bleu_tokenized": bleu["bleu_tokenized"],
-                         "seconds_per_round": seconds[precision]})
-            print(f"beam {beam} {precision:8s} {rows[-1]['sentences_per_s']:7.1f} sentences/s "
-                  f"{rows[-1]['vs_float32']:.2f}x float32, {100 * same:.1f}% identical, "
-                  f"BLEU {bleu['bleu']:.2f} (tokenized {bleu['bleu_tokenized']:.2f})")
+            rows.append(
+                {
+                    "precision": precision,
+                    "beam": beam,
+                    "alpha": args.alpha if beam > 1 else None,
+                    "seconds": best,
+                    "sentences_per_s": len(reference) / best,
+                    "vs_float32": min(seconds["float32"]) / best,
+                    "identical_to_float32": same,
+                    "bleu": bleu["bleu"],
+                    "bleu_tokenized": bleu["bleu_tokenized"],
+                    "seconds_per_round": seconds[precision],
+                }
+            )
+            print(
+                f"beam {beam} {precision:8s} {rows[-1]['sentences_per_s']:7.1f} sentences/s "
+                f"{rows[-1]['vs_float32']:.2f}x float32, {100 * same:.1f}% identical, "
+                f"BLEU {bleu['bleu']:.2f} (tokenized {bleu['bleu_tokenized']:.2f})"
+            )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"command": f"python benchmarks/precision.py --run {args.run} --checkpoint {args.checkpoint} "
-                         f"--beam {args.beam} --alpha {args.alpha} --rounds {args.rounds}"
-                         + (f" --sentences {args.sentences}" if args.sentences else ""),
-              "sentences": len(split), "rows": rows,
-              "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform(),
-                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                          "bfloat16_instructions": cpu_bfloat16_instructions(),
-                          # what limits the kernels PyTorch and oneDNN pick (to emulate an older CPU)
-                          "environment": {name: os.environ[name] for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
-                                          if name in os.environ}},
-              "versions": {"torch": torch.__version__, "python": platform.python_version()}}
+    result = {
+        "command": f"python benchmarks/precision.py --run {args.run} --checkpoint {args.checkpoint} "
+        f"--beam {args.beam} --alpha {args.alpha} --rounds {args.rounds}"
+        + (f" --sentences {args.sentences}" if args.sentences else ""),
+        "sentences": len(split),
+        "rows": rows,
+        "machine": {
+            "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "bfloat16_instructions": cpu_bfloat16_instructions(),
+            # what limits the kernels PyTorch and oneDNN pick (to emulate an older CPU)
+            "environment": {
+                name: os.environ[name] for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if name in os.environ
+            },
+        },
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
     (out / "precision.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'precision.json'}")
 

@@ -1,5 +1,6 @@
 """The Multi30k CPU recipe (``examples/multi30k/cpu.yaml``, what ``cpu.sh`` trains): the benchmarks
 size their Multi30k models by it, so a change to the recipe changes them too."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,15 +9,16 @@ Each (method, L) runs in a fresh process so its peak resident memory can be read
 
     python benchmarks/sparse_attention.py [--lengths 256 1024 4096 8192] [--out benchmarks/results]
 """
+
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import statistics
 import subprocess
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -26,8 +27,14 @@ from graphformer.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
 
 # The edge-wise kernels: DGL's where it is installed, else the same message passing as PyTorch ops.
 EDGEWISE = "dgl" if importlib.util.find_spec("dgl") else "torch"
-METHODS = [f"{EDGEWISE} window:64", f"{EDGEWISE} window:128", "blocked window:64", "blocked window:128",
-           "dense softmax (window:128 mask)", "sdpa (window:128 mask)"]
+METHODS = [
+    f"{EDGEWISE} window:64",
+    f"{EDGEWISE} window:128",
+    "blocked window:64",
+    "blocked window:128",
+    "dense softmax (window:128 mask)",
+    "sdpa (window:128 mask)",
+]
 HEADS, DIM = 8, 64
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "benchmarks" / "results"
@@ -61,18 +68,22 @@ def measure(method: str, L: int, repeats: int) -> dict:
         qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # (H, L, d) views
 
         if method.startswith("dense"):
+
             def run():
-                scores = (qh @ kh.transpose(1, 2)) / DIM ** 0.5
+                scores = (qh @ kh.transpose(1, 2)) / DIM**0.5
                 scores = scores.masked_fill(blocked, float("-inf"))
                 (torch.softmax(scores, -1) @ vh).sum().backward()
         else:
+
             def run():
                 torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed).sum().backward()
+
         del u, dst
     run()  # warm-up (graph formats, block layouts, allocator)
     for t in (q, k, v):
         t.grad = None
     import gc
+
     gc.collect()
     before = rss_bytes()
     reset_peak_rss()
@@ -85,15 +96,25 @@ def measure(method: str, L: int, repeats: int) -> dict:
         tic = time.perf_counter()
         run()
         times.append(time.perf_counter() - tic)
-    return {"method": method, "L": L, "edges_per_head": edges,
-            "seconds": statistics.median(times), "peak_bytes": max(peak, 0), "repeats": repeats}
+    return {
+        "method": method,
+        "L": L,
+        "edges_per_head": edges,
+        "seconds": statistics.median(times),
+        "peak_bytes": max(peak, 0),
+        "repeats": repeats,
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096, 8192])
-    parser.add_argument("--out", default=str(PUBLISHED), help="where the JSON and figure go; the docs' copy of the "
-                        "figure is rewritten only for the published results (this default)")
+    parser.add_argument(
+        "--out",
+        default=str(PUBLISHED),
+        help="where the JSON and figure go; the docs' copy of the "
+        "figure is rewritten only for the published results (this default)",
+    )
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "L", "REPEATS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -103,26 +124,37 @@ def main():
     if min(args.lengths) < 2:
         parser.error(f"--lengths must be at least 2, got {min(args.lengths)}")
     import torch
+
     rows = []
     for L in args.lengths:
         for method in METHODS:
             repeats = 3 if L >= 4096 else 5
-            proc = subprocess.run([sys.executable, __file__, "--child", method, str(L), str(repeats)],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", method, str(L), str(repeats)], capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 rows.append({"method": method, "L": L, "error": proc.stderr.strip().splitlines()[-1]})
             else:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"L={L:5d} {method:34s} " + (f"{r['seconds'] * 1e3:9.1f} ms {r['peak_bytes'] / 2**20:9.1f} MiB"
-                                              if "error" not in r else r["error"]), flush=True)
+            print(
+                f"L={L:5d} {method:34s} "
+                + (
+                    f"{r['seconds'] * 1e3:9.1f} ms {r['peak_bytes'] / 2**20:9.1f} MiB"
+                    if "error" not in r
+                    else r["error"]
+                ),
+                flush=True,
+            )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {
         "command": "python " + " ".join(sys.argv),
         "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
-        "heads": HEADS, "dim": DIM, "rows": rows,
+        "heads": HEADS,
+        "dim": DIM,
+        "rows": rows,
     }
     (out / "sparse_attention.json").write_text(json.dumps(result, indent=1) + "\n")
     plot(rows, out / "sparse_attention.png")
@@ -133,6 +165,7 @@ def main():
 
 def plot(rows, path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -10,6 +10,7 @@ the CPU (its tensors are host tensors on CUDA too); copies to the device are cou
 
     python benchmarks/syncs.py [--device cpu] [--steps 3] [--out DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,11 @@ def would_sync(func, args, kwargs) -> str | None:
         return name
     if name in ("__getitem__", "__setitem__", "index_put", "index_put_") and _bool_index(args):
         return f"{name} (boolean index)"
-    if name == "repeat_interleave" and "output_size" not in (kwargs or {}) and \
-            isinstance(args[1] if len(args) > 1 else kwargs.get("repeats"), torch.Tensor):
+    if (
+        name == "repeat_interleave"
+        and "output_size" not in (kwargs or {})
+        and isinstance(args[1] if len(args) > 1 else kwargs.get("repeats"), torch.Tensor)
+    ):
         return "repeat_interleave"
     return None
 
@@ -92,6 +96,7 @@ def cuda_sync_warnings():
 def count_step_syncs(trainer, batches, counts, steps: int = 1) -> dict:
     """Syncs per `Trainer.train_step` call, averaged over ``steps`` steps after one warm-up."""
     from graphformer.training import trainer as trainer_module
+
     trainer.train_step(batches, counts)  # warm-up: layouts, allocator, lazy initialisation
     if trainer.ctx.device.type == "cuda":
         torch.cuda.synchronize()
@@ -99,19 +104,24 @@ def count_step_syncs(trainer, batches, counts, steps: int = 1) -> dict:
             for _ in range(steps):
                 trainer.train_step(batches, counts)
         torch.cuda.synchronize()
-        return {"per_step": len(found) / steps, "method": "torch.cuda.set_sync_debug_mode",
-                "kinds": dict(Counter(m.split("\n")[0][:80] for m in found))}
+        return {
+            "per_step": len(found) / steps,
+            "method": "torch.cuda.set_sync_debug_mode",
+            "kinds": dict(Counter(m.split("\n")[0][:80] for m in found)),
+        }
     counter = SyncCounter()
     original = trainer_module.make_batch
 
     def unwatched_make_batch(*args, **kwargs):  # host work on CUDA too: not a sync there
         with counter.pause():
             return original(*args, **kwargs)
+
     step = trainer.optimizer.step
 
     def unwatched_step(*args, **kwargs):  # Adam's step counts are host tensors on CUDA too
         with counter.pause():
             return step(*args, **kwargs)
+
     trainer_module.make_batch, trainer.optimizer.step = unwatched_make_batch, unwatched_step
     try:
         with counter:
@@ -119,8 +129,11 @@ def count_step_syncs(trainer, batches, counts, steps: int = 1) -> dict:
                 trainer.train_step(batches, counts)
     finally:
         trainer_module.make_batch, trainer.optimizer.step = original, step
-    return {"per_step": sum(counter.counts.values()) / steps, "method": "TorchFunctionMode (CPU)",
-            "kinds": {name: n / steps for name, n in sorted(counter.counts.items())}}
+    return {
+        "per_step": sum(counter.counts.values()) / steps,
+        "method": "TorchFunctionMode (CPU)",
+        "kinds": {name: n / steps for name, n in sorted(counter.counts.items())},
+    }
 
 
 SETUPS = {  # (model options, attention backend) per row
@@ -137,10 +150,18 @@ def make_trainer(run_dir: Path, device: str, model: dict, backend: str, accumula
     from graphformer.model import ModelConfig
     from graphformer.training.config import TrainConfig
     from graphformer.training.trainer import Trainer
+
     data = synthetic.write_task("copy", run_dir / "data", seed=1, sizes={"train": 128, "valid": 16, "test": 16})
     model_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, d_model=32, heads=4, d_ff=64, dropout=0.0, **model)
-    train_cfg = TrainConfig(task="parallel", data_dir=str(data), batch_size=16, warmup=10, device=device,
-                            accumulate=accumulate, attention_backend=backend)
+    train_cfg = TrainConfig(
+        task="parallel",
+        data_dir=str(data),
+        batch_size=16,
+        warmup=10,
+        device=device,
+        accumulate=accumulate,
+        attention_backend=backend,
+    )
     return Trainer(run_dir / "run", model_cfg, train_cfg, show_progress=False)
 
 

@@ -17,6 +17,7 @@ several queries, methods interleaved (best of ``--rounds``):
 
     python benchmarks/tile_kernels.py [--rounds 10] [--out benchmarks/results]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,7 @@ def interleaved(runs: dict, rounds: int) -> dict:
     """Best seconds of each run, the runs alternating in order round by round."""
     seconds = {name: [] for name in runs}
     for r in range(rounds):
-        for name in (list(runs) if r % 2 else list(runs)[::-1]):
+        for name in list(runs) if r % 2 else list(runs)[::-1]:
             tic = time.perf_counter()
             runs[name]()
             seconds[name].append(time.perf_counter() - tic)
@@ -68,6 +69,7 @@ def forced(kernel: str, run):
     def go():
         with mock.patch.object(padded, "F", KERNELS[kernel]):
             run()
+
     return go
 
 
@@ -91,10 +93,12 @@ def beam(beams: list[int], rounds: int) -> list[dict]:
     pool = model.make_pool()
     rows = []
     for k in beams:
+
         @torch.inference_mode()
         def decode(k=k):
             stepper = IncrementalStepper(model, make_batch(pool, src), k, FIXED_OUTPUT_TOKENS, pool)
             beam_search(stepper, torch.full((len(src),), FIXED_OUTPUT_TOKENS), k)
+
         decode()
         seconds = interleaved({name: forced(name, decode) for name in KERNELS}, rounds)
         rows.append(row("beam search decode", f"beam {k}", seconds))
@@ -103,10 +107,17 @@ def beam(beams: list[int], rounds: int) -> list[dict]:
 
 def row(setting: str, case: str, seconds: dict) -> dict:
     ratio = seconds["fused"] / seconds["matmuls"]
-    print(f"{setting:20s} {case:8s} fused {seconds['fused'] * 1e3:8.1f} ms  matmuls {seconds['matmuls'] * 1e3:8.1f} ms"
-          f"  fused / matmuls {ratio:.3f}")
-    return {"setting": setting, "case": case, "fused_seconds": seconds["fused"], "matmuls_seconds": seconds["matmuls"],
-            "fused_over_matmuls": ratio}
+    print(
+        f"{setting:20s} {case:8s} fused {seconds['fused'] * 1e3:8.1f} ms  matmuls {seconds['matmuls'] * 1e3:8.1f} ms"
+        f"  fused / matmuls {ratio:.3f}"
+    )
+    return {
+        "setting": setting,
+        "case": case,
+        "fused_seconds": seconds["fused"],
+        "matmuls_seconds": seconds["matmuls"],
+        "fused_over_matmuls": ratio,
+    }
 
 
 def main():
@@ -117,10 +128,12 @@ def main():
     rows = training([16, 32, 64, 128, 256], args.rounds) + beam([5, 10], args.rounds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"command": f"python benchmarks/tile_kernels.py --rounds {args.rounds}",
-              "rows": rows,
-              "machine": {"threads": torch.get_num_threads(), "platform": platform.platform()},
-              "versions": {"torch": torch.__version__, "python": platform.python_version()}}
+    result = {
+        "command": f"python benchmarks/tile_kernels.py --rounds {args.rounds}",
+        "rows": rows,
+        "machine": {"threads": torch.get_num_threads(), "platform": platform.platform()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
     (out / "tile_kernels.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'tile_kernels.json'}")
 

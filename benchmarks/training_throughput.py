@@ -12,6 +12,7 @@ sentences) and ``--task multi30k`` (the model and batch size of the CPU recipe,
 
     python benchmarks/training_throughput.py [--task copy] [--steps 20] [--rounds 2] [--out benchmarks/results]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,10 +60,17 @@ class DensePeer(nn.Module):
 
     def forward(self, src, tgt_in):
         def emb(x):
-            return self.embed(x) * self.d_model ** 0.5 + self.pos[: x.shape[1]]
+            return self.embed(x) * self.d_model**0.5 + self.pos[: x.shape[1]]
+
         causal = torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool, device=tgt_in.device).triu(1)
-        h = self.core(emb(src), emb(tgt_in), tgt_mask=causal, src_key_padding_mask=src == PAD,
-                      tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src == PAD)
+        h = self.core(
+            emb(src),
+            emb(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src == PAD,
+            tgt_key_padding_mask=tgt_in == PAD,
+            memory_key_padding_mask=src == PAD,
+        )
         return torch.log_softmax(self.out(h), -1)
 
 
@@ -101,7 +109,7 @@ def sgemm_gflops(n=2048, repeats=5) -> float:
     tic = time.perf_counter()
     for _ in range(repeats):
         a @ b
-    return 2 * n ** 3 * repeats / (time.perf_counter() - tic) / 1e9
+    return 2 * n**3 * repeats / (time.perf_counter() - tic) / 1e9
 
 
 def main():
@@ -111,8 +119,12 @@ def main():
     parser.add_argument("--steps", type=at_least_one, default=20)
     parser.add_argument("--rounds", type=at_least_one, default=2)
     parser.add_argument("--batch-size", type=at_least_one, default=128, help="copy: sentences per batch")
-    parser.add_argument("--batch-tokens", type=at_least_one, default=RECIPE_TRAIN["batch_tokens"],
-                        help="multi30k: tokens per batch (default: the CPU recipe's, %(default)s)")
+    parser.add_argument(
+        "--batch-tokens",
+        type=at_least_one,
+        default=RECIPE_TRAIN["batch_tokens"],
+        help="multi30k: tokens per batch (default: the CPU recipe's, %(default)s)",
+    )
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -134,8 +146,10 @@ def main():
     graph = make_model(len(vocab), **CONFIG)
     dense = DensePeer(len(vocab), **CONFIG)
     # Every backend but auto (which picks one of them), then the dense peer.
-    systems = {**{f"graph ({name})": graph for name in BACKENDS if name != "auto" and trains_here(name)},
-               "dense nn.Transformer": dense}
+    systems = {
+        **{f"graph ({name})": graph for name in BACKENDS if name != "auto" and trains_here(name)},
+        "dense nn.Transformer": dense,
+    }
     optimizers = {name: make_optimizer(m.parameters(), CONFIG["d_model"], 400, 1.0) for name, m in systems.items()}
     pool = graph.make_pool()
     src_b = [[train.src[i] for i in b] for b in batches]
@@ -149,7 +163,7 @@ def main():
         return dense_loss(dense, src_b[i], tgt_b[i], len(vocab))
 
     def run(name):
-        graph.attention_backend = name[len("graph ("):-1] if name.startswith("graph") else "auto"
+        graph.attention_backend = name[len("graph (") : -1] if name.startswith("graph") else "auto"
         step = dense_step if name.startswith("dense") else graph_step
         optimizer, schedule = optimizers[name]
         step(0)[0].backward()  # warm-up
@@ -198,28 +212,42 @@ def main():
     rows = []
     for name, times in seconds.items():
         best = min(times)
-        rows.append({"system": name, "tokens_per_s": tokens / best, "seconds": best,
-                     "mfu": flops / best / (peak * 1e9)})
+        rows.append(
+            {"system": name, "tokens_per_s": tokens / best, "seconds": best, "mfu": flops / best / (peak * 1e9)}
+        )
     dense_rate = rows[-1]["tokens_per_s"]
     for r in rows:
         r["ratio_to_dense"] = r["tokens_per_s"] / dense_rate
-        print(f"{r['system']:22s} {r['tokens_per_s']:9.0f} target tokens/s  x{r['ratio_to_dense']:.2f} of dense  "
-              f"MFU {100 * r['mfu']:.1f} %")
+        print(
+            f"{r['system']:22s} {r['tokens_per_s']:9.0f} target tokens/s  x{r['ratio_to_dense']:.2f} of dense  "
+            f"MFU {100 * r['mfu']:.1f} %"
+        )
     step_time = min(seconds["graph (padded)"]) / args.steps
-    print(f"sgemm peak {peak:.1f} GFLOP/s; graph building + batching {1e3 * batching:.1f} ms per batch = "
-          f"{100 * batching / step_time:.1f} % of a graph (padded) training step; fixed cost per step "
-          f"{1e3 * fixed:.1f} ms = {100 * fixed / step_time:.1f} %")
+    print(
+        f"sgemm peak {peak:.1f} GFLOP/s; graph building + batching {1e3 * batching:.1f} ms per batch = "
+        f"{100 * batching / step_time:.1f} % of a graph (padded) training step; fixed cost per step "
+        f"{1e3 * fixed:.1f} ms = {100 * fixed / step_time:.1f} %"
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     unused = ("out", "data_dir", "batch_tokens" if args.task == "copy" else "batch_size")
     shown = {k: v for k, v in vars(args).items() if k not in unused and v is not None}
-    result = {"command": "python benchmarks/training_throughput.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in shown.items()),
-              "config": {**CONFIG, **sizing, "task": args.task}, "steps": args.steps,
-              "rounds": args.rounds, "target_tokens": tokens, "rows": rows, "sgemm_gflops": peak,
-              "batching_seconds_per_batch": batching, "batching_share_of_step": batching / step_time,
-              "fixed_seconds_per_step": fixed, "fixed_share_of_step": fixed / step_time,
-              "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
-              "versions": {"torch": torch.__version__, "python": platform.python_version()}}
+    result = {
+        "command": "python benchmarks/training_throughput.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in shown.items()),
+        "config": {**CONFIG, **sizing, "task": args.task},
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "target_tokens": tokens,
+        "rows": rows,
+        "sgemm_gflops": peak,
+        "batching_seconds_per_batch": batching,
+        "batching_share_of_step": batching / step_time,
+        "fixed_seconds_per_step": fixed,
+        "fixed_share_of_step": fixed / step_time,
+        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
     name = "training_throughput.json" if args.task == "copy" else f"training_throughput_{args.task}.json"
     (out / name).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / name}")

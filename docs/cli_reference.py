@@ -3,6 +3,7 @@ so the command reference is never typed by hand and never out of date.
 
     python docs/cli_reference.py      # print the page
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,12 @@ def render() -> str:
     os.environ["COLUMNS"] = WIDTH
     try:
         parser = build_parser()
-        parts = ["# Command line\n",
-                 "Generated from `graphformer.cli.build_parser()` when the site is built; the same text as "
-                 "`graphformer COMMAND --help`.\n",
-                 f"```text\n{parser.format_help()}```\n"]
+        parts = [
+            "# Command line\n",
+            "Generated from `graphformer.cli.build_parser()` when the site is built; the same text as "
+            "`graphformer COMMAND --help`.\n",
+            f"```text\n{parser.format_help()}```\n",
+        ]
         for name, sub in _subcommands(parser).items():
             parts.append(f"## graphformer {name}\n\n```text\n{sub.format_help()}```\n")
     finally:

@@ -1,4 +1,5 @@
 """One forward pass of a small graph Transformer on a batch of three samples."""
+
 import torch
 
 from graphformer import GraphPool, make_model

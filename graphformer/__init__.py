@@ -5,6 +5,7 @@ Tokens are nodes; attention is a choice of edges. See README.md for a tour.
 The names below load on first use, so that the command line answers ``--help`` without
 importing torch and DGL.
 """
+
 import os
 from importlib import import_module
 
@@ -14,11 +15,17 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 __version__ = "0.1.0"
 
 _WHERE = {
-    "PAD": "graphformer.vocab", "SOS": "graphformer.vocab", "EOS": "graphformer.vocab", "UNK": "graphformer.vocab",
-    "SPECIALS": "graphformer.vocab", "Vocab": "graphformer.vocab",
-    "GraphPool": "graphformer.graphs", "GraphBatch": "graphformer.graphs",
+    "PAD": "graphformer.vocab",
+    "SOS": "graphformer.vocab",
+    "EOS": "graphformer.vocab",
+    "UNK": "graphformer.vocab",
+    "SPECIALS": "graphformer.vocab",
+    "Vocab": "graphformer.vocab",
+    "GraphPool": "graphformer.graphs",
+    "GraphBatch": "graphformer.graphs",
     "graph_attention": "graphformer.attention",
-    "GraphTransformer": "graphformer.model", "make_model": "graphformer.model",
+    "GraphTransformer": "graphformer.model",
+    "make_model": "graphformer.model",
 }
 
 

@@ -11,6 +11,7 @@ DGL. Errors a user can fix (`graphformer.errors.UserError`) are printed as one l
 (``graphformer: error: ...``) with exit status 2; anything else is a bug and keeps its
 traceback. Set GRAPHFORMER_DEBUG=1 to see the traceback of a user error too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,18 @@ from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import ModelConfig, unused_layers
-from graphformer.training.config import (DEVICES, PER_PROCESS, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig,
-                                         absolute_paths, differs, resume_config, with_flags)
+from graphformer.training.config import (
+    DEVICES,
+    PER_PROCESS,
+    RESUME_OVERRIDES,
+    RUNTIME,
+    DecodeConfig,
+    TrainConfig,
+    absolute_paths,
+    differs,
+    resume_config,
+    with_flags,
+)
 
 
 class _ShowDefaults(argparse.HelpFormatter):
@@ -90,43 +101,69 @@ def given(args, config_class) -> dict:
 
 
 def _train_parser(sub):
-    p = sub.add_parser("train", help="train a model", description="Train a graph Transformer and write a run directory. "
-                       "Attention patterns (SPEC): NAME[:ARGS] terms joined by + (union); causal-NAME keeps key <= query. "
-                       "Names: full, causal, window:W, dilated:W,D, global:G, block:B, random:R[,SEED], tree:K "
-                       "(encoder only).")
+    p = sub.add_parser(
+        "train",
+        help="train a model",
+        description="Train a graph Transformer and write a run directory. "
+        "Attention patterns (SPEC): NAME[:ARGS] terms joined by + (union); causal-NAME keeps key <= query. "
+        "Names: full, causal, window:W, dilated:W,D, global:G, block:B, random:R[,SEED], tree:K "
+        "(encoder only).",
+    )
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
     flags = lambda names: ", ".join("--" + name.replace("_", "-") for name in names)  # noqa: E731
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint, with "
-                   f"its saved configuration (only {flags(RESUME_OVERRIDES)}, how it runs: {flags(RUNTIME)}, and "
-                   f"{flags(PER_PROCESS)} on another number of processes, keeping accumulate x processes, may change)")
-    p.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file {model: {...}, train: {...}} "
-                   "(a run's config.json is one); flags given here override it")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint, with "
+        f"its saved configuration (only {flags(RESUME_OVERRIDES)}, how it runs: {flags(RUNTIME)}, and "
+        f"{flags(PER_PROCESS)} on another number of processes, keeping accumulate x processes, may change)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="options from a YAML or JSON file {model: {...}, train: {...}} "
+        "(a run's config.json is one); flags given here override it",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--processes", type=at_least_one, default=1, metavar="N",
-                   help="train with N processes on this machine, each on its share of every step's batches (gloo "
-                   "on CPUs; NCCL on GPUs, one each); Ctrl-C stops them all after the same step, with a checkpoint")
+    p.add_argument(
+        "--processes",
+        type=at_least_one,
+        default=1,
+        metavar="N",
+        help="train with N processes on this machine, each on its share of every step's batches (gloo "
+        "on CPUs; NCCL on GPUs, one each); Ctrl-C stops them all after the same step, with a checkpoint",
+    )
     add_config_options(p.add_argument_group("model"), ModelConfig)
     add_config_options(p.add_argument_group("training"), TrainConfig)
     p.set_defaults(func=cmd_train)
 
 
 def _eval_parser(sub):
-    p = sub.add_parser("evaluate", help="score a trained model on a split",
-                       description="Loss, token accuracy and exact match (and BLEU for translation) of a run's "
-                                   "model on a data split.")
+    p = sub.add_parser(
+        "evaluate",
+        help="score a trained model on a split",
+        description="Loss, token accuracy and exact match (and BLEU for translation) of a run's model on a data split.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="the split to score")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--data-dir", metavar="DIR", help="score the split of this folder ({split}.src, {split}.tgt, "
-                   "tokenized as the run's own data folder) instead of the run's own data, e.g. longer samples of "
-                   "the same task (no BLEU)")
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="score the split of this folder ({split}.src, {split}.tgt, "
+        "tokenized as the run's own data folder) instead of the run's own data, e.g. longer samples of "
+        "the same task (no BLEU)",
+    )
     _decoding_options(p)
     p.set_defaults(func=cmd_evaluate)
 
 
 def _translate_parser(sub):
-    p = sub.add_parser("translate", help="decode input lines with a trained model",
-                       description="Read one sentence per line (stdin or --input), write one decoded line each.")
+    p = sub.add_parser(
+        "translate",
+        help="decode input lines with a trained model",
+        description="Read one sentence per line (stdin or --input), write one decoded line each.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--input", metavar="FILE", help="file to read instead of standard input")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no throughput line (warnings stay)")
@@ -136,23 +173,31 @@ def _translate_parser(sub):
 
 def _decoding_options(p):
     add_config_options(p, DecodeConfig)
-    p.add_argument("--checkpoint", default="best", metavar="WHICH",
-                   help="best, last, averaged (see graphformer average) or a checkpoint file; best and last "
-                   "stand in for each other while a run has only one of them")
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        metavar="WHICH",
+        help="best, last, averaged (see graphformer average) or a checkpoint file; best and last "
+        "stand in for each other while a run has only one of them",
+    )
     p.add_argument("--device", default="cpu", help=DEVICES)
     add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
 
 
 def _average_parser(sub):
-    p = sub.add_parser("average", help="average the weights of kept epoch checkpoints",
-                       description="Write RUN_DIR/checkpoint_averaged.pt, the mean of the weights of the last N "
-                                   "(or best N by validation metric) epoch checkpoints that training kept with "
-                                   "--keep-last; evaluate and translate read it with --checkpoint averaged.")
+    p = sub.add_parser(
+        "average",
+        help="average the weights of kept epoch checkpoints",
+        description="Write RUN_DIR/checkpoint_averaged.pt, the mean of the weights of the last N "
+        "(or best N by validation metric) epoch checkpoints that training kept with "
+        "--keep-last; evaluate and translate read it with --checkpoint averaged.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--last", type=int, metavar="N", help="the N newest kept epochs")
-    which.add_argument("--best", type=int, metavar="N", help="the N kept epochs with the best validation metric "
-                       "(the run's select_by)")
+    which.add_argument(
+        "--best", type=int, metavar="N", help="the N kept epochs with the best validation metric (the run's select_by)"
+    )
     p.add_argument("-o", "--output", help="file to write (default: RUN_DIR/checkpoint_averaged.pt)")
     p.set_defaults(func=cmd_average)
 
@@ -183,32 +228,49 @@ def _viz_options(p) -> argparse._MutuallyExclusiveGroup:
     # the choices of graphformer.viz.plots.SCALES and VIEWS and viz.maps.RELATIONS (not imported: --help stays
     # fast; a test keeps them equal)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
-    p.add_argument("--relation", choices=("enc", "dec", "cross"),
-                   help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs "
-                        "(default: cross; enc for an encoder classifier, which has no other)")
+    p.add_argument(
+        "--relation",
+        choices=("enc", "dec", "cross"),
+        help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs "
+        "(default: cross; enc for an encoder classifier, which has no other)",
+    )
     p.add_argument("--layer", type=int, default=-1, help="layer index (negative counts from the last)")
     p.add_argument("--head", type=_head, default=0, metavar="N|all", help="head index, or all: one panel per head")
-    p.add_argument("--scale", choices=("shared", "per-head"), default="shared",
-                   help="colour scale: shared (0 to 1 in every panel) or per-head (0 to each panel's largest weight)")
+    p.add_argument(
+        "--scale",
+        choices=("shared", "per-head"),
+        default="shared",
+        help="colour scale: shared (0 to 1 in every panel) or per-head (0 to each panel's largest weight)",
+    )
     view = p.add_mutually_exclusive_group()
-    view.add_argument("--view", choices=("heatmap", "graph", "both"), default="heatmap",
-                      help="heatmap, graph (bipartite drawing, edge width = weight), or both side by side")
+    view.add_argument(
+        "--view",
+        choices=("heatmap", "graph", "both"),
+        default="heatmap",
+        help="heatmap, graph (bipartite drawing, edge width = weight), or both side by side",
+    )
     p.add_argument("-o", "--output", required=True, help="file to write")
     return view
 
 
 def _animate_parser(sub):
-    p = sub.add_parser("animate", help="animate recorded attention maps across epochs",
-                       description="One frame per recorded epoch (epoch 0 is the untrained model): an animated "
-                                   "GIF for .gif, a self-contained HTML player for .html.")
+    p = sub.add_parser(
+        "animate",
+        help="animate recorded attention maps across epochs",
+        description="One frame per recorded epoch (epoch 0 is the untrained model): an animated "
+        "GIF for .gif, a self-contained HTML player for .html.",
+    )
     _viz_options(p)
     p.set_defaults(func=cmd_animate)
 
 
 def _heatmap_parser(sub):
-    p = sub.add_parser("heatmap", help="draw one recorded attention map",
-                       description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded "
-                                   "epoch, as .png, .svg, .pdf, .jpg or .jpeg.")  # graphformer.viz.plots.IMAGE_FORMATS
+    p = sub.add_parser(
+        "heatmap",
+        help="draw one recorded attention map",
+        description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded "
+        "epoch, as .png, .svg, .pdf, .jpg or .jpeg.",
+    )  # graphformer.viz.plots.IMAGE_FORMATS
     view = _viz_options(p)
     p.add_argument("--epoch", default="last", help="recorded epoch number (0: untrained), or 'last'")
     view.add_argument("--graph", dest="view", action="store_const", const="graph", help="same as --view graph")
@@ -236,7 +298,9 @@ def read_config_file(path: str) -> tuple[dict, dict]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"--config {path}: cannot read it ({err.__class__.__name__}); give a YAML or JSON file") from None
+        raise UserError(
+            f"--config {path}: cannot read it ({err.__class__.__name__}); give a YAML or JSON file"
+        ) from None
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -246,15 +310,21 @@ def read_config_file(path: str) -> tuple[dict, dict]:
         raise UserError(f"--config {path} must hold a 'model' and/or a 'train' mapping, like a run's config.json")
     unknown = [str(name) for name in config if name not in ("model", "train")]  # YAML keys need not be text
     if unknown:
-        what = (f"{unknown[0]!r} is not a section" if len(unknown) == 1
-                else f"{', '.join(map(repr, unknown))} are not sections")
-        raise UserError(f"--config {path}: {what}; the sections are 'model' and 'train' (either or both), like a run's "
-                        "config.json")
+        what = (
+            f"{unknown[0]!r} is not a section"
+            if len(unknown) == 1
+            else f"{', '.join(map(repr, unknown))} are not sections"
+        )
+        raise UserError(
+            f"--config {path}: {what}; the sections are 'model' and 'train' (either or both), like a run's config.json"
+        )
     model, train = config.get("model") or {}, config.get("train") or {}
     for name, section, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
         if not isinstance(section, dict):
-            raise UserError(f"--config {path}: '{name}' must be a mapping of options (name: value), not "
-                            f"{type(section).__name__} {section!r}")
+            raise UserError(
+                f"--config {path}: '{name}' must be a mapping of options (name: value), not "
+                f"{type(section).__name__} {section!r}"
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(section) - known)
         if unknown:
@@ -284,8 +354,11 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
         saved = ModelConfig.from_dict(model_saved)
         for name, value in model_given.items():
             if getattr(saved, name) != value:
-                raise ConfigError(name, f"{differs(getattr(saved, name), value)}: a resumed run keeps its model; "
-                                  "start a new run to change it")
+                raise ConfigError(
+                    name,
+                    f"{differs(getattr(saved, name), value)}: a resumed run keeps its model; "
+                    "start a new run to change it",
+                )
         return saved, resume_config(TrainConfig.from_dict(absolute_paths(train_saved)), train_given)
     return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
 
@@ -317,18 +390,22 @@ def cmd_train(args) -> int:
     if args.processes > 1 and world is None:  # start the processes, each of which runs this command
         from graphformer.training.distributed import check_devices_for
         from graphformer.training.launch import run_processes
+
         check_devices_for(args.processes, train_cfg.device)
         return run_processes(args.argv, args.processes, resume_command(args.out, args.processes))
     if args.processes > 1 and world != str(args.processes):
-        raise UserError(f"--processes {args.processes} starts its own processes, but this one is already one of "
-                        f"{world} (torchrun): leave --processes out, or run it without torchrun")
+        raise UserError(
+            f"--processes {args.processes} starts its own processes, but this one is already one of "
+            f"{world} (torchrun): leave --processes out, or run it without torchrun"
+        )
     from graphformer.training.launch import follow_launcher
     from graphformer.training.trainer import Trainer
 
     follow_launcher()
 
-    trainer = Trainer(args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet,
-                      abort=_abort_training)
+    trainer = Trainer(
+        args.out, model_cfg, train_cfg, resume=args.resume, show_progress=not args.quiet, abort=_abort_training
+    )
     warning = None if args.resume else ignored_flags_warning(args, model_cfg)
     if warning and trainer.ctx.is_main:  # after the run's checks: an error stays the only line
         print(warning, file=sys.stderr)
@@ -344,21 +421,28 @@ def cmd_train(args) -> int:
         return 0
     resume = resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node)
     if trainer.interrupted:
-        print(f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
-              f"continue with: {resume}", file=sys.stderr)
+        print(
+            f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
+            f"continue with: {resume}",
+            file=sys.stderr,
+        )
         return 130
     cfg, progress = trainer.cfg, trainer.progress
     where = f"step {progress['step']}, {progress['epoch']} of {cfg.epochs} epochs complete"
-    scores = metrics and (f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
-                          f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}")
+    scores = metrics and (
+        f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
+        f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}"
+    )
     if scores and progress["epoch"] < cfg.epochs and cfg.out_of_patience(progress):
         span = f"{cfg.patience} epochs" if cfg.patience != 1 else "1 epoch"
         print(f"stopped early ({where}: no better valid {cfg.select_by} in the last {span}): {scores}")
     elif scores and _finished(cfg, progress):
         print(f"done ({where}): {scores}")
     else:  # --max-steps or --max-minutes ended it first
-        print(f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "
-              f"{_how_to_go_on(trainer.cfg, trainer.progress, resume)}")
+        print(
+            f"stopped at {where}{f' ({scores})' if scores else ''}; checkpoint in {args.out}; "
+            f"{_how_to_go_on(trainer.cfg, trainer.progress, resume)}"
+        )
     return 0
 
 
@@ -401,8 +485,10 @@ def _how_to_go_on(cfg: TrainConfig, progress: dict, resume: str) -> str:
     if cfg.max_steps is not None and progress["step"] >= cfg.max_steps:
         return f"it has taken its --max-steps {cfg.max_steps}; to go on: {resume} --max-steps {2 * cfg.max_steps}"
     if _finished(cfg, progress):
-        return (f"it stopped early (no better valid {cfg.select_by} for {progress['epochs_since_best']} epochs); "
-                f"to go on: {resume} --patience {progress['epochs_since_best'] + cfg.patience}")
+        return (
+            f"it stopped early (no better valid {cfg.select_by} for {progress['epochs_since_best']} epochs); "
+            f"to go on: {resume} --patience {progress['epochs_since_best'] + cfg.patience}"
+        )
     return f"continue with: {resume}"
 
 
@@ -415,8 +501,11 @@ def _load_run(args):
     run = LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend)
     asked = {"best": BEST, "last": LAST}.get(args.checkpoint)  # checkpoint.find falls back from one to the other
     if asked and run.path.name != asked:
-        print(f"graphformer: warning: {args.run_dir} has no {asked} (yet: best is written at the end of an epoch); "
-              f"using {run.path.name}", file=sys.stderr)
+        print(
+            f"graphformer: warning: {args.run_dir} has no {asked} (yet: best is written at the end of an epoch); "
+            f"using {run.path.name}",
+            file=sys.stderr,
+        )
     return run, decoding
 
 
@@ -431,9 +520,9 @@ def _precision_context(precision: str, device):
 
 
 def cmd_evaluate(args) -> int:
-    from graphformer.training.evaluate import evaluate
-
     from tqdm.auto import tqdm
+
+    from graphformer.training.evaluate import evaluate
 
     run, decoding = _load_run(args)
     precision = _precision_context(decoding.precision, run.device)
@@ -443,22 +532,44 @@ def cmd_evaluate(args) -> int:
     if args.data_dir:
         _warn_about_unknown_tokens(split, args.data_dir, run.task.data_dir(run.train_cfg, run.run_dir))
     # Decoding a test set can take minutes: a bar for whoever watches (stderr a terminal), not for logs.
-    with tqdm(total=len(split), unit="sentence", desc="decoding", file=sys.stderr,
-              disable=not sys.stderr.isatty()) as bar, precision:
-        scores = evaluate(run.model, split, run.model.make_pool(), beam=decoding.beam, alpha=decoding.alpha,
-                          tgt_vocab=run.tgt_vocab, references=references, detokenize=detokenize,
-                          bleu_tokenize=run.bleu_tokenize(), progress=bar.update, batch_tokens=decoding.batch_tokens)
+    with (
+        tqdm(
+            total=len(split), unit="sentence", desc="decoding", file=sys.stderr, disable=not sys.stderr.isatty()
+        ) as bar,
+        precision,
+    ):
+        scores = evaluate(
+            run.model,
+            split,
+            run.model.make_pool(),
+            beam=decoding.beam,
+            alpha=decoding.alpha,
+            tgt_vocab=run.tgt_vocab,
+            references=references,
+            detokenize=detokenize,
+            bleu_tokenize=run.bleu_tokenize(),
+            progress=bar.update,
+            batch_tokens=decoding.batch_tokens,
+        )
     searched = not run.model.cfg.classifies  # a classifier's label is its argmax: no beam, no length penalty
-    scores.update(split=args.split, **({"beam": decoding.beam, "alpha": decoding.alpha} if searched else {}),
-                  batch_tokens=decoding.batch_tokens, precision=decoding.precision, checkpoint=str(run.path),
-                  **({"data_dir": args.data_dir} if args.data_dir else {}))
+    scores.update(
+        split=args.split,
+        **({"beam": decoding.beam, "alpha": decoding.alpha} if searched else {}),
+        batch_tokens=decoding.batch_tokens,
+        precision=decoding.precision,
+        checkpoint=str(run.path),
+        **({"data_dir": args.data_dir} if args.data_dir else {}),
+    )
     if args.json:
         print(json.dumps(scores))
     else:
         bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
-        print(f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
-              f"exact_match={scores['exact_match']:.4f}{bleu}" + (f" (beam {decoding.beam})" if searched else "")
-              + (f" in {decoding.precision}" if decoding.precision != "float32" else ""))
+        print(
+            f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
+            f"exact_match={scores['exact_match']:.4f}{bleu}"
+            + (f" (beam {decoding.beam})" if searched else "")
+            + (f" in {decoding.precision}" if decoding.precision != "float32" else "")
+        )
     return 0
 
 
@@ -470,9 +581,11 @@ def _warn_about_unknown_tokens(split, folder: str, own: Path) -> None:
     ids = [i for side in (split.src, split.tgt) for sentence in side for i in sentence]
     unknown = sum(i == UNK for i in ids)
     if unknown:
-        print(f"graphformer: warning: {unknown} of the {len(ids)} tokens in {folder} ({100 * unknown / len(ids):.1f}%) "
-              f"are not in the run's vocabulary and read as <unk>; give files tokenized as the run's own ({own})",
-              file=sys.stderr)
+        print(
+            f"graphformer: warning: {unknown} of the {len(ids)} tokens in {folder} ({100 * unknown / len(ids):.1f}%) "
+            f"are not in the run's vocabulary and read as <unk>; give files tokenized as the run's own ({own})",
+            file=sys.stderr,
+        )
 
 
 def read_input(path: str | None) -> list[str]:
@@ -509,26 +622,44 @@ def cmd_translate(args) -> int:
             if id_ == UNK:
                 unknown[token] = unknown.get(token, 0) + 1
         if len(ids) > limit:
-            print(f"graphformer: warning: line {i} has {len(ids)} tokens; translating its first {limit}",
-                  file=sys.stderr)
+            print(
+                f"graphformer: warning: line {i} has {len(ids)} tokens; translating its first {limit}", file=sys.stderr
+            )
             ids = ids[:limit]
         src.append(ids)
     if unknown:
         listed = ", ".join(sorted(unknown, key=lambda t: (-unknown[t], t))[:10])
-        print(f"graphformer: warning: {sum(unknown.values())} input tokens ({len(unknown)} distinct) are not in the "
-              f"vocabulary and read as <unk>: {listed}{', ...' if len(unknown) > 10 else ''}", file=sys.stderr)
+        print(
+            f"graphformer: warning: {sum(unknown.values())} input tokens ({len(unknown)} distinct) are not in the "
+            f"vocabulary and read as <unk>: {listed}{', ...' if len(unknown) > 10 else ''}",
+            file=sys.stderr,
+        )
     out = [""] * len(src)
     nonempty = [i for i, s in enumerate(src) if s]
     tic, tokens, written = time.perf_counter(), 0, 0
     try:
-        with tqdm(total=len(nonempty), unit="sentence", disable=args.quiet or sys.stdout.isatty() or not nonempty,
-                  file=sys.stderr) as bar, precision:
+        with (
+            tqdm(
+                total=len(nonempty),
+                unit="sentence",
+                disable=args.quiet or sys.stdout.isatty() or not nonempty,
+                file=sys.stderr,
+            ) as bar,
+            precision,
+        ):
             for chunk in decoding_chunks([len(s) for s in src], decoding.batch_tokens):
                 todo = [i for i in chunk if src[i]]
                 # Decoded in batches of similar lengths (no padding is ever computed, but a batch
                 # waits for its longest sentence); the output keeps the input's order.
-                hyps = translate_ids(run.model, [src[i] for i in todo], beam=decoding.beam, alpha=decoding.alpha,
-                                     batch_tokens=decoding.batch_tokens, pool=pool, progress=bar.update)
+                hyps = translate_ids(
+                    run.model,
+                    [src[i] for i in todo],
+                    beam=decoding.beam,
+                    alpha=decoding.alpha,
+                    batch_tokens=decoding.batch_tokens,
+                    pool=pool,
+                    progress=bar.update,
+                )
                 for i, hyp in zip(todo, hyps):
                     out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))
                     tokens += len(hyp.tokens)
@@ -537,14 +668,20 @@ def cmd_translate(args) -> int:
                     sys.stdout.flush()
                     written = chunk.stop
     except KeyboardInterrupt:
-        print(f"graphformer: interrupted; the translations of the first {written} of {len(src)} lines are written "
-              f"(translate the lines after them to finish)", file=sys.stderr)
+        print(
+            f"graphformer: interrupted; the translations of the first {written} of {len(src)} lines are written "
+            f"(translate the lines after them to finish)",
+            file=sys.stderr,
+        )
         return 130
     seconds = max(time.perf_counter() - tic, 1e-9)
     if not args.quiet and nonempty:
         count = f"{len(nonempty)} sentence{'s' if len(nonempty) != 1 else ''}"
-        print(f"translated {count} ({tokens} tokens) in {seconds:.1f} s: {len(nonempty) / seconds:.1f} sentences/s, "
-              f"{tokens / seconds:.0f} tokens/s", file=sys.stderr)
+        print(
+            f"translated {count} ({tokens} tokens) in {seconds:.1f} s: {len(nonempty) / seconds:.1f} sentences/s, "
+            f"{tokens / seconds:.0f} tokens/s",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -559,8 +696,10 @@ def cmd_average(args) -> int:
     paths = choose(run, last=args.last, best=args.best, select_by=select_by, larger_is_better=SELECT_BY[select_by])
     replaced = average_path(run, args.output).exists()  # only ever an earlier average: write_average checks
     output = write_average(run, paths, args.output)
-    print(f"wrote {output}{' (replacing the earlier average)' if replaced else ''}: the average of "
-          f"{', '.join(p.stem for p in paths)}")
+    print(
+        f"wrote {output}{' (replacing the earlier average)' if replaced else ''}: the average of "
+        f"{', '.join(p.stem for p in paths)}"
+    )
     return 0
 
 
@@ -579,8 +718,12 @@ def cmd_animate(args) -> int:
     check_animation_path(args.output)
     records = load_records(args.run_dir)
     pictures = [_pick(r, args) for r in records]
-    with interrupts_between_steps() as check, tqdm(total=len(pictures), unit="frame", desc="drawing",
-                                                   file=sys.stderr, disable=not sys.stderr.isatty()) as bar:
+    with (
+        interrupts_between_steps() as check,
+        tqdm(
+            total=len(pictures), unit="frame", desc="drawing", file=sys.stderr, disable=not sys.stderr.isatty()
+        ) as bar,
+    ):
         frames = draw_frames(pictures, args.view, args.scale, after_frame=lambda: (check(), bar.update()))
     write_animation(frames, [p.title for p in pictures], args.output)  # atomic: an interrupt leaves no half file
     print(f"wrote {args.output}: {len(frames)} frames (epochs {records[0]['epoch']}..{records[-1]['epoch']})")
@@ -597,8 +740,10 @@ def interrupts_between_steps():
     Where Ctrl-C does not raise KeyboardInterrupt (SIGINT ignored or handled by someone else, or
     a thread other than the main one, which cannot set handlers) nothing changes.
     """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield lambda: None
         return
     pending = []
@@ -626,7 +771,9 @@ def cmd_heatmap(args) -> int:
     else:
         chosen = [r for r in records if str(r["epoch"]) == args.epoch]
         if not chosen:
-            raise UserError(f"epoch {args.epoch} was not recorded; recorded: {', '.join(str(r['epoch']) for r in records)}")
+            raise UserError(
+                f"epoch {args.epoch} was not recorded; recorded: {', '.join(str(r['epoch']) for r in records)}"
+            )
         record = chosen[0]
     with interrupts_between_steps():  # a Ctrl-C while drawing ends the command before anything is written
         figure = draw(_pick(record, args), args.view, args.scale)
@@ -648,14 +795,22 @@ def _check_output_folder(output: str | None) -> None:
 
 # How a failed allocation reads in the errors of torch (CPU, CUDA, cuBLAS) and DGL, which raise
 # RuntimeError or DGLError rather than MemoryError.
-OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "bad_alloc",
-                 "Cannot allocate memory")
+OUT_OF_MEMORY = (
+    "can't allocate memory",
+    "out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "bad_alloc",
+    "Cannot allocate memory",
+)
 
 
 def _out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is an allocation that failed: Python's, torch's or DGL's, on the CPU or a GPU."""
-    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or \
-        any(text in str(err) for text in OUT_OF_MEMORY)
+    return (
+        isinstance(err, MemoryError)
+        or type(err).__name__ == "OutOfMemoryError"
+        or any(text in str(err) for text in OUT_OF_MEMORY)
+    )
 
 
 # How a collective reads when another process of the run has gone: gloo's socket errors, NCCL's.
@@ -682,8 +837,11 @@ def main(argv=None) -> int:
     args, unknown = parser.parse_known_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # the command `train --processes` runs in each process
     if unknown:
-        parser.exit(2, f"{args.command_prog}: error: unrecognized arguments: {' '.join(unknown)}; "
-                       f"see {args.command_prog} --help\n")
+        parser.exit(
+            2,
+            f"{args.command_prog}: error: unrecognized arguments: {' '.join(unknown)}; "
+            f"see {args.command_prog} --help\n",
+        )
     try:
         _check_output_folder(getattr(args, "output", None))
         return args.func(args)
@@ -702,6 +860,7 @@ def main(argv=None) -> int:
         if os.environ.get("GRAPHFORMER_DEBUG"):
             raise
         from graphformer.files import REFUSED
+
         where = f"{err.filename}: " if err.filename else ""
         if err.errno in REFUSED and err.errno not in (errno.EACCES, errno.EPERM):  # only ever a write's
             what, remedy = REFUSED[err.errno]
@@ -712,10 +871,13 @@ def main(argv=None) -> int:
     except Exception as err:  # MemoryError, or torch's and DGL's allocation failures
         if _lost_peer(err) and not os.environ.get("GRAPHFORMER_DEBUG"):
             from graphformer.training.launch import LOST_PEER_STATUS
+
             _say(f"error: another process of this run stopped, and this one cannot go on without it ({err})")
             return LOST_PEER_STATUS
         if os.environ.get("GRAPHFORMER_DEBUG") or not _out_of_memory(err):
             raise
-        _say("error: out of memory; ask for less at once (a smaller --beam, --batch-size or --batch-tokens, a shorter "
-             "--max-len, a smaller model)")
+        _say(
+            "error: out of memory; ask for less at once (a smaller --beam, --batch-size or --batch-tokens, a shorter "
+            "--max-len, a smaller model)"
+        )
         return 2

@@ -10,6 +10,7 @@ choices and its valid range. From that one declaration come
 
 This module imports neither torch nor DGL, so ``graphformer --help`` stays fast.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,15 @@ NON_NEGATIVE = Range(low=0)
 PROBABILITY = Range(low=0, high=1, open_high=True)  # [0, 1): dropout, label smoothing
 
 
-def option(default: Any = MISSING, help: str = "", *, choices: tuple | None = None, range: Range | None = None,
-           cli: bool = True, metavar: str | None = None):
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    choices: tuple | None = None,
+    range: Range | None = None,
+    cli: bool = True,
+    metavar: str | None = None,
+):
     """A dataclass field that knows its help text, choices and range (see the module docstring).
 
     ``cli=False`` keeps a field off the command line (vocabulary sizes, say, which training
@@ -77,7 +85,9 @@ def _as_kind(name: str, annotation: str, value):
         whole = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or (kind == "int" and not whole):
             quoted = " (text: write the number without quotes)" if isinstance(value, str) else ""
-            raise ConfigError(name, f"must be {'a whole number' if kind == 'int' else 'a number'}, got {value!r}{quoted}")
+            raise ConfigError(
+                name, f"must be {'a whole number' if kind == 'int' else 'a number'}, got {value!r}{quoted}"
+            )
         return int(value) if kind == "int" else value
     if kind == "str" and not isinstance(value, str):
         raise ConfigError(name, f"must be a string, got {value!r}")

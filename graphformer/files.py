@@ -8,15 +8,17 @@ run directory is opened again.
 A write the system refuses (a full disk, the file-size limit, a read-only folder) is a
 `WriteRefused`: one line that names the file graphformer meant to write and why it could not.
 """
+
 from __future__ import annotations
 
 import errno
 import json
 import os
 import re
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from graphformer.errors import UserError
 

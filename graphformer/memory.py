@@ -5,6 +5,7 @@ What a piece of work adds is ``peak_rss_bytes() - before`` where ``before = rss_
 just before it and `reset_peak_rss` was called. Used by the benchmarks and the long-range sweep to
 measure memory above the fixed floor of a process that imports torch and DGL (several hundred MiB).
 """
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ them PyTorch emulates them, many times slower than float32 (about 28x with AVX2 
 CPU emulates it too (and a model converted to float16 fails there: PyTorch 2.2 has no float16
 layer norm on a CPU).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,11 @@ def autocast(precision: str, device: torch.device | str):
     if precision == "float32":
         return contextlib.nullcontext()
     if precision == "float16" and device.type == "cpu":
-        raise ConfigError("precision", "float16 needs a GPU (a CPU emulates its products, many times slower than "
-                          "float32); use bfloat16 on the CPU")
+        raise ConfigError(
+            "precision",
+            "float16 needs a GPU (a CPU emulates its products, many times slower than "
+            "float32); use bfloat16 on the CPU",
+        )
     if precision == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("precision", "bfloat16: this GPU has no bfloat16 support; use float16")
     return torch.autocast(device.type, dtype=getattr(torch, precision))
@@ -47,8 +51,10 @@ def emulation_warning(precision: str, device: torch.device | str) -> str | None:
     """What to tell a user who asks for bfloat16 on a CPU whose flags show no bfloat16
     instructions; None elsewhere."""
     if precision == "bfloat16" and torch.device(device).type == "cpu" and cpu_bfloat16_instructions() == []:
-        return (f"this CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)}): PyTorch emulates them, and "
-                "bfloat16 is many times slower than float32 here (leave --precision out)")
+        return (
+            f"this CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)}): PyTorch emulates them, and "
+            "bfloat16 is many times slower than float32 here (leave --precision out)"
+        )
     return None
 
 

@@ -9,12 +9,13 @@ graph code can add start/end symbols without knowing which vocabulary is in use:
     2 </s>    end of a target sequence (the last gold output)
     3 <unk>   any token not seen often enough in the training data
 """
+
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from graphformer.files import write_text_atomic
 
@@ -38,7 +39,7 @@ class Vocab:
         self._word_ids = {tok: i for tok, i in self.stoi.items() if i not in (PAD, SOS, EOS)}
 
     @classmethod
-    def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> "Vocab":
+    def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> Vocab:
         """Vocabulary of every token seen at least ``min_count`` times, most frequent first."""
         if min_count < 1:
             raise ValueError(f"min_count must be at least 1, got {min_count}")
@@ -77,14 +78,16 @@ class Vocab:
         write_text_atomic(path, json.dumps(self.itos, ensure_ascii=False) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path, side: str | None = None) -> "Vocab":
+    def load(cls, path: str | Path, side: str | None = None) -> Vocab:
         """A vocabulary written by `save` (a list of tokens), or one ``side`` ("src" or "tgt") of a
         run's ``vocab.json`` ({"src": [...], "tgt": [...]})."""
         tokens = json.loads(Path(path).read_text(encoding="utf-8"))
         if isinstance(tokens, dict):
             if side not in tokens:
-                raise ValueError(f"{path} holds the vocabularies {sorted(tokens)}; choose one: "
-                                 f"Vocab.load(path, side={sorted(tokens)[0]!r})")
+                raise ValueError(
+                    f"{path} holds the vocabularies {sorted(tokens)}; choose one: "
+                    f"Vocab.load(path, side={sorted(tokens)[0]!r})"
+                )
             tokens = tokens[side]
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise ValueError(f"{path} is not a vocabulary: expected a list of tokens")

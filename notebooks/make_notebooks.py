@@ -5,6 +5,7 @@
 Cells that draw are tagged: ``figure`` cells must show an image (PNG), ``player`` cells an HTML
 page; tests/docs/test_notebooks.py runs every notebook and counts them.
 """
+
 from pathlib import Path
 
 import nbformat
@@ -16,6 +17,7 @@ HERE = Path(__file__).parent
 def figure_cell(source: str, tag: str = "figure"):
     """A code cell that must show a picture when run (checked by tests/docs/test_notebooks.py)."""
     return new_code_cell(source, metadata={"tags": [tag]})
+
 
 SETUP = '''import os, subprocess, sys, json, tempfile
 from pathlib import Path
@@ -42,56 +44,67 @@ def train(run, data, *args):
         graphformer("train", "--task", "parallel", "--data-dir", data, "--out", run, "--quiet", *args)
 '''
 
-SMALL_DATA = '''from graphformer.data import synthetic
+SMALL_DATA = """from graphformer.data import synthetic
 data = synthetic.write_task("{task}", WORK / "{task}-data", seed=1,
                         sizes={{"train": 600, "valid": 50, "test": 50}} if QUICK else synthetic.SPLITS)
-'''
+"""
 
 NOTEBOOKS = {
     "01_attention_animation.ipynb": [
-        new_markdown_cell("# Watching attention learn to copy\n\nA small Transformer learns the copy task "
-                          "(about 2 minutes on 2 CPU cores). Every epoch the cross-attention of one validation "
-                          "sentence is recorded; at the end it is a diagonal: each output token looks at the "
-                          "input token it copies."),
+        new_markdown_cell(
+            "# Watching attention learn to copy\n\nA small Transformer learns the copy task "
+            "(about 2 minutes on 2 CPU cores). Every epoch the cross-attention of one validation "
+            "sentence is recorded; at the end it is a diagonal: each output token looks at the "
+            "input token it copies."
+        ),
         new_code_cell(SETUP),
         new_code_cell(SMALL_DATA.format(task="copy")),
-        new_code_cell('''run = WORK / "copy-viz"
+        new_code_cell("""run = WORK / "copy-viz"
 train(run, data, "--epochs", 2 if QUICK else 8, "--layers", 2, "--d-model", 128, "--heads", 4, "--d-ff", 256,
       "--lr-factor", 0.5, "--viz-every", 1)
-print(open(run / "metrics.jsonl").read())'''),
-        new_markdown_cell("Step through the epochs (epoch 0 is the untrained model): the player is one "
-                          "self-contained page, also written to `cross.html`. Each frame shows the heatmap and the "
-                          "same weights as a bipartite graph, source tokens on top, decoder inputs below."),
-        figure_cell('''graphformer("animate", run, "--relation", "cross", "--layer", -1, "--head", 0, "--view", "both",
+print(open(run / "metrics.jsonl").read())"""),
+        new_markdown_cell(
+            "Step through the epochs (epoch 0 is the untrained model): the player is one "
+            "self-contained page, also written to `cross.html`. Each frame shows the heatmap and the "
+            "same weights as a bipartite graph, source tokens on top, decoder inputs below."
+        ),
+        figure_cell(
+            """graphformer("animate", run, "--relation", "cross", "--layer", -1, "--head", 0, "--view", "both",
             "-o", WORK / "cross.html")
-HTML((WORK / "cross.html").read_text())''', tag="player"),
+HTML((WORK / "cross.html").read_text())""",
+            tag="player",
+        ),
         new_markdown_cell("Every head of the last layer after training, each on its own colour scale:"),
-        figure_cell('''graphformer("heatmap", run, "--relation", "cross", "--layer", -1, "--head", "all", "--scale", "per-head",
+        figure_cell("""graphformer("heatmap", run, "--relation", "cross", "--layer", -1, "--head", "all", "--scale", "per-head",
             "-o", WORK / "cross.png")
-display(Image(WORK / "cross.png"))'''),
+display(Image(WORK / "cross.png"))"""),
     ],
     "02_sparse_patterns.ipynb": [
-        new_markdown_cell("# Attention is a choice of edges\n\nDraw attention patterns as matrices and as "
-                          "graphs, then compare how fast the attention operator runs on them."),
+        new_markdown_cell(
+            "# Attention is a choice of edges\n\nDraw attention patterns as matrices and as "
+            "graphs, then compare how fast the attention operator runs on them."
+        ),
         new_code_cell(SETUP),
-        figure_cell('''import matplotlib.pyplot as plt
+        figure_cell("""import matplotlib.pyplot as plt
 import networkx as nx
 from graphformer.graphs import patterns
 from graphformer.viz.plots import pattern_matrices, png_bytes
 
 figure = pattern_matrices(["full", "causal", "window:2", "dilated:2,3", "global:1+window:1", "block:4", "random:2,0"], n=16)
-Image(png_bytes(figure))'''),
-        figure_cell('''u, v = patterns.parse("window:1+global:1")(10, 10)
+Image(png_bytes(figure))"""),
+        figure_cell("""u, v = patterns.parse("window:1+global:1")(10, 10)
 g = nx.DiGraph(list(zip(u.tolist(), v.tolist())))
 g.remove_edges_from(nx.selfloop_edges(g))
 nx.draw_circular(g, with_labels=True, node_color="tab:orange", arrowsize=8)
 plt.title("window:1+global:1 as a graph")
-plt.show()'''),
-        new_markdown_cell("## Accuracy: does a narrow window still copy?\n\nEach output token of the copy task "
-                          "only needs the input token at its own position, so a window of 1 around the diagonal "
-                          "in cross-attention should be enough."),
+plt.show()"""),
+        new_markdown_cell(
+            "## Accuracy: does a narrow window still copy?\n\nEach output token of the copy task "
+            "only needs the input token at its own position, so a window of 1 around the diagonal "
+            "in cross-attention should be enough."
+        ),
         new_code_cell(SMALL_DATA.format(task="copy")),
-        new_code_cell('''results = {}
+        new_code_cell("""results = {}
 for name, enc, dec, cross in [("full", "full", "causal", "full"),
                               ("window", "window:2", "causal-window:2", "window:1")]:
     run = WORK / f"copy-{name}"
@@ -99,9 +112,9 @@ for name, enc, dec, cross in [("full", "full", "causal", "full"),
           "--lr-factor", 0.5, "--enc-attention", enc, "--dec-attention", dec, "--cross-attention", cross)
     results[name] = json.loads(open(run / "metrics.jsonl").read().splitlines()[-1])
 for name, m in results.items():
-    print(f"{name:7s} valid token accuracy {m['valid_token_accuracy']:.4f}  exact match {m['valid_exact_match']:.3f}")'''),
+    print(f"{name:7s} valid token accuracy {m['valid_token_accuracy']:.4f}  exact match {m['valid_exact_match']:.3f}")"""),
         new_markdown_cell("## Speed of the attention operator"),
-        new_code_cell('''import time
+        new_code_cell("""import time
 from graphformer.attention import BACKENDS, unavailable
 from graphformer.graphs.relation import Relation
 edgewise = "torch" if unavailable("dgl") else "dgl"  # DGL's edge-wise kernels where DGL is installed
@@ -114,28 +127,30 @@ for spec in ["window:16", "window:64", "full"]:
         BACKENDS[backend](graph, q, k, v_).sum().backward()
         tic = time.perf_counter()
         BACKENDS[backend](graph, q, k, v_).sum().backward()
-        print(f"{spec:10s} {backend:8s} {len(u):9d} edges  {1e3 * (time.perf_counter() - tic):8.1f} ms")'''),
+        print(f"{spec:10s} {backend:8s} {len(u):9d} edges  {1e3 * (time.perf_counter() - tic):8.1f} ms")"""),
     ],
     "03_universal_transformer.ipynb": [
-        new_markdown_cell("# The Adaptive Universal Transformer: who ponders how long\n\nOne shared layer per "
-                          "side, repeated; each token halts when its summed halting probability passes the "
-                          "threshold, and leaves the graph."),
+        new_markdown_cell(
+            "# The Adaptive Universal Transformer: who ponders how long\n\nOne shared layer per "
+            "side, repeated; each token halts when its summed halting probability passes the "
+            "threshold, and leaves the graph."
+        ),
         new_code_cell(SETUP),
         new_code_cell(SMALL_DATA.format(task="sort")),
-        new_code_cell('''run = WORK / "sort-ut"
+        new_code_cell("""run = WORK / "sort-ut"
 train(run, data, "--model", "universal", "--max-depth", 6, "--epochs", 1 if QUICK else 6, "--d-model", 64,
       "--heads", 4, "--d-ff", 128, "--lr-factor", 0.5)
 metrics = [json.loads(line) for line in open(run / "metrics.jsonl")]
-metrics[-1]'''),
-        figure_cell('''from graphformer.viz.plots import ponder_distribution
+metrics[-1]"""),
+        figure_cell("""from graphformer.viz.plots import ponder_distribution
 ponder_distribution(metrics, WORK / "ponder_epochs.png")
-display(Image(WORK / "ponder_epochs.png"))'''),
-        figure_cell('''import matplotlib.pyplot as plt
+display(Image(WORK / "ponder_epochs.png"))"""),
+        figure_cell("""import matplotlib.pyplot as plt
 for side in ("src", "tgt"):
     plt.plot(range(1, len(metrics[-1][f"valid_{side}_step_fraction"]) + 1),
              metrics[-1][f"valid_{side}_step_fraction"], "o-", label=side)
-plt.xlabel("ACT step"); plt.ylabel("fraction of tokens still active"); plt.legend(); plt.show()'''),
-        figure_cell('''from graphformer.training.run import LoadedRun
+plt.xlabel("ACT step"); plt.ylabel("fraction of tokens still active"); plt.legend(); plt.show()"""),
+        figure_cell("""from graphformer.training.run import LoadedRun
 from graphformer.graphs import make_batch
 from graphformer.viz.plots import ponder_map
 loaded = LoadedRun(run)
@@ -145,15 +160,16 @@ with torch.no_grad():
     stats = loaded.model(batch, full_output=True).stats
 labels = split.src_words[0] + ["</s>"]
 ponder_map(stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
-display(Image(WORK / "ponder.png"))'''),
+display(Image(WORK / "ponder.png"))"""),
     ],
 }
 
 
 def main():
     for name, cells in NOTEBOOKS.items():
-        nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                                "language": "python"}})
+        nb = new_notebook(
+            cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+        )
         nbformat.write(nb, HERE / name)
         print("wrote", HERE / name)
 

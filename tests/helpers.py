@@ -14,18 +14,28 @@ TINY_MODEL = ["--layers", "1", "--d-model", "32", "--heads", "4", "--d-ff", "64"
 
 def small_copy_data(path, n_train=240, seed=1):
     from graphformer.data import synthetic
+
     return synthetic.write_task("copy", path, seed=seed, sizes={"train": n_train, "valid": 40, "test": 40})
 
 
 def small_recall_data(path, seed=1):
     """Associative recall of 8-12 tokens (4 values: chance 25 %), for the encoder classifier."""
     from graphformer.data import recall
-    return recall.write_recall(path, seed=seed, sizes={"train": 160, "valid": 30, "test": 30},
-                               min_length=8, max_length=12, num_keys=6, num_values=4)
+
+    return recall.write_recall(
+        path,
+        seed=seed,
+        sizes={"train": 160, "valid": 30, "test": 30},
+        min_length=8,
+        max_length=12,
+        num_keys=6,
+        num_values=4,
+    )
 
 
 def read_jsonl(path):
     import json
+
     return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
 
 
@@ -95,12 +105,14 @@ def low_precision_drift(kind, precision, device="cpu"):
 def dgl_missing():
     """Why DGL cannot be used on this stack (the current one has none), or None."""
     from graphformer.graphs.heterograph import dgl_missing as missing
+
     return missing()
 
 
 def needs_dgl(test):
     """Skip ``test`` where DGL cannot be imported, saying why."""
     import pytest
+
     return pytest.mark.skipif(bool(dgl_missing()), reason=f"needs DGL (reference stack): {dgl_missing()}")(test)
 
 
@@ -108,6 +120,7 @@ def why_not(name, *, grad=False, float64=False):
     """Why these tests cannot run backend ``name`` here (on the CPU), or None: the installed stack
     lacks it, or the test needs gradients or float64, which ``flex`` does not compute on a CPU."""
     from graphformer.attention import unavailable
+
     if unavailable(name):
         return unavailable(name)
     if name == "flex" and grad:
@@ -121,6 +134,7 @@ def backends(*names, grad=False, float64=False):
     """``names`` as pytest parameters, each skipped (with the reason) where this stack cannot run it
     as the test needs (`why_not`)."""
     import pytest
+
     reasons = {n: why_not(n, grad=grad, float64=float64) for n in names}
     return [pytest.param(n, marks=pytest.mark.skipif(bool(reasons[n]), reason=str(reasons[n]))) for n in names]
 
@@ -134,9 +148,11 @@ def reference_backend() -> str:
 def import_dgl():
     """The dgl module, or the calling test skipped where it cannot be imported."""
     import pytest
+
     if dgl_missing():
         pytest.skip(f"needs DGL (reference stack): {dgl_missing()}")
     import dgl
+
     return dgl
 
 
@@ -144,6 +160,7 @@ def runnable(names=None, *, grad=False, float64=False) -> list:
     """The backends (of ``names``, default all) that this stack can run as the test needs
     (`why_not`), in sorted order."""
     from graphformer.attention import BACKENDS
+
     return [n for n in sorted(names or BACKENDS) if not why_not(n, grad=grad, float64=float64)]
 
 
@@ -152,11 +169,14 @@ def refused_training(tmp_path, backend: str, prelude: str = "") -> str:
     that first runs ``prelude``: asserts one line on stderr, exit 2 and no run folder; returns the line."""
     import subprocess
     import sys
+
     data = small_copy_data(tmp_path / "data", n_train=40)
     run = tmp_path / "run"
-    probe = (f"import sys\n{prelude}\nfrom graphformer.cli import main\n"
-             f"sys.exit(main(['train', '--task', 'copy', '--data-dir', {str(data)!r}, '--out', {str(run)!r}, "
-             f"'--attention-backend', {backend!r}, '--device', 'cpu', '--quiet']))")
+    probe = (
+        f"import sys\n{prelude}\nfrom graphformer.cli import main\n"
+        f"sys.exit(main(['train', '--task', 'copy', '--data-dir', {str(data)!r}, '--out', {str(run)!r}, "
+        f"'--attention-backend', {backend!r}, '--device', 'cpu', '--quiet']))"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr

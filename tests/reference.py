@@ -3,6 +3,7 @@
 The dense side pads every sequence, masks padding and the future, and runs PyTorch's own
 attention; only the embeddings and generator modules are shared with the graph model.
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,6 +15,8 @@ from graphformer.model.dense import to_torch_transformer
 def dense_copy(model) -> nn.Transformer:
     """The model's weights in nn.Transformer; the tests pass a sparse pattern's masks themselves."""
     return to_torch_transformer(model, masks_given=True)
+
+
 from graphformer.vocab import EOS, PAD, SOS
 
 
@@ -52,8 +55,12 @@ def dense_log_probs(model, dense: nn.Transformer, src, tgt, masks=None) -> torch
     if masks is not None:
         extra = dict(zip(("src_mask", "tgt_mask", "memory_mask"), masks))
     h = dense(
-        embed(model.src_embed, src_ids), embed(model.tgt_embed, tgt_in),
-        src_key_padding_mask=src_mask, tgt_key_padding_mask=tgt_mask, memory_key_padding_mask=src_mask, **extra,
+        embed(model.src_embed, src_ids),
+        embed(model.tgt_embed, tgt_in),
+        src_key_padding_mask=src_mask,
+        tgt_key_padding_mask=tgt_mask,
+        memory_key_padding_mask=src_mask,
+        **extra,
     )
     return model.generator(h[~tgt_mask])
 

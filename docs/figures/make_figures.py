@@ -6,6 +6,7 @@ The attention figure is what the README's commands write: a small copy model tra
 ``--viz-every`` (into the ignored runs/readme-copy, about 3 minutes on 2 cores; reused when there),
 then ``graphformer heatmap --view both``.
 """
+
 from pathlib import Path
 
 import matplotlib
@@ -25,8 +26,11 @@ RUN = HERE.parent.parent / "runs" / "readme-copy"
 def three_graphs(n=4, m=3):
     g = GraphPool().graph(n, m)
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
-    layouts = {ENC: ("enc: source -> source", "s", "s"), DEC: ("dec: target -> target (causal)", "t", "t"),
-               CROSS: ("cross: source -> target", "s", "t")}
+    layouts = {
+        ENC: ("enc: source -> source", "s", "s"),
+        DEC: ("dec: target -> target (causal)", "t", "t"),
+        CROSS: ("cross: source -> target", "s", "t"),
+    }
     for ax, (etype, (title, a, b)) in zip(axes, layouts.items()):
         u, v = g.edges(etype=etype)
         graph = nx.DiGraph()
@@ -35,8 +39,15 @@ def three_graphs(n=4, m=3):
             pos = nx.circular_layout(sorted(graph.nodes))
         else:
             pos = {f"s{i}": (i, 1) for i in range(n)} | {f"t{j}": (j + 0.5, 0) for j in range(m)}
-        nx.draw_networkx(graph, pos, ax=ax, node_color=["tab:blue" if x[0] == "s" else "tab:orange" for x in graph.nodes],
-                         font_color="white", arrowsize=10, connectionstyle="arc3,rad=0.1")
+        nx.draw_networkx(
+            graph,
+            pos,
+            ax=ax,
+            node_color=["tab:blue" if x[0] == "s" else "tab:orange" for x in graph.nodes],
+            font_color="white",
+            arrowsize=10,
+            connectionstyle="arc3,rad=0.1",
+        )
         ax.set_title(f"{title}: {len(u)} edges", fontsize=10)
         ax.axis("off")
     fig.tight_layout()
@@ -47,16 +58,60 @@ def attention_after_training():
     from graphformer.cli import main
 
     if not (RUN / "checkpoint_best.pt").exists():
-        assert main(["train", "--task", "copy", "--out", str(RUN), "--epochs", "8",
-                     "--layers", "2", "--d-model", "64", "--heads", "4", "--d-ff", "128", "--lr-factor", "0.5",
-                     "--viz-every", "1", "--quiet"]) == 0
-    assert main(["heatmap", str(RUN), "--relation", "cross", "--layer", "-1", "--head", "0", "--view", "both",
-                 "-o", str(HERE / "attention_copy.png")]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--task",
+                    "copy",
+                    "--out",
+                    str(RUN),
+                    "--epochs",
+                    "8",
+                    "--layers",
+                    "2",
+                    "--d-model",
+                    "64",
+                    "--heads",
+                    "4",
+                    "--d-ff",
+                    "128",
+                    "--lr-factor",
+                    "0.5",
+                    "--viz-every",
+                    "1",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
+    assert (
+        main(
+            [
+                "heatmap",
+                str(RUN),
+                "--relation",
+                "cross",
+                "--layer",
+                "-1",
+                "--head",
+                "0",
+                "--view",
+                "both",
+                "-o",
+                str(HERE / "attention_copy.png"),
+            ]
+        )
+        == 0
+    )
 
 
 if __name__ == "__main__":
     attention_after_training()
     three_graphs()
-    pattern_matrices(["full", "causal", "window:2", "dilated:2,3", "window:1+global:1", "block:4", "random:2,0"],
-                     n=16, path=HERE / "patterns.png")
+    pattern_matrices(
+        ["full", "causal", "window:2", "dilated:2,3", "window:1+global:1", "block:4", "random:2,0"],
+        n=16,
+        path=HERE / "patterns.png",
+    )
     print("wrote", HERE / "three_graphs.png", HERE / "patterns.png")

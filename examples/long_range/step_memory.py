@@ -8,6 +8,7 @@ prints one JSON line: ``{"step_bytes": ..., "samples": ..., "length": ...}``. Th
 gives the model (its ``config.json``); the weights and token ids are random, which changes no
 tensor's size. Run it in a fresh process per pattern: the peak is the process's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,11 @@ def main(argv=None) -> int:
     p.add_argument("--batch-tokens", type=at_least_one, required=True, help="tokens per batch (as in training)")
     args = p.parse_args(argv)
     if any(os.environ.get(name) != value for name, value in FIXED_MMAP_THRESHOLD.items()):
-        os.execve(sys.executable, [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
-                  {**os.environ, **FIXED_MMAP_THRESHOLD})  # glibc reads it at start-up only
+        os.execve(
+            sys.executable,
+            [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
+            {**os.environ, **FIXED_MMAP_THRESHOLD},
+        )  # glibc reads it at start-up only
     os.environ.setdefault("DGLBACKEND", "pytorch")
     import torch
 

@@ -29,6 +29,7 @@ the closing ``</s>``, next to recall's query) keep purely local patterns local; 
 question a user with a fixed machine asks (what accuracy does an hour buy?), where a cheaper
 pattern takes more steps; the table says how many each took.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,15 +60,26 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--task", choices=("recall", "listops"), required=True)
     p.add_argument("--length", type=int, required=True, help="tokens per sample (listops: the longest)")
-    p.add_argument("--patterns", default=",".join(PATTERNS),
-                   help="comma-separated names from the table in this file, or NAME=SPEC for your own")
+    p.add_argument(
+        "--patterns",
+        default=",".join(PATTERNS),
+        help="comma-separated names from the table in this file, or NAME=SPEC for your own",
+    )
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per pattern (the same budget for all)")
-    p.add_argument("--minutes", type=float, help="also a wall-clock budget per pattern: each stops after the step "
-                                                 "that ends this many minutes in (cheaper patterns take more steps)")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        help="also a wall-clock budget per pattern: each stops after the step "
+        "that ends this many minutes in (cheaper patterns take more steps)",
+    )
     p.add_argument("--batch-tokens", type=int, default=8192, help="tokens per batch")
     p.add_argument("--pooling", choices=POOLINGS, default="mean", help="see graphformer train --help")
-    p.add_argument("--train-options", default="", metavar="OPTIONS",
-                   help="further graphformer train options for every run, e.g. \"--layers 2 --d-model 64\"")
+    p.add_argument(
+        "--train-options",
+        default="",
+        metavar="OPTIONS",
+        help='further graphformer train options for every run, e.g. "--layers 2 --d-model 64"',
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--sizes", default="2000,200,200", help="train,valid,test samples")
     p.add_argument("--out", required=True, type=Path)
@@ -145,11 +157,36 @@ def train_one(name: str, spec: str, args, data: Path) -> str | None:
         command = [sys.executable, "-m", "graphformer", "train", "--out", str(run), "--quiet", "--resume"]
     else:
         command = [
-            sys.executable, "-m", "graphformer", "train", "--task", args.task, "--data-dir", str(data),
-            "--out", str(run), "--quiet", "--model", "encoder", "--pooling", args.pooling, "--enc-attention", spec,
-            "--max-len", str(args.length + 2), "--batch-tokens", str(args.batch_tokens), "--epochs", "1000",
-            "--max-steps", str(args.steps), *(["--max-minutes", str(args.minutes)] if args.minutes else []),
-            "--seed", str(args.seed), *shlex.split(args.train_options)]
+            sys.executable,
+            "-m",
+            "graphformer",
+            "train",
+            "--task",
+            args.task,
+            "--data-dir",
+            str(data),
+            "--out",
+            str(run),
+            "--quiet",
+            "--model",
+            "encoder",
+            "--pooling",
+            args.pooling,
+            "--enc-attention",
+            spec,
+            "--max-len",
+            str(args.length + 2),
+            "--batch-tokens",
+            str(args.batch_tokens),
+            "--epochs",
+            "1000",
+            "--max-steps",
+            str(args.steps),
+            *(["--max-minutes", str(args.minutes)] if args.minutes else []),
+            "--seed",
+            str(args.seed),
+            *shlex.split(args.train_options),
+        ]
     status, peak = run_measured(command)
     if status != 0:
         return f"training exited with status {status}"
@@ -160,26 +197,49 @@ def train_one(name: str, spec: str, args, data: Path) -> str | None:
 def measure_one(name: str, spec: str, args) -> dict:
     """A trained pattern's row: test accuracy, step time, memory, edges per query and reach."""
     run = args.out / "runs" / name
-    scores = json.loads(subprocess.run([sys.executable, "-m", "graphformer", "evaluate", str(run), "--split", "test",
-                                        "--beam", "1", "--json"], capture_output=True, text=True, check=True).stdout)
+    scores = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "graphformer", "evaluate", str(run), "--split", "test", "--beam", "1", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
-    timed = [s["seconds"] for s in steps[min(5, len(steps) - 1):]]
-    return {"name": name, "pattern": spec, "accuracy": scores["exact_match"], "steps": len(steps),
-            "training_minutes": sum(s["seconds"] for s in steps) / 60,
-            "seconds_per_step": statistics.median(timed), "peak_rss_bytes": int((run / "peak_rss_bytes").read_text()),
-            "step_bytes": step_memory(run, args),
-            "edges_per_query": edges_per_query(spec, args.length, args.pooling),
-            "reach": (share := reach(spec, args.length, args.pooling, run)),
-            "accuracy_bound": accuracy_bound(args.task, share)}
+    timed = [s["seconds"] for s in steps[min(5, len(steps) - 1) :]]
+    return {
+        "name": name,
+        "pattern": spec,
+        "accuracy": scores["exact_match"],
+        "steps": len(steps),
+        "training_minutes": sum(s["seconds"] for s in steps) / 60,
+        "seconds_per_step": statistics.median(timed),
+        "peak_rss_bytes": int((run / "peak_rss_bytes").read_text()),
+        "step_bytes": step_memory(run, args),
+        "edges_per_query": edges_per_query(spec, args.length, args.pooling),
+        "reach": (share := reach(spec, args.length, args.pooling, run)),
+        "accuracy_bound": accuracy_bound(args.task, share),
+    }
 
 
 def step_memory(run: Path, args) -> int:
     """Bytes one training step of ``run``'s model adds (see step_memory.py), cached in the run."""
     cached = run / "step_memory.json"
     if not cached.is_file():
-        out = subprocess.run([sys.executable, str(Path(__file__).with_name("step_memory.py")), str(run),
-                              "--length", str(args.length), "--batch-tokens", str(args.batch_tokens)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("step_memory.py")),
+                str(run),
+                "--length",
+                str(args.length),
+                "--batch-tokens",
+                str(args.batch_tokens),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         cached.write_text(out)
     return json.loads(cached.read_text())["step_bytes"]
 
@@ -192,11 +252,14 @@ def baseline_rss() -> int:
 def write_table(rows: list[dict], args, baseline: int) -> None:
     full = next((r for r in rows if r["name"] == "full" and "error" not in r), None)
     budget = f"{args.steps} steps" + (f" or {args.minutes:g} minutes, whichever ends first," if args.minutes else "")
-    lines = [f"{args.task}, L = {args.length}, {budget} per pattern, pooling {args.pooling}; "
-             f"memory above the {baseline / 2**20:.0f} MiB of a process that only imports torch and graphformer",
-             "", "| pattern | spec | accuracy | steps | minutes | s / step | vs full | peak memory (MiB) | vs full "
-             "| step memory (MiB) | vs full | edges / query | reach | accuracy bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{args.task}, L = {args.length}, {budget} per pattern, pooling {args.pooling}; "
+        f"memory above the {baseline / 2**20:.0f} MiB of a process that only imports torch and graphformer",
+        "",
+        "| pattern | spec | accuracy | steps | minutes | s / step | vs full | peak memory (MiB) | vs full "
+        "| step memory (MiB) | vs full | edges / query | reach | accuracy bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['name']} | `{r['pattern']}` | {r['error']} | | | | | | | | | | | |")
@@ -205,11 +268,13 @@ def write_table(rows: list[dict], args, baseline: int) -> None:
         speed = f"{full['seconds_per_step'] / r['seconds_per_step']:.1f}x" if full else ""
         smaller = f"{(full['peak_rss_bytes'] - baseline) / max(r['peak_rss_bytes'] - baseline, 1):.1f}x" if full else ""
         step_smaller = f"{full['step_bytes'] / max(r['step_bytes'], 1):.1f}x" if full else ""
-        lines.append(f"| {r['name']} | `{r['pattern']}` | {r['accuracy']:.3f} | {r['steps']} "
-                     f"| {r['training_minutes']:.1f} | {r['seconds_per_step']:.3f} | {speed} "
-                     f"| {memory:.0f} | {smaller} | {r['step_bytes'] / 2**20:.0f} | {step_smaller} "
-                     f"| {r['edges_per_query']:.1f} | {r['reach']:.3f} "
-                     f"| {'' if r['accuracy_bound'] is None else format(r['accuracy_bound'], '.3f')} |")
+        lines.append(
+            f"| {r['name']} | `{r['pattern']}` | {r['accuracy']:.3f} | {r['steps']} "
+            f"| {r['training_minutes']:.1f} | {r['seconds_per_step']:.3f} | {speed} "
+            f"| {memory:.0f} | {smaller} | {r['step_bytes'] / 2**20:.0f} | {step_smaller} "
+            f"| {r['edges_per_query']:.1f} | {r['reach']:.3f} "
+            f"| {'' if r['accuracy_bound'] is None else format(r['accuracy_bound'], '.3f')} |"
+        )
     (args.out / "sweep.md").write_text("\n".join(lines) + "\n")
 
 
@@ -222,11 +287,16 @@ def plot(rows: list[dict], args, baseline: int) -> None:
     FigureCanvasAgg(figure)
     ax = figure.add_subplot()
     sizes = [max(r["step_bytes"] / 2**20, 1) for r in done]
-    ax.scatter([r["seconds_per_step"] for r in done], [r["accuracy"] for r in done],
-               s=[20 + 200 * s / max(sizes) for s in sizes], alpha=0.6)
+    ax.scatter(
+        [r["seconds_per_step"] for r in done],
+        [r["accuracy"] for r in done],
+        s=[20 + 200 * s / max(sizes) for s in sizes],
+        alpha=0.6,
+    )
     for r in done:
-        ax.annotate(r["name"], (r["seconds_per_step"], r["accuracy"]), fontsize=8, xytext=(4, 4),
-                    textcoords="offset points")
+        ax.annotate(
+            r["name"], (r["seconds_per_step"], r["accuracy"]), fontsize=8, xytext=(4, 4), textcoords="offset points"
+        )
     ax.set_xscale("log")
     ax.set_xlabel("seconds per training step (log)")
     ax.set_ylabel("test accuracy")
@@ -238,17 +308,27 @@ def plot(rows: list[dict], args, baseline: int) -> None:
 def check_same_sweep(args) -> None:
     """A finished run is reused only by the sweep that made it: ``OUT/options.json`` records the
     options every pattern's run shares, and another set of them is refused."""
-    options = {"task": args.task, "length": args.length, "steps": args.steps, "minutes": args.minutes,
-               "batch_tokens": args.batch_tokens, "pooling": args.pooling, "train_options": args.train_options,
-               "seed": args.seed, "sizes": args.sizes}
+    options = {
+        "task": args.task,
+        "length": args.length,
+        "steps": args.steps,
+        "minutes": args.minutes,
+        "batch_tokens": args.batch_tokens,
+        "pooling": args.pooling,
+        "train_options": args.train_options,
+        "seed": args.seed,
+        "sizes": args.sizes,
+    }
     recorded = args.out / "options.json"
     if recorded.is_file():
         before = json.loads(recorded.read_text())
         changed = {k: (before.get(k), v) for k, v in options.items() if before.get(k) != v}
         if changed:
-            sys.exit(f"sweep.py: error: {args.out} holds a sweep with other options ("
-                     + ", ".join(f"{k}: {a!r} there, {b!r} here" for k, (a, b) in changed.items())
-                     + "); give another --out, or the same options to continue it")
+            sys.exit(
+                f"sweep.py: error: {args.out} holds a sweep with other options ("
+                + ", ".join(f"{k}: {a!r} there, {b!r} here" for k, (a, b) in changed.items())
+                + "); give another --out, or the same options to continue it"
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(options) + "\n")
 
@@ -268,13 +348,25 @@ def main(argv=None) -> int:
         errors[name] = train_one(name, spec, args, data)
     rows = []
     for name, spec in specs.items():
-        rows.append({"name": name, "pattern": spec, "error": errors[name]} if errors[name] else
-                    measure_one(name, spec, args))
+        rows.append(
+            {"name": name, "pattern": spec, "error": errors[name]} if errors[name] else measure_one(name, spec, args)
+        )
         print(f"  {rows[-1]}", flush=True)
-    (args.out / "sweep.json").write_text(json.dumps({"task": args.task, "length": args.length, "steps": args.steps,
-                                                     "minutes": args.minutes,
-                                                     "pooling": args.pooling, "baseline_rss_bytes": baseline,
-                                                     "rows": rows}, indent=1) + "\n")
+    (args.out / "sweep.json").write_text(
+        json.dumps(
+            {
+                "task": args.task,
+                "length": args.length,
+                "steps": args.steps,
+                "minutes": args.minutes,
+                "pooling": args.pooling,
+                "baseline_rss_bytes": baseline,
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     write_table(rows, args, baseline)
     plot(rows, args, baseline)
     print((args.out / "sweep.md").read_text())

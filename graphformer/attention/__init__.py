@@ -25,6 +25,7 @@ Six backends compute the same thing, each from a `graphformer.graphs.relation.Re
 The backend is an argument: models hold its name (``model.attention_backend``) and pass it to
 every call of `graph_attention`; layers never call a backend themselves.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -51,8 +52,14 @@ def _auto(relation: Relation, q, k, v, return_weights: bool = False):
     return attend(relation, q, k, v, return_weights=return_weights)
 
 
-BACKENDS = {"auto": _auto, "dgl": dgl_ops.attend, "torch": torch_ops.attend, "blocked": blocked.attend,
-            "padded": padded.attend, "flex": flex.attend}
+BACKENDS = {
+    "auto": _auto,
+    "dgl": dgl_ops.attend,
+    "torch": torch_ops.attend,
+    "blocked": blocked.attend,
+    "padded": padded.attend,
+    "flex": flex.attend,
+}
 DEFAULT_BACKEND = "auto"
 
 
@@ -60,8 +67,10 @@ def unavailable(name: str) -> str | None:
     """Why backend ``name`` cannot run with the installed stack (what to install or choose
     instead), or None where it can."""
     if name == "dgl" and dgl_ops.missing():
-        return (f"dgl needs DGL, which cannot be imported here ({dgl_ops.missing()}); DGL 2.1.0 installs only beside "
-                f"torch <= 2.2.1 on Python 3.11 (make install), or choose one of {', '.join(_usable())}")
+        return (
+            f"dgl needs DGL, which cannot be imported here ({dgl_ops.missing()}); DGL 2.1.0 installs only beside "
+            f"torch <= 2.2.1 on Python 3.11 (make install), or choose one of {', '.join(_usable())}"
+        )
     if name == "flex":
         return flex.available()
     return None
@@ -87,9 +96,12 @@ def check_backend_trains(name: str, device: torch.device) -> None:
     compute gradients on ``device`` (``flex`` on a CPU: torch's FlexAttention has no backward pass
     there, so it serves evaluation and decoding only)."""
     if name == "flex" and torch.device(device).type != "cuda":
-        raise ConfigError("attention_backend", f"flex trains only on CUDA (torch's FlexAttention has no backward pass "
-                          f"on {torch.device(device).type}); train with auto, blocked, padded or torch here, and "
-                          "evaluate or translate with flex")
+        raise ConfigError(
+            "attention_backend",
+            f"flex trains only on CUDA (torch's FlexAttention has no backward pass "
+            f"on {torch.device(device).type}); train with auto, blocked, padded or torch here, and "
+            "evaluate or translate with flex",
+        )
 
 
 # Recording stays a context (a module-level list of open recorders): threading a recorder
@@ -113,20 +125,29 @@ def _check_shapes(relation: Relation, q, k, v) -> None:
     """A ValueError naming the mismatch, before any backend meets it deep inside torch or DGL.
     Called by every attention call of every decoding step: the usual case is one comparison of shapes."""
     qs, ks, vs = q.shape, k.shape, v.shape
-    if len(qs) == len(ks) == len(vs) == 3 and qs[1:] == ks[1:] == vs[1:] and \
-            (qs[0], ks[0], vs[0]) == (relation.num_queries, relation.num_keys, relation.num_keys) and \
-            q.dtype == k.dtype == v.dtype and q.is_floating_point():
+    if (
+        len(qs) == len(ks) == len(vs) == 3
+        and qs[1:] == ks[1:] == vs[1:]
+        and (qs[0], ks[0], vs[0]) == (relation.num_queries, relation.num_keys, relation.num_keys)
+        and q.dtype == k.dtype == v.dtype
+        and q.is_floating_point()
+    ):
         return
     if not (q.dtype == k.dtype == v.dtype and q.is_floating_point()):
         raise ValueError(f"q, k and v must share one floating-point dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if len(qs) != 3 or len(ks) != 3 or len(vs) != 3:
-        raise ValueError(f"q, k and v must be (nodes, heads, d) tensors, got shapes {tuple(qs)}, "
-                         f"{tuple(ks)} and {tuple(vs)}")
+        raise ValueError(
+            f"q, k and v must be (nodes, heads, d) tensors, got shapes {tuple(qs)}, {tuple(ks)} and {tuple(vs)}"
+        )
     if not qs[1:] == ks[1:] == vs[1:]:
-        raise ValueError(f"q, k and v must have the same heads and head size, got {tuple(qs[1:])}, "
-                         f"{tuple(ks[1:])} and {tuple(vs[1:])}")
-    raise ValueError(f"the relation has {relation.num_keys} key and {relation.num_queries} query nodes, but "
-                     f"k, v and q hold {ks[0]}, {vs[0]} and {qs[0]}")
+        raise ValueError(
+            f"q, k and v must have the same heads and head size, got {tuple(qs[1:])}, "
+            f"{tuple(ks[1:])} and {tuple(vs[1:])}"
+        )
+    raise ValueError(
+        f"the relation has {relation.num_keys} key and {relation.num_queries} query nodes, but "
+        f"k, v and q hold {ks[0]}, {vs[0]} and {qs[0]}"
+    )
 
 
 def _check_every_query_has_keys(relation: Relation) -> None:
@@ -134,8 +155,10 @@ def _check_every_query_has_keys(relation: Relation) -> None:
     value (one backend would give NaN, another 0)."""
     keyless = torch.bincount(relation.v, minlength=relation.num_queries) == 0
     if bool(keyless.any()):
-        raise ValueError(f"query node {int(keyless.nonzero()[0])} has no in-edges: attention over no keys is "
-                         "undefined; give every query at least one key (a self-loop, or a global node)")
+        raise ValueError(
+            f"query node {int(keyless.nonzero()[0])} has no in-edges: attention over no keys is "
+            "undefined; give every query at least one key (a self-loop, or a global node)"
+        )
 
 
 def _check_no_duplicate_edges(relation: Relation) -> None:
@@ -144,29 +167,35 @@ def _check_no_duplicate_edges(relation: Relation) -> None:
     pairs = relation.v * relation.num_keys + relation.u
     repeated = len(pairs) - len(torch.unique(pairs))
     if repeated:
-        raise ValueError(f"the graph lists {repeated} edge(s) twice (the same key and query): attention takes a key "
-                         "once per query; remove the duplicates, e.g. with dgl.to_simple(graph)")
+        raise ValueError(
+            f"the graph lists {repeated} edge(s) twice (the same key and query): attention takes a key "
+            "once per query; remove the duplicates, e.g. with dgl.to_simple(graph)"
+        )
 
 
 def _relation_of_graph(graph, device: torch.device) -> Relation:
     """The verified relation of a one-relation `HeteroGraph` or DGL graph, on ``device`` (the
     checks run where the graph is, the CPU for PyPI's DGL)."""
     if len(graph.canonical_etypes) != 1:
-        raise ValueError(f"the graph has {len(graph.canonical_etypes)} relations (edge types); attention runs on one: "
-                         "pass graph[etype] (a DGL graph) or Relation.of_edges(*graph.edges(etype), ...)")
+        raise ValueError(
+            f"the graph has {len(graph.canonical_etypes)} relations (edge types); attention runs on one: "
+            "pass graph[etype] (a DGL graph) or Relation.of_edges(*graph.edges(etype), ...)"
+        )
     if isinstance(graph, HeteroGraph):
-        (utype, _, vtype), = graph.canonical_etypes
+        ((utype, _, vtype),) = graph.canonical_etypes
         relation = Relation.of_edges(*graph.edges(), graph.num_nodes(utype), graph.num_nodes(vtype))
     else:
         relation = Relation.of_graph(graph)
     _check_every_query_has_keys(relation)
     _check_no_duplicate_edges(relation)
-    return Relation.of_edges(relation.u, relation.v, relation.num_keys, relation.num_queries, device=device,
-                             verified=True)
+    return Relation.of_edges(
+        relation.u, relation.v, relation.num_keys, relation.num_queries, device=device, verified=True
+    )
 
 
-def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False,
-                    name: str | None = None):
+def graph_attention(
+    relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False, name: str | None = None
+):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
     along the edges of ``relation``; returns (N_dst, H, d) [and (E, H, 1) weights].
 
@@ -190,5 +219,13 @@ def graph_attention(relation, q, k, v, backend: str = DEFAULT_BACKEND, return_we
     return (out, weights) if return_weights else out
 
 
-__all__ = ["graph_attention", "record_attention", "check_backend", "check_backend_trains", "unavailable", "BACKENDS",
-           "DEFAULT_BACKEND", "Relation"]
+__all__ = [
+    "graph_attention",
+    "record_attention",
+    "check_backend",
+    "check_backend_trains",
+    "unavailable",
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Relation",
+]

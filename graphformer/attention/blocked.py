@@ -25,6 +25,7 @@ Per-edge weights (for inspection) are computed edge by edge, as the torch backen
 matmul, and for large scores one rounding outweighs the whole range of exp, so the weights are
 normalised over the very scores they are made of.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,8 +67,7 @@ class BlockLayout:
 
 def layout_of(relation: Relation, block: int) -> BlockLayout:
     """The relation's layout, computed once and kept with the relation."""
-    return relation.layout(("blocked", block),
-                           lambda r: BlockLayout(r.u, r.v, r.num_keys, r.num_queries, block))
+    return relation.layout(("blocked", block), lambda r: BlockLayout(r.u, r.v, r.num_keys, r.num_queries, block))
 
 
 def worth_it(relation: Relation, min_queries: int = 1024, min_fill: float = 0.25) -> bool:
@@ -77,8 +77,9 @@ def worth_it(relation: Relation, min_queries: int = 1024, min_fill: float = 0.25
     built to decide is the one `attend` then uses."""
     if relation.num_queries < min_queries or relation.num_edges == 0:
         return False
-    return relation.layout(("blocked pays", min_fill),
-                           lambda r: r.num_edges >= min_fill * layout_of(r, BLOCK).mask.numel())
+    return relation.layout(
+        ("blocked pays", min_fill), lambda r: r.num_edges >= min_fill * layout_of(r, BLOCK).mask.numel()
+    )
 
 
 def _to_blocks(x: torch.Tensor, num_blocks: int, block: int, zeroed: torch.Tensor | None = None) -> torch.Tensor:
@@ -170,8 +171,12 @@ class BlockedAttention(torch.autograd.Function):
             dQ.index_add_(0, qb, (dS @ Kc).to(acc) * scale)
             dK.index_add_(0, kb, (dS.transpose(-1, -2) @ Qc).to(acc) * scale)
         n_k, dtype = layout.num_keys, Q.dtype
-        return (None, _from_blocks(dQ, layout.num_queries).to(dtype), _from_blocks(dK, n_k).to(dtype),
-                _from_blocks(dV, n_k).to(dtype))
+        return (
+            None,
+            _from_blocks(dQ, layout.num_queries).to(dtype),
+            _from_blocks(dK, n_k).to(dtype),
+            _from_blocks(dV, n_k).to(dtype),
+        )
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:

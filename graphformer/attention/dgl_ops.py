@@ -19,10 +19,11 @@ backend uses `graphformer.attention.torch_ops`, the same four steps as PyTorch o
 imported on first use: where it cannot be (current PyTorch), `runs_on` is False everywhere and
 `attend` says why in one line.
 """
+
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -30,7 +31,7 @@ from graphformer.graphs.heterograph import dgl_missing, require_dgl
 from graphformer.graphs.relation import Relation
 
 
-@lru_cache(maxsize=None)
+@cache
 def _runs_on(device_type: str) -> bool:
     if dgl_missing():
         return False
@@ -60,9 +61,15 @@ def graph_of(relation: Relation):
     if graph is not None and graph.device == relation.device:
         return graph
     dgl = require_dgl("the dgl attention backend")
-    return relation.layout("dgl", lambda r: dgl.heterograph(
-        {("key", "attends", "query"): (r.u, r.v)}, num_nodes_dict={"key": r.num_keys, "query": r.num_queries},
-        idtype=torch.int64, device=r.device))
+    return relation.layout(
+        "dgl",
+        lambda r: dgl.heterograph(
+            {("key", "attends", "query"): (r.u, r.v)},
+            num_nodes_dict={"key": r.num_keys, "query": r.num_queries},
+            idtype=torch.int64,
+            device=r.device,
+        ),
+    )
 
 
 def src_dot_dst(graph, k: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -81,8 +88,7 @@ def _ops():
     return require_dgl("the dgl attention backend").ops
 
 
-def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           return_weights: bool = False):
+def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_weights: bool = False):
     """Multi-head attention of each destination node over its in-edges.
 
     Returns out (N_dst, H, d), and with ``return_weights`` also the normalised edge weights
@@ -92,8 +98,10 @@ def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     require_dgl("the dgl attention backend")
     if not runs_on(q.device):
-        raise ValueError(f"this DGL build cannot run its kernels on {q.device}; use the torch attention "
-                         "backend (or auto), or install DGL built for that device")
+        raise ValueError(
+            f"this DGL build cannot run its kernels on {q.device}; use the torch attention "
+            "backend (or auto), or install DGL built for that device"
+        )
     graph = graph_of(relation)
     a = scaled_exp(graph, src_dot_dst(graph, k, q), 1.0 / math.sqrt(q.shape[-1]))
     wv = _ops().u_mul_e_sum(graph, v, a)

@@ -38,6 +38,7 @@ its time and memory under flex's name), and choosing among backends is ``auto``'
 `worth_it` refuses such calls. The weights are normalised over the edges' own scores
 (`FlexLayout.edge_scores`): the compiled CPU kernel cannot return the lse.
 """
+
 from __future__ import annotations
 
 import functools
@@ -71,8 +72,10 @@ def available() -> str | None:
     try:
         from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
     except ImportError:
-        return (f"the flex backend needs torch >= 2.5 (torch.nn.attention.flex_attention); this torch is "
-                f"{torch.__version__}: install the current stack or choose blocked/torch")
+        return (
+            f"the flex backend needs torch >= 2.5 (torch.nn.attention.flex_attention); this torch is "
+            f"{torch.__version__}: install the current stack or choose blocked/torch"
+        )
     return None
 
 
@@ -100,8 +103,12 @@ def _cpu_kernel_runs() -> bool:
     CUDA only) and what Inductor asks of the CPU (AVX2, not macOS), read without importing Inductor."""
     major, minor = (int(part) for part in torch.__version__.split(".")[:2])
     avx2 = getattr(torch.cpu, "_is_avx2_supported", lambda: False)()
-    return ((major, minor) >= (2, 6) and avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "default"
-            and sys.platform != "darwin")
+    return (
+        (major, minor) >= (2, 6)
+        and avx2
+        and os.environ.get("ATEN_CPU_CAPABILITY") != "default"
+        and sys.platform != "darwin"
+    )
 
 
 class FlexLayout:
@@ -116,9 +123,9 @@ class FlexLayout:
         table: (q_blocks, k_blocks) int32 slot of each block's bitmap.
     """
 
-    def __init__(self, u: torch.Tensor, v: torch.Tensor, num_keys: int, num_queries: int,
-                 block: tuple[int, int]):
+    def __init__(self, u: torch.Tensor, v: torch.Tensor, num_keys: int, num_queries: int, block: tuple[int, int]):
         from torch.nn.attention.flex_attention import BlockMask
+
         bq, bk = block
         self.block = block
         self.num_keys, self.num_queries = num_keys, num_queries
@@ -156,11 +163,13 @@ class FlexLayout:
 
         kv_num, kv_index = _ordered(partial)
         full_num, full_index = _ordered(full)
-        self.block_mask = BlockMask.from_kv_blocks(kv_num, kv_index, full_num, full_index,
-                                                   BLOCK_SIZE=block, mask_mod=mask_mod)
+        self.block_mask = BlockMask.from_kv_blocks(
+            kv_num, kv_index, full_num, full_index, BLOCK_SIZE=block, mask_mod=mask_mod
+        )
 
-    def edge_scores(self, u: torch.Tensor, v: torch.Tensor, Q: torch.Tensor, K: torch.Tensor,
-                    scale: float) -> torch.Tensor:
+    def edge_scores(
+        self, u: torch.Tensor, v: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, scale: float
+    ) -> torch.Tensor:
         """(E, H) scores scale * q_v . k_u of the edges, from the padded (1, H, L, d) Q and K.
 
         Block by block, as the kernel computes them: S_t = scale * Q_qb K_kb^T over the blocks that
@@ -181,7 +190,7 @@ class FlexLayout:
         step = max(1, CHUNK_BYTES // (heads * bq * bk * Q.element_size()))
         for first in range(0, len(blocks), step):
             last = min(first + step, len(blocks))
-            edges = order[(starts[first - 1] if first else 0):starts[last - 1]]
+            edges = order[(starts[first - 1] if first else 0) : starts[last - 1]]
             chunk = blocks[first:last]
             S = Qb[chunk // k_blocks] @ Kb[chunk % k_blocks].transpose(-1, -2)  # (chunk, H, BQ, BK)
             scores[edges] = S[edge_block[edges] - first, :, v[edges] % bq, u[edges] % bk] * scale
@@ -217,12 +226,18 @@ def layout_of(relation: Relation, block: int | tuple[int, int] | None = None) ->
     _require()
     block = default_block(relation.device) if block is None else block
     block = (block, block) if isinstance(block, int) else tuple(block)
-    return relation.layout(("flex", block),
-                           lambda r: FlexLayout(r.u, r.v, r.num_keys, r.num_queries, block))
+    return relation.layout(("flex", block), lambda r: FlexLayout(r.u, r.v, r.num_keys, r.num_queries, block))
 
 
-def worth_it(relation: Relation, q: torch.Tensor, k: torch.Tensor | None = None, v: torch.Tensor | None = None,
-             min_queries: int = 1024, min_fill: float = 0.025, block: int | None = None) -> bool:
+def worth_it(
+    relation: Relation,
+    q: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    min_queries: int = 1024,
+    min_fill: float = 0.025,
+    block: int | None = None,
+) -> bool:
     """Whether ``auto`` should hand this call to flex: q is on a device of `AUTO_DEVICES` where
     the compiled kernel serves it (`runs_on`: on the CPU, no gradients), the relation is long (at
     least ``min_queries`` queries: on shorter ones the other backends are as fast, and the first
@@ -235,8 +250,13 @@ def worth_it(relation: Relation, q: torch.Tensor, k: torch.Tensor | None = None,
     random links over long sequences (a block of queries then touches most key blocks) do not.
     Near that fill the kernel is about as fast as the torch backend and holds far less memory (no
     (E, H, d) messages). The layout built to decide is the one `attend` then uses."""
-    if (q.device.type not in AUTO_DEVICES or q.device.type in _FAILED or relation.num_queries < min_queries
-            or relation.num_edges == 0 or not runs_on(q, k, v)):
+    if (
+        q.device.type not in AUTO_DEVICES
+        or q.device.type in _FAILED
+        or relation.num_queries < min_queries
+        or relation.num_edges == 0
+        or not runs_on(q, k, v)
+    ):
         return False
     block = default_block(q.device) if block is None else block
 
@@ -248,6 +268,7 @@ def worth_it(relation: Relation, q: torch.Tensor, k: torch.Tensor | None = None,
         layout = layout_of(r, block)
         touched = (layout.partial + layout.full) * layout.block[0] * layout.block[1]
         return r.num_edges >= min_fill * touched
+
     return relation.layout(("flex pays", min_fill, block), pays)
 
 
@@ -263,7 +284,7 @@ def _to_sequence(x: torch.Tensor, length: int, zeroed: torch.Tensor | None = Non
     return x.permute(1, 0, 2).unsqueeze(0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel(compiled: bool):
     """FlexAttention, compiled once per process (or not compiled at all).
 
@@ -277,6 +298,7 @@ def _kernel(compiled: bool):
     per function (``torch._dynamo.config.recompile_limit``) calls would run uncompiled, which one
     model's few kinds of call do not reach."""
     from torch.nn.attention.flex_attention import flex_attention
+
     if not compiled:
         return flex_attention
     return torch.compile(flex_attention)
@@ -290,6 +312,7 @@ _FAILED: dict[str, str] = {}
 def _fallback(relation: Relation, q, k, v, return_weights: bool):
     """The same attention by the exact backends auto would take without flex."""
     from graphformer.attention import blocked, torch_ops
+
     attend = blocked.attend if blocked.worth_it(relation) else torch_ops.attend
     return attend(relation, q, k, v, return_weights=return_weights)
 
@@ -297,22 +320,35 @@ def _fallback(relation: Relation, q, k, v, return_weights: bool):
 def _check_runs(q, k, v, compiled: bool) -> None:
     """A one-line UserError for a call the compiled kernel cannot serve."""
     if compiled and q.dtype not in DTYPES:
-        raise UserError(f"the flex attention backend computes in float32, bfloat16 or float16, not {q.dtype}; "
-                        "convert the model or choose the blocked, torch or auto backend")
+        raise UserError(
+            f"the flex attention backend computes in float32, bfloat16 or float16, not {q.dtype}; "
+            "convert the model or choose the blocked, torch or auto backend"
+        )
     if q.device.type != "cpu":
         return
     if _needs_grad(q, k, v):
-        raise UserError("the flex attention backend trains only on CUDA (torch's FlexAttention has no backward "
-                        "pass on the CPU); on the CPU choose the blocked, padded, torch or auto backend, or run "
-                        "flex without gradients (torch.no_grad(): evaluation, decoding)")
+        raise UserError(
+            "the flex attention backend trains only on CUDA (torch's FlexAttention has no backward "
+            "pass on the CPU); on the CPU choose the blocked, padded, torch or auto backend, or run "
+            "flex without gradients (torch.no_grad(): evaluation, decoding)"
+        )
     if compiled and not _cpu_kernel_runs():
-        raise UserError(f"the flex attention backend's CPU kernel needs torch >= 2.6 (this is {torch.__version__}) "
-                        "and a CPU with AVX2 (x86-64, not macOS); choose the blocked, padded, torch or auto "
-                        "backend here")
+        raise UserError(
+            f"the flex attention backend's CPU kernel needs torch >= 2.6 (this is {torch.__version__}) "
+            "and a CPU with AVX2 (x86-64, not macOS); choose the blocked, padded, torch or auto "
+            "backend here"
+        )
 
 
-def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_weights: bool = False,
-           block: int | tuple[int, int] | None = None, compiled: bool = True):
+def attend(
+    relation: Relation,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    return_weights: bool = False,
+    block: int | tuple[int, int] | None = None,
+    compiled: bool = True,
+):
     """Graph attention over the relation's edges by FlexAttention; same contract as the DGL
     backend, except that the weights (for inspection) carry no gradient.
 
@@ -344,11 +380,15 @@ def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         if not (compiled and q.device.type == "cpu" and type(err).__name__ == "InductorError"):
             raise
         _FAILED[q.device.type] = str(err).splitlines()[0] if str(err) else type(err).__name__
-        warnings.warn("flex: torch's compiled CPU kernel failed to build for this block layout (its code generator "
-                      "fails on some second layouts of one size); this process's flex calls now run on the blocked "
-                      "or torch backend, with the same results", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "flex: torch's compiled CPU kernel failed to build for this block layout (its code generator "
+            "fails on some second layouts of one size); this process's flex calls now run on the blocked "
+            "or torch backend, with the same results",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return _fallback(relation, q, k, v, return_weights)
-    out = out[0].transpose(0, 1)[:relation.num_queries].contiguous()  # (N_dst, H, d), padded rows dropped
+    out = out[0].transpose(0, 1)[: relation.num_queries].contiguous()  # (N_dst, H, d), padded rows dropped
     if not return_weights:
         return out
     # The weights are normalised over the edges' own scores, as in `torch_ops`, rather than with
@@ -363,7 +403,7 @@ def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def _normalise(scores: torch.Tensor, dst: torch.Tensor, num_queries: int) -> torch.Tensor:
     """(E, H) softmax of the (E, H) edge scores over each query's in-edges:
 
-        m_v = max_{u -> v} s_uv,   z_v = sum_{u -> v} exp(s_uv - m_v),   a_uv = exp(s_uv - m_v) / z_v
+    m_v = max_{u -> v} s_uv,   z_v = sum_{u -> v} exp(s_uv - m_v),   a_uv = exp(s_uv - m_v) / z_v
     """
     index = dst[:, None].expand_as(scores)
     peak = scores.new_full((num_queries, scores.shape[1]), float("-inf")).scatter_reduce(0, index, scores, "amax")
@@ -372,5 +412,14 @@ def _normalise(scores: torch.Tensor, dst: torch.Tensor, num_queries: int) -> tor
     return a / total[dst]
 
 
-__all__ = ["attend", "available", "runs_on", "worth_it", "layout_of", "default_block", "FlexLayout", "BLOCK",
-           "AUTO_DEVICES"]
+__all__ = [
+    "attend",
+    "available",
+    "runs_on",
+    "worth_it",
+    "layout_of",
+    "default_block",
+    "FlexLayout",
+    "BLOCK",
+    "AUTO_DEVICES",
+]

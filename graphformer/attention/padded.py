@@ -22,6 +22,7 @@ relation of full attention (the encoder's, and training's cross-attention) is re
 one fused call per run of consecutive samples of one size (`full_runs`): length-bucketed batches
 come sorted by length, so a few runs cover a batch, and nothing is padded, gathered or masked.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,9 @@ class Segments:
         edge_at: (sample, query index, key index) of each edge, to read per-edge weights.
     """
 
-    def __init__(self, key_index: torch.Tensor, query_slot: torch.Tensor, max_queries: int,
-                 mask: torch.Tensor, edge_at: tuple):
+    def __init__(
+        self, key_index: torch.Tensor, query_slot: torch.Tensor, max_queries: int, mask: torch.Tensor, edge_at: tuple
+    ):
         self.key_index, self.query_slot, self.max_queries = key_index, query_slot, max_queries
         self.key_gather = key_index.clamp(min=0)
         # Rows without keys (padding) attend to everything: finite, and their outputs are dropped.
@@ -59,7 +61,7 @@ class Segments:
         self.edge_at = edge_at
 
     @classmethod
-    def of_batch(cls, u, v, key_counts: torch.Tensor, query_counts: torch.Tensor) -> "Segments":
+    def of_batch(cls, u, v, key_counts: torch.Tensor, query_counts: torch.Tensor) -> Segments:
         """Keys and queries numbered sample by sample, ``counts`` of each per sample."""
         key_sample, key_pos = _sample_and_index(key_counts)
         query_sample, query_pos = _sample_and_index(query_counts)
@@ -74,7 +76,7 @@ class Segments:
         return cls(key_index, query_sample * m + query_pos, m, mask, edge_at)
 
     @classmethod
-    def of_rows(cls, key_index: torch.Tensor) -> "Segments":
+    def of_rows(cls, key_index: torch.Tensor) -> Segments:
         """One query per row, attending to exactly the row's keys (edges listed row by row)."""
         mask = key_index >= 0
         edge_at = mask.nonzero(as_tuple=True)
@@ -163,6 +165,7 @@ def full_runs(relation: Relation, max_runs_per_sample: float = 0.25) -> list[Run
     edges are unique, so full attention has sum(n_b * m_b) of them), or when sizes change so
     often (more than ``max_runs_per_sample`` runs per sample) that the calls' fixed cost would
     exceed one padded tile's. Decided once per relation."""
+
     def build(r: Relation) -> list[Run] | None:
         keys, queries = r.key_counts, r.query_counts
         if keys is None or queries is None or r.key_rows is not None or len(keys) == 0:
@@ -182,6 +185,7 @@ def full_runs(relation: Relation, max_runs_per_sample: float = 0.25) -> list[Run
             runs.append(Run(key_start, query_start, count, n, m))
             key_start, query_start = key_start + count * n, query_start + count * m
         return runs
+
     return relation.layout(("full runs", max_runs_per_sample), build)
 
 
@@ -199,7 +203,7 @@ def _attend_runs(relation: Relation, runs: list[Run], q, k, v):
 def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
     """(B, span, H, D) view of the node tensor x (N, H, D): tile b's keys are the nodes
     b * width + j, j < span (a decoding step makes four per layer)."""
-    return x.view(-1, tiles.width, *x.shape[1:])[:, :tiles.span]
+    return x.view(-1, tiles.width, *x.shape[1:])[:, : tiles.span]
 
 
 def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):

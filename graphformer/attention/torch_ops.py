@@ -17,6 +17,7 @@ thing runs wherever PyTorch does: a CUDA build of PyTorch needs no CUDA build of
 Shapes: q (N_dst, H, d), k and v (N_src, H, d), scores and weights (E, H, 1). The (E, H, d)
 messages a_uv * v_u are materialised (DGL's fused kernel does not need to).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,7 @@ def sum_into_destinations(relation: Relation, messages: torch.Tensor) -> torch.T
     return total.index_add(0, relation.v, messages)
 
 
-def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           return_weights: bool = False):
+def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
     a = scaled_exp(relation, src_dot_dst(relation, k, q), 1.0 / math.sqrt(q.shape[-1]))
     wv = sum_into_destinations(relation, a * v[relation.u])

@@ -6,10 +6,11 @@ the order of training random. A batch is limited by a sentence count or by a tok
 source + target tokens + 1 per sample (the target's `<s>`), one less than the sample's nodes in the
 batched graph (the source's `</s>` is not counted).
 """
+
 from __future__ import annotations
 
 import random
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 # Source tokens per decoding batch (`decoding_batches`: translate, evaluate, the decoding benchmarks).
 DECODE_BATCH_TOKENS = 4000
@@ -19,8 +20,8 @@ CHUNK_BATCHES = 16  # decoding sorts by length within runs of this many batches'
 def plan_batches(
     src_lengths: Sequence[int],
     tgt_lengths: Sequence[int],
-    batch_size: Optional[int] = None,
-    batch_tokens: Optional[int] = None,
+    batch_size: int | None = None,
+    batch_tokens: int | None = None,
     shuffle: bool = True,
     seed: int = 0,
     epoch: int = 0,

@@ -1,4 +1,5 @@
 """A corpus: train / valid / test splits of token ids, with the vocabularies that encode them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,6 +8,7 @@ from pathlib import Path
 from graphformer.data.text import read_parallel
 from graphformer.errors import UserError
 from graphformer.vocab import Vocab
+
 
 @dataclass
 class Split:
@@ -20,7 +22,7 @@ class Split:
     def __len__(self) -> int:
         return len(self.src_words)
 
-    def encode(self, src_vocab: Vocab, tgt_vocab: Vocab) -> "Split":
+    def encode(self, src_vocab: Vocab, tgt_vocab: Vocab) -> Split:
         self.src = [src_vocab.encode(s) for s in self.src_words]
         self.tgt = [tgt_vocab.encode(t) for t in self.tgt_words]
         return self

@@ -36,6 +36,7 @@ From Python:
     >>> source, target = listops.generate_listops(1, random.Random(0), min_length=8, max_length=12)[0]
     >>> listops.write_listops("data/listops", seed=1)   # train/valid/test .src and .tgt
 """
+
 from __future__ import annotations
 
 import random
@@ -86,8 +87,12 @@ def longest(max_depth: int, max_args: int) -> int:
 
 def check_options(min_length: int, max_length: int, max_depth: int, max_args: int) -> None:
     """Refuse options that cannot give an expression, naming the option at fault."""
-    for name, value in (("min_length", min_length), ("max_length", max_length),
-                        ("max_depth", max_depth), ("max_args", max_args)):
+    for name, value in (
+        ("min_length", min_length),
+        ("max_length", max_length),
+        ("max_depth", max_depth),
+        ("max_args", max_args),
+    ):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(name, f"must be a whole number, not {value!r}")
     if max_depth < 2:
@@ -102,14 +107,22 @@ def check_options(min_length: int, max_length: int, max_depth: int, max_args: in
     if max_length > MAX_LENGTH:
         raise ConfigError("max_length", f"must be at most {MAX_LENGTH}, not {max_length}")
     if max_length > longest(max_depth, max_args):
-        raise ConfigError("max_length", f"must be at most {longest(max_depth, max_args)}, the longest "
-                                        f"expression with max_depth={max_depth} and max_args={max_args}; "
-                                        f"raise those or lower max_length")
+        raise ConfigError(
+            "max_length",
+            f"must be at most {longest(max_depth, max_args)}, the longest "
+            f"expression with max_depth={max_depth} and max_args={max_args}; "
+            f"raise those or lower max_length",
+        )
 
 
-def generate_listops(n: int, rng: random.Random,
-                     min_length: int = DEFAULT_MIN_LENGTH, max_length: int = DEFAULT_MAX_LENGTH,
-                     max_depth: int = DEFAULT_MAX_DEPTH, max_args: int = DEFAULT_MAX_ARGS) -> list[tuple[str, str]]:
+def generate_listops(
+    n: int,
+    rng: random.Random,
+    min_length: int = DEFAULT_MIN_LENGTH,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_args: int = DEFAULT_MAX_ARGS,
+) -> list[tuple[str, str]]:
     """``n`` (expression, answer digit) pairs, each expression between the two lengths in tokens."""
     check_options(min_length, max_length, max_depth, max_args)
     # capacity[d]: the longest expression rooted at depth d (index 0 unused).
@@ -122,8 +135,9 @@ def generate_listops(n: int, rng: random.Random,
     return pairs
 
 
-def _expression(length: int, depth: int, capacity: list[int], max_args: int,
-                rng: random.Random, tokens: list[str]) -> int:
+def _expression(
+    length: int, depth: int, capacity: list[int], max_args: int, rng: random.Random, tokens: list[str]
+) -> int:
     """Append an expression of exactly ``length`` tokens rooted at ``depth``; return its value.
 
     ``length`` is 1 (a digit) or between 4 and ``capacity[depth]``; every such length can be built
@@ -184,14 +198,25 @@ def _split(total: int, parts: int, most: int, rng: random.Random) -> list[int]:
     return sizes
 
 
-def write_listops(data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS,
-                  min_length: int = DEFAULT_MIN_LENGTH, max_length: int = DEFAULT_MAX_LENGTH,
-                  max_depth: int = DEFAULT_MAX_DEPTH, max_args: int = DEFAULT_MAX_ARGS) -> Path:
+def write_listops(
+    data_dir: str | Path,
+    seed: int = 1,
+    sizes: dict[str, int] = SPLITS,
+    min_length: int = DEFAULT_MIN_LENGTH,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_args: int = DEFAULT_MAX_ARGS,
+) -> Path:
     """Generate ListOps splits into ``data_dir``: ``{split}.src`` expressions, ``{split}.tgt`` digits.
 
     Files already there are left untouched; see `graphformer.data.splits.write_splits`.
     """
     check_options(min_length, max_length, max_depth, max_args)  # before any folder is made
     rng = random.Random(f"listops-{seed}")
-    return write_splits(data_dir, sizes, lambda split, n: generate_listops(n, rng, min_length, max_length,
-                                                                    max_depth, max_args), "listops", seed)
+    return write_splits(
+        data_dir,
+        sizes,
+        lambda split, n: generate_listops(n, rng, min_length, max_length, max_depth, max_args),
+        "listops",
+        seed,
+    )

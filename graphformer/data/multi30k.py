@@ -11,6 +11,7 @@ is named in a warning and fetched afresh, never used.
 Text is tokenized with the Moses tokenizer (sacremoses; aggressive hyphen splitting, cased) and
 detokenized for output, as in the original DGL example.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -74,8 +75,9 @@ def _download(url: str, target: Path, name: str) -> None:
                     out.write(chunk)
                     bar.update(len(chunk))
     except (urllib.error.URLError, http.client.HTTPException, OSError) as err:  # HTTPException: a garbled reply
-        raise UserError(f"could not download {name} from {url} ({err}); check the network "
-                        "or give a local copy with --data-dir") from None
+        raise UserError(
+            f"could not download {name} from {url} ({err}); check the network or give a local copy with --data-dir"
+        ) from None
 
 
 def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url: str = BASE_URL) -> Path:
@@ -84,11 +86,15 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
     Files come from ``mirror`` (a local directory) when given, otherwise from ``base_url``.
     """
     if mirror is not None and not Path(mirror).is_dir():  # refused even when the cache needs nothing from it
-        raise UserError(f"the Multi30k mirror {mirror} is not a directory; give the folder that holds the "
-                        "raw files, or no --data-dir to download them")
+        raise UserError(
+            f"the Multi30k mirror {mirror} is not a directory; give the folder that holds the "
+            "raw files, or no --data-dir to download them"
+        )
     if mirror is not None and not any((Path(mirror) / name).is_file() for name in SHA256):  # a mistyped folder
-        raise UserError(f"the Multi30k mirror {mirror} holds none of the raw files ({', '.join(SHA256)}); give "
-                        "the folder that holds them, or no --data-dir to download them")
+        raise UserError(
+            f"the Multi30k mirror {mirror} holds none of the raw files ({', '.join(SHA256)}); give "
+            "the folder that holds them, or no --data-dir to download them"
+        )
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     for name, expected in SHA256.items():
@@ -97,8 +103,11 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
             if sha256_of(final) == expected:
                 continue
             origin = f"the mirror {mirror}" if mirror is not None else base_url
-            tqdm.write(f"graphformer: warning: {final} does not match its pinned SHA-256 (truncated or altered); "
-                       f"not using it: fetching it again from {origin}", file=sys.stderr)
+            tqdm.write(
+                f"graphformer: warning: {final} does not match its pinned SHA-256 (truncated or altered); "
+                f"not using it: fetching it again from {origin}",
+                file=sys.stderr,
+            )
         partial = cache / f".{name}.partial-{os.getpid()}"
         try:
             if mirror is not None:
@@ -110,10 +119,14 @@ def fetch(mirror: str | Path | None = None, cache: Path | None = None, base_url:
                 _download(f"{base_url}/{name}", partial, name)
             got = sha256_of(partial)
             if got != expected:
-                advice = (f"replace it in the mirror {mirror}" if mirror is not None else
-                          "run again to download it afresh (or give a local copy with --data-dir)")
-                raise UserError(f"{name} is corrupt or truncated (sha256 {got[:12]}..., expected "
-                                f"{expected[:12]}...); {advice}")
+                advice = (
+                    f"replace it in the mirror {mirror}"
+                    if mirror is not None
+                    else "run again to download it afresh (or give a local copy with --data-dir)"
+                )
+                raise UserError(
+                    f"{name} is corrupt or truncated (sha256 {got[:12]}..., expected {expected[:12]}...); {advice}"
+                )
             os.replace(partial, final)
         finally:
             partial.unlink(missing_ok=True)
@@ -130,6 +143,7 @@ class MosesPipeline:
 
     def __init__(self, lang: str):
         from sacremoses import MosesDetokenizer, MosesTokenizer
+
         self.lang = lang
         self._tok, self._detok = MosesTokenizer(lang), MosesDetokenizer(lang)
 

@@ -31,6 +31,7 @@ From Python:
     >>> source, target = recall.generate_recall(1, random.Random(0), min_length=10, max_length=10)[0]
     >>> recall.write_recall("data/recall-1024", seed=1, min_length=1024, max_length=1024)
 """
+
 from __future__ import annotations
 
 import random
@@ -59,8 +60,12 @@ def vocabulary(num_keys: int, num_values: int) -> tuple[str, ...]:
 
 def check_options(min_length: int, max_length: int, num_keys: int | None, num_values: int) -> None:
     """Refuse options that cannot give a sample, naming the option at fault."""
-    for name, value in (("min_length", min_length), ("max_length", max_length),
-                        ("num_keys", num_keys), ("num_values", num_values)):
+    for name, value in (
+        ("min_length", min_length),
+        ("max_length", max_length),
+        ("num_keys", num_keys),
+        ("num_values", num_values),
+    ):
         if name == "num_keys" and value is None:
             continue  # the default, worked out from max_length
         if not isinstance(value, int) or isinstance(value, bool):
@@ -77,12 +82,21 @@ def check_options(min_length: int, max_length: int, num_keys: int | None, num_va
     if num_values < 2:
         raise ConfigError("num_values", f"must be at least 2 for the answer to carry information, not {num_values}")
     if num_keys is not None and num_keys < pairs_in(max_length):
-        raise ConfigError("num_keys", f"must be at least {pairs_in(max_length)}, the pairs in a sample of "
-                                      f"max_length={max_length} tokens (keys are distinct), not {num_keys}")
+        raise ConfigError(
+            "num_keys",
+            f"must be at least {pairs_in(max_length)}, the pairs in a sample of "
+            f"max_length={max_length} tokens (keys are distinct), not {num_keys}",
+        )
 
 
-def generate_recall(n: int, rng: random.Random, min_length: int = DEFAULT_LENGTH, max_length: int = DEFAULT_LENGTH,
-                    num_keys: int | None = None, num_values: int = DEFAULT_NUM_VALUES) -> list[tuple[str, str]]:
+def generate_recall(
+    n: int,
+    rng: random.Random,
+    min_length: int = DEFAULT_LENGTH,
+    max_length: int = DEFAULT_LENGTH,
+    num_keys: int | None = None,
+    num_values: int = DEFAULT_NUM_VALUES,
+) -> list[tuple[str, str]]:
     """``n`` (context and query, value) pairs of ``min_length`` to ``max_length`` tokens.
 
     ``num_keys`` defaults to the pairs in a sample of ``max_length`` tokens, the fewest that keep
@@ -104,14 +118,25 @@ def generate_recall(n: int, rng: random.Random, min_length: int = DEFAULT_LENGTH
     return samples
 
 
-def write_recall(data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS,
-                 min_length: int = DEFAULT_LENGTH, max_length: int = DEFAULT_LENGTH, num_keys: int | None = None,
-                 num_values: int = DEFAULT_NUM_VALUES) -> Path:
+def write_recall(
+    data_dir: str | Path,
+    seed: int = 1,
+    sizes: dict[str, int] = SPLITS,
+    min_length: int = DEFAULT_LENGTH,
+    max_length: int = DEFAULT_LENGTH,
+    num_keys: int | None = None,
+    num_values: int = DEFAULT_NUM_VALUES,
+) -> Path:
     """Generate recall splits into ``data_dir``: ``{split}.src`` contexts, ``{split}.tgt`` values.
 
     Files already there are left untouched; see `graphformer.data.splits.write_splits`.
     """
     check_options(min_length, max_length, num_keys, num_values)  # before any folder is made
     rng = random.Random(f"recall-{seed}")
-    return write_splits(data_dir, sizes, lambda split, n: generate_recall(n, rng, min_length, max_length,
-                                                                   num_keys, num_values), "recall", seed)
+    return write_splits(
+        data_dir,
+        sizes,
+        lambda split, n: generate_recall(n, rng, min_length, max_length, num_keys, num_values),
+        "recall",
+        seed,
+    )

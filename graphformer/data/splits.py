@@ -13,6 +13,7 @@ and each file is written atomically: complete or absent, never half-written. ``d
 records which task made them (and the options that shape the samples, such as their lengths), so a
 folder of one task's data is never read as another's.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,9 @@ Draw = Callable[[str, int], list[tuple[str, str]]]
 def check_sizes(sizes: dict[str, int]) -> None:
     """Refuse split sizes that are not whole numbers of at least 1."""
     if not isinstance(sizes, dict):
-        raise ConfigError("sizes", f"must map split names to sizes, e.g. {{'train': 2000, 'valid': 200}}, not {sizes!r}")
+        raise ConfigError(
+            "sizes", f"must map split names to sizes, e.g. {{'train': 2000, 'valid': 200}}, not {sizes!r}"
+        )
     for split, n in sizes.items():
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError("sizes", f"[{split!r}] must be a whole number of at least 1, not {n!r}")
@@ -38,8 +41,9 @@ def check_sizes(sizes: dict[str, int]) -> None:
 RECORD = "generated.json"
 
 
-def write_splits(data_dir: str | Path, sizes: dict[str, int], draw: Draw, task: str, seed: int,
-                 options: dict | None = None) -> Path:
+def write_splits(
+    data_dir: str | Path, sizes: dict[str, int], draw: Draw, task: str, seed: int, options: dict | None = None
+) -> Path:
     """Draw ``sizes[split]`` pairs for each split and write ``{split}.src`` / ``{split}.tgt``.
 
     Args:
@@ -89,9 +93,13 @@ def _check_same_task(data_dir: Path, task: str, options: dict) -> None:
         return  # nothing to compare
     made_by = record.get("task")
     if made_by != task:
-        raise UserError(f"{data_dir} holds data generated for task {made_by!r}, not {task!r}; give another "
-                        "--data-dir (or none: RUN_DIR/data)")
+        raise UserError(
+            f"{data_dir} holds data generated for task {made_by!r}, not {task!r}; give another "
+            "--data-dir (or none: RUN_DIR/data)"
+        )
     for name in sorted(set(options) | set(record) - {"task", "seed"}):
         if record.get(name) != options.get(name):
-            raise UserError(f"{data_dir} holds {task} data generated with {name} {record.get(name)!r}, not "
-                            f"{options.get(name)!r}; give another --data-dir (or none: RUN_DIR/data)")
+            raise UserError(
+                f"{data_dir} holds {task} data generated with {name} {record.get(name)!r}, not "
+                f"{options.get(name)!r}; give another --data-dir (or none: RUN_DIR/data)"
+            )

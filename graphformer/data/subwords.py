@@ -9,6 +9,7 @@ decoding pieces gives back plain text: BLEU is computed on that text against the
 The model lives in the run directory (``RUN_DIR/subwords.model``): evaluation and translation
 need it, and a run without it cannot read its own vocabulary.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,13 +33,23 @@ def learn(lines: list[str], vocab_size: int, model_path: Path) -> Path:
         prefix = Path(scratch) / "subwords"
         try:
             sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=vocab_size, model_type="bpe",
-                character_coverage=1.0, minloglevel=2,
+                sentence_iterator=iter(lines),
+                model_prefix=str(prefix),
+                vocab_size=vocab_size,
+                model_type="bpe",
+                character_coverage=1.0,
+                minloglevel=2,
                 # graphformer's own specials (graphformer.vocab) wrap the pieces; SentencePiece needs only <unk>
-                bos_id=-1, eos_id=-1, pad_id=-1, unk_piece="<unk>")
+                bos_id=-1,
+                eos_id=-1,
+                pad_id=-1,
+                unk_piece="<unk>",
+            )
         except RuntimeError as err:
-            raise UserError(f"bpe {vocab_size}: SentencePiece could not learn it ({str(err).splitlines()[-1]}); "
-                            "a vocabulary larger than the text allows needs a smaller bpe") from None
+            raise UserError(
+                f"bpe {vocab_size}: SentencePiece could not learn it ({str(err).splitlines()[-1]}); "
+                "a vocabulary larger than the text allows needs a smaller bpe"
+            ) from None
         os.replace(prefix.with_suffix(".model"), model_path)
     return model_path
 
@@ -50,13 +61,17 @@ class SubwordPipeline:
         import sentencepiece
 
         if not Path(model_path).is_file():
-            raise UserError(f"{model_path} is missing: this run was trained with a subword vocabulary (bpe) and "
-                            "cannot read text without it; restore the file or retrain")
+            raise UserError(
+                f"{model_path} is missing: this run was trained with a subword vocabulary (bpe) and "
+                "cannot read text without it; restore the file or retrain"
+            )
         try:
             self.model = sentencepiece.SentencePieceProcessor(model_file=str(model_path))
         except (RuntimeError, OSError) as err:
-            raise UserError(f"{model_path} is damaged, not a SentencePiece model ({str(err).splitlines()[0]}); "
-                            "restore the file or retrain") from None
+            raise UserError(
+                f"{model_path} is damaged, not a SentencePiece model ({str(err).splitlines()[0]}); "
+                "restore the file or retrain"
+            ) from None
 
     def tokenize(self, line: str) -> list[str]:
         return self.model.encode(line, out_type=str)

@@ -16,6 +16,7 @@ shortest a task allows (1, or 3 for addition), unless ``lengths`` gives each spl
 setup of Dehghani et al. (2019): train on lengths up to 40, choose and test at 400. Lengths in a
 range are drawn uniformly. A split that ``lengths`` leaves out uses the default distribution.
 """
+
 from __future__ import annotations
 
 import random
@@ -42,8 +43,9 @@ def parse_lengths(text: str, task: str, option: str) -> tuple[int, int]:
         raise ConfigError(option, f"must be a length or a range LOW-HIGH of lengths, e.g. 1-40 or 400, not {text!r}")
     low, high = int(parts[0]), int(parts[-1])
     if not shortest(task) <= low <= high:
-        raise ConfigError(option, f"must be a range LOW-HIGH with {shortest(task)} <= LOW <= HIGH for task {task}, "
-                          f"not {text!r}")
+        raise ConfigError(
+            option, f"must be a range LOW-HIGH with {shortest(task)} <= LOW <= HIGH for task {task}, not {text!r}"
+        )
     return low, high
 
 
@@ -63,8 +65,7 @@ def addition_pair(length: int, rng: random.Random) -> tuple[list[str], list[str]
     return [*a, "+", *b], list(reversed(str(total)))
 
 
-def generate_pairs(task: str, n: int, rng: random.Random,
-                   span: tuple[int, int] | None = None) -> list[tuple[str, str]]:
+def generate_pairs(task: str, n: int, rng: random.Random, span: tuple[int, int] | None = None) -> list[tuple[str, str]]:
     """``n`` (source, target) lines of ``task``, lengths from ``span`` (see the module docstring)."""
     if task not in NAMES:
         raise ValueError(f"unknown synthetic task {task!r}; choose one of {NAMES}")
@@ -80,8 +81,9 @@ def generate_pairs(task: str, n: int, rng: random.Random,
     return pairs
 
 
-def write_task(task: str, data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS,
-               lengths: Lengths | None = None) -> Path:
+def write_task(
+    task: str, data_dir: str | Path, seed: int = 1, sizes: dict[str, int] = SPLITS, lengths: Lengths | None = None
+) -> Path:
     """Generate the task's splits into ``data_dir`` (files already there are left untouched; a
     folder generated with other ``lengths`` is refused)."""
     rng = random.Random(f"{task}-{seed}")
@@ -89,5 +91,6 @@ def write_task(task: str, data_dir: str | Path, seed: int = 1, sizes: dict[str, 
 
     def draw(split: str, n: int):
         return generate_pairs(task, n, rng, lengths.get(split))
+
     options = {"lengths": {split: list(span) for split, span in lengths.items()}} if lengths else {}
     return write_splits(data_dir, sizes, draw, task, seed, options)

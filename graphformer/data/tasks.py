@@ -9,13 +9,14 @@ one line in ``TASKS``.
 
 This module imports neither torch nor DGL (the command line lists the task names from it).
 """
+
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable, Optional
 
 from graphformer.data import listops, multi30k, recall, subwords, synthetic
 from graphformer.data.text import split_lines, write_lines_atomic
@@ -29,9 +30,9 @@ Detokenize = Callable[[list], str]
 class Task:
     """Whitespace-tokenized parallel text that the user provides (``--data-dir``)."""
 
-    select_by = "loss"          # the validation metric that picks checkpoint_best.pt by default
-    needs_data_dir = True       # the data_dir option is required
-    classification = False      # targets are one label token each (the encoder classifier's tasks)
+    select_by = "loss"  # the validation metric that picks checkpoint_best.pt by default
+    needs_data_dir = True  # the data_dir option is required
+    classification = False  # targets are one label token each (the encoder classifier's tasks)
 
     def data_dir(self, cfg, run_dir: Path) -> Path:
         """Where the tokenized train/valid/test.{src,tgt} files of a run (``cfg``: its TrainConfig) are."""
@@ -41,18 +42,20 @@ class Task:
         """Make sure the files exist (generate or fetch them); returns their folder."""
         folder = self.data_dir(cfg, run_dir)
         if not folder.is_dir():
-            raise UserError(f"data directory {folder} does not exist; give a folder with train/valid/test .src/.tgt files")
+            raise UserError(
+                f"data directory {folder} does not exist; give a folder with train/valid/test .src/.tgt files"
+            )
         return folder
 
     def pipelines(self, cfg, run_dir: Path) -> tuple[Tokenize, Detokenize]:
         """(line -> tokens, target tokens -> line)."""
         return str.split, " ".join
 
-    def references(self, cfg, run_dir: Path, split: str) -> Optional[list[str]]:
+    def references(self, cfg, run_dir: Path, split: str) -> list[str] | None:
         """Raw (untokenized) target lines of a split, for BLEU; None where the task has none."""
         return None
 
-    def bleu_tokenize(self, cfg) -> Optional[Tokenize]:
+    def bleu_tokenize(self, cfg) -> Tokenize | None:
         """How text is tokenized for the tokenized BLEU score, if the model's own tokens are not
         the words to score (subwords); None: score the model's tokens."""
         return None
@@ -109,9 +112,13 @@ class Multi30kTask(Task):
         if all((folder / f"{split}.{side}").is_file() for split in multi30k.SPLIT_FILES for side in ("src", "tgt")):
             return folder
         raw = multi30k.fetch(cfg.data_dir)
-        sentences = {split: (multi30k.read_gz(raw / f"{stem}.{multi30k.SRC_LANG}.gz"),
-                             multi30k.read_gz(raw / f"{stem}.{multi30k.TGT_LANG}.gz"))
-                     for split, stem in multi30k.SPLIT_FILES.items()}
+        sentences = {
+            split: (
+                multi30k.read_gz(raw / f"{stem}.{multi30k.SRC_LANG}.gz"),
+                multi30k.read_gz(raw / f"{stem}.{multi30k.TGT_LANG}.gz"),
+            )
+            for split, stem in multi30k.SPLIT_FILES.items()
+        }
         if not model.is_file():  # learned on the training pairs the run trains on
             en, de = (cfg.used("train", side) for side in sentences["train"])
             subwords.learn(en + de, cfg.bpe, model)
@@ -142,8 +149,8 @@ TASKS: dict[str, Task] = {
     "sort": GeneratedTask(partial(synthetic.write_task, "sort")),
     "reverse": GeneratedTask(partial(synthetic.write_task, "reverse")),
     "addition": GeneratedTask(partial(synthetic.write_task, "addition")),
-    "listops": GeneratedTask(listops.write_listops, classification=True),   # 500-2000 tokens: raise max_len
-    "recall": GeneratedTask(recall.write_recall, classification=True),      # 1024 tokens: raise max_len
+    "listops": GeneratedTask(listops.write_listops, classification=True),  # 500-2000 tokens: raise max_len
+    "recall": GeneratedTask(recall.write_recall, classification=True),  # 1024 tokens: raise max_len
     "parallel": Task(),
     "classify": LabelFiles(),
     "multi30k": Multi30kTask(),

@@ -3,6 +3,7 @@
 Files are read strictly: UTF-8 only, equal line counts, no empty file. Tokens are separated by
 white space (tasks that need a real tokenizer, such as Multi30k, tokenize before this point).
 """
+
 from __future__ import annotations
 
 import codecs

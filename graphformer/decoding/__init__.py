@@ -1,7 +1,8 @@
 """Decoding: greedy and beam search over incremental graph decoding."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -11,22 +12,28 @@ from graphformer.decoding.search import DEFAULT_ALPHA, Hypothesis, beam_search, 
 from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper
 from graphformer.graphs import GraphPool, make_batch
 
-
 # Tokens an output may have beyond its source's (with `</s>`), unless asked otherwise.
 EXTRA_TARGET_TOKENS = 50
 
 
-def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int,
-                       extra: int = EXTRA_TARGET_TOKENS) -> torch.Tensor:
+def max_target_lengths(src_lengths: torch.Tensor, model_max_len: int, extra: int = EXTRA_TARGET_TOKENS) -> torch.Tensor:
     """At most ``source length + extra`` tokens (including `</s>`), within the positional table."""
     return torch.clamp(src_lengths + extra, max=model_max_len)
 
 
 @torch.inference_mode()  # no autograd bookkeeping per op: a decoding step runs hundreds of small ops
-def translate_ids(model, src: list[list[int]], *, beam: int = 1, alpha: float = DEFAULT_ALPHA,
-                  batch_tokens: int = DECODE_BATCH_TOKENS, pool: GraphPool | None = None,
-                  extra_len: int = EXTRA_TARGET_TOKENS, incremental: bool = True,
-                  progress: Callable[[int], object] | None = None) -> list[Hypothesis]:
+def translate_ids(
+    model,
+    src: list[list[int]],
+    *,
+    beam: int = 1,
+    alpha: float = DEFAULT_ALPHA,
+    batch_tokens: int = DECODE_BATCH_TOKENS,
+    pool: GraphPool | None = None,
+    extra_len: int = EXTRA_TARGET_TOKENS,
+    incremental: bool = True,
+    progress: Callable[[int], object] | None = None,
+) -> list[Hypothesis]:
     """Decode each source id sequence; results in input order.
 
     Sentences are decoded in batches of similar length, at most ``batch_tokens`` source tokens each
@@ -68,5 +75,13 @@ def translate_ids(model, src: list[list[int]], *, beam: int = 1, alpha: float = 
     return results
 
 
-__all__ = ["DEFAULT_ALPHA", "EXTRA_TARGET_TOKENS", "Hypothesis", "beam_search", "greedy_search", "IncrementalStepper",
-           "RecomputeStepper", "translate_ids"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "EXTRA_TARGET_TOKENS",
+    "Hypothesis",
+    "beam_search",
+    "greedy_search",
+    "IncrementalStepper",
+    "RecomputeStepper",
+    "translate_ids",
+]

@@ -4,6 +4,7 @@ There is nothing to search: one forward pass gives every label's log-probability
 the shape of a decoded sequence (a `Hypothesis` of one token), so ``evaluate`` scores it as exact
 match (which for a classifier is accuracy) and ``translate`` prints it as a line.
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,9 @@ from graphformer.graphs import GraphPool, make_batch
 
 
 @torch.no_grad()
-def classify_ids(model, src: list[list[int]], pool: GraphPool | None = None,
-                 batch_tokens: int = DECODE_BATCH_TOKENS, progress=None) -> list[Hypothesis]:
+def classify_ids(
+    model, src: list[list[int]], pool: GraphPool | None = None, batch_tokens: int = DECODE_BATCH_TOKENS, progress=None
+) -> list[Hypothesis]:
     """The predicted label of each source id sequence, in input order, in batches of at most
     ``batch_tokens`` source tokens (`decoding_batches`); ``progress(n)`` hears of each batch's n."""
     pool = pool or model.make_pool()

@@ -17,6 +17,7 @@ free, and an ended row leaves at once), on an accelerator every few (each read w
 device; in between, the host queues the next steps). Hypotheses that end between two checks keep
 being stepped until the next one and add nothing, so the result is the same for any interval.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,9 +29,9 @@ from graphformer.vocab import EOS, NEVER_EMITTED, SOS
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]       # generated ids, without </s>
-    log_prob: float         # log P(tokens + </s> | source)
-    score: float            # the ranking score (log_prob / lp for beam search)
+    tokens: list[int]  # generated ids, without </s>
+    log_prob: float  # log P(tokens + </s> | source)
+    score: float  # the ranking score (log_prob / lp for beam search)
 
 
 # The length penalty's exponent when none is given (the library's functions and the command line's
@@ -70,10 +71,16 @@ def _limits(max_lengths, stepper) -> torch.Tensor:
     """(N,) int64 length limits, each at least 1 (a tensor or a list), where the stepper computes
     (its ``device``, if it says)."""
     limits = torch.as_tensor(max_lengths, device=getattr(stepper, "device", None))
-    if limits.dim() != 1 or len(limits) == 0 or limits.is_floating_point() or limits.dtype == torch.bool \
-            or bool((limits < 1).any()):
-        raise ValueError(f"max_lengths must hold one whole number of at least 1 per hypothesis or sentence, got "
-                         f"{max_lengths!r}")
+    if (
+        limits.dim() != 1
+        or len(limits) == 0
+        or limits.is_floating_point()
+        or limits.dtype == torch.bool
+        or bool((limits < 1).any())
+    ):
+        raise ValueError(
+            f"max_lengths must hold one whole number of at least 1 per hypothesis or sentence, got {max_lengths!r}"
+        )
     return limits.long()
 
 
@@ -81,8 +88,10 @@ def _check_rows(stepper, rows: int) -> None:
     """A stepper that says how many hypotheses it holds (``num_hyps``) must hold the search's."""
     held = getattr(stepper, "num_hyps", rows)
     if held != rows:
-        raise ValueError(f"the stepper holds {held} hypotheses, the search needs {rows} (one per sentence for "
-                         "greedy search, beam per sentence for beam search): make it with that many")
+        raise ValueError(
+            f"the stepper holds {held} hypotheses, the search needs {rows} (one per sentence for "
+            "greedy search, beam per sentence for beam search): make it with that many"
+        )
 
 
 def _interval(check_every: int | None, device: torch.device) -> int:
@@ -93,8 +102,9 @@ def _interval(check_every: int | None, device: torch.device) -> int:
     return check_every
 
 
-def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True,
-                  check_every: int | None = None) -> list[Hypothesis]:
+def greedy_search(
+    stepper, max_lengths: torch.Tensor, drop_finished: bool = True, check_every: int | None = None
+) -> list[Hypothesis]:
     """The most likely token at every step, for each of the (H,) hypotheses of the stepper.
 
     max_lengths: (H,) most tokens (including `</s>`) each hypothesis may generate.
@@ -138,8 +148,14 @@ def greedy_search(stepper, max_lengths: torch.Tensor, drop_finished: bool = True
     return [Hypothesis(_until_eos(seq), float(lp), float(lp)) for seq, lp in zip(out, total.tolist())]
 
 
-def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = DEFAULT_ALPHA,
-                drop_finished: bool = True, check_every: int | None = None) -> list[Hypothesis]:
+def beam_search(
+    stepper,
+    max_lengths: torch.Tensor,
+    beam: int,
+    alpha: float = DEFAULT_ALPHA,
+    drop_finished: bool = True,
+    check_every: int | None = None,
+) -> list[Hypothesis]:
     """The best of ``beam`` hypotheses for each of the B sentences.
 
     The stepper must hold B * beam hypotheses (hypothesis h belongs to sentence h // beam).
@@ -172,8 +188,12 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = DE
 
     def finish(sentences: torch.Tensor) -> None:
         """Record the best ended hypothesis of these rows of the state."""
-        for s, tokens_, lp, score in zip(sentences.tolist(), kept_tokens[sentences].tolist(),
-                                         kept_log_p[sentences].tolist(), kept_score[sentences].tolist()):
+        for s, tokens_, lp, score in zip(
+            sentences.tolist(),
+            kept_tokens[sentences].tolist(),
+            kept_log_p[sentences].tolist(),
+            kept_score[sentences].tolist(),
+        ):
             results[int(live[s])] = Hypothesis(_until_eos(tokens_), lp, score)
 
     for t in range(int(max_lengths.max())):
@@ -206,7 +226,7 @@ def beam_search(stepper, max_lengths: torch.Tensor, beam: int, alpha: float = DE
         better = best > kept_score
         kept_score = torch.where(better, best, kept_score)
         kept_log_p = torch.where(better, log_p[rows[:, 0], j], kept_log_p)
-        kept_tokens[:, :t + 1] = torch.where(better[:, None], history[rows[:, 0], j], kept_tokens[:, :t + 1])
+        kept_tokens[:, : t + 1] = torch.where(better[:, None], history[rows[:, 0], j], kept_tokens[:, : t + 1])
         if (t + 1) % check_every == 0:  # the only reads back from the device
             done = finished.all(1)
             if bool(done.all()):

@@ -20,6 +20,7 @@ Two implementations give the same numbers:
 * `RecomputeStepper` - rebuilds each hypothesis's whole prefix as a training batch every
   step. Slow (quadratic work), kept as the reference the incremental one is tested against.
 """
+
 from __future__ import annotations
 
 import torch
@@ -62,14 +63,25 @@ class IncrementalStepper:
     """
 
     @torch.no_grad()
-    def __init__(self, model: torch.nn.Module, batch: GraphBatch, hyps_per_sentence: int, max_steps: int,
-                 pool: GraphPool | None = None, copy_moved_only: bool | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batch: GraphBatch,
+        hyps_per_sentence: int,
+        max_steps: int,
+        pool: GraphPool | None = None,
+        copy_moved_only: bool | None = None,
+    ):
         if model.training:
-            raise ValueError("the model is in training mode (dropout on: every run would decode other tokens); "
-                             "call model.eval() before decoding")
+            raise ValueError(
+                "the model is in training mode (dropout on: every run would decode other tokens); "
+                "call model.eval() before decoding"
+            )
         if max_steps > model.tgt_embed.positions.max_len:  # checked once: the steps embed unchecked
-            raise ValueError(f"max_steps {max_steps} exceeds the positional table (max_len="
-                             f"{model.tgt_embed.positions.max_len}); decode fewer tokens")
+            raise ValueError(
+                f"max_steps {max_steps} exceeds the positional table (max_len="
+                f"{model.tgt_embed.positions.max_len}); decode fewer tokens"
+            )
         self.model = model
         self.pool = pool or model.make_pool()
         self.device = batch.src_tokens.device
@@ -118,14 +130,14 @@ class IncrementalStepper:
         rows = [self.pool.incoming(CROSS, n, self.t) for n in self.src_lengths for _ in range(self.k)]
         key_index = torch.full((self.num_hyps, max(len(r) for r in rows)), -1, dtype=torch.int64)
         for h, keys in enumerate(rows):
-            key_index[h, :len(keys)] = keys + (h // self.k) * self.width
+            key_index[h, : len(keys)] = keys + (h // self.k) * self.width
         return Relation.of_rows(key_index.to(self.device), len(self.src_lengths) * self.width)
 
     def _tables(self) -> list[list[torch.Tensor]]:
         """[kind][depth]: (num_hyps * max_steps, heads, d_head) views of the live hypotheses' keys
         (kind 0) and values (kind 1) of each layer (or ACT step)."""
         node = self.cache.shape[4:]
-        return [[table[:self.num_hyps].view((-1,) + node) for table in kind] for kind in self.cache]
+        return [[table[: self.num_hyps].view((-1,) + node) for table in kind] for kind in self.cache]
 
     def _remember(self, depth: int, k: torch.Tensor, v: torch.Tensor):
         """Cache the new nodes' keys and values of one layer (or ACT step); attend over the cache."""
@@ -140,9 +152,15 @@ class IncrementalStepper:
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
         t, self.reached = self.t, 0
-        self.new_slots = self.cache[:, :, :self.num_hyps, t]  # (2, depth, num_hyps, heads, d_head)
-        out = self.model.decode(tokens, torch.full_like(tokens, t), self._self_relation(),
-                                self._cross_relation(), self.memory_kv, self._remember)
+        self.new_slots = self.cache[:, :, : self.num_hyps, t]  # (2, depth, num_hyps, heads, d_head)
+        out = self.model.decode(
+            tokens,
+            torch.full_like(tokens, t),
+            self._self_relation(),
+            self._cross_relation(),
+            self.memory_kv,
+            self._remember,
+        )
         for depth in range(self.reached, self.depth):  # every node halted early: deeper slices keep its last
             self.new_slots[:, depth] = self.new_slots[:, depth - 1]
         self.t += 1
@@ -154,11 +172,11 @@ class IncrementalStepper:
         survivors in place where it can)."""
         rows = len(parents)
         if not self.copy_moved_only:
-            self.cache[:, :, :rows, :self.t] = self.cache[:, :, parents, :self.t]
+            self.cache[:, :, :rows, : self.t] = self.cache[:, :, parents, : self.t]
         elif len(moved := _moved(parents)):
-            self.cache[:, :, moved, :self.t] = self.cache[:, :, parents[moved], :self.t]
+            self.cache[:, :, moved, : self.t] = self.cache[:, :, parents[moved], : self.t]
         if rows < self.num_hyps:  # whole sentences dropped: their memory too
-            kept = parents[::self.k] // self.k
+            kept = parents[:: self.k] // self.k
             moved = _moved(kept)
             self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept, moved), self.memory_kv)
             self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
@@ -172,7 +190,7 @@ class IncrementalStepper:
         if len(moved):
             blocks = x.view(-1, self.width, *x.shape[1:])
             blocks[moved] = blocks[kept[moved]]
-        return x[:len(kept) * self.width]
+        return x[: len(kept) * self.width]
 
 
 def _moved(parents: torch.Tensor) -> torch.Tensor:

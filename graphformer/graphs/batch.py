@@ -24,11 +24,12 @@ The graph (a `HeteroGraph` of index tensors) is built and batched on the CPU and
 that device once per batch (this is all the attention backends need). `GraphBatch.dgl_graph`
 is the same batch as a DGL heterograph, where DGL is installed.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Optional, Sequence
 
 import torch
 
@@ -61,7 +62,7 @@ class GraphBatch:
     src_pos: torch.Tensor
     tgt_tokens: torch.Tensor
     tgt_pos: torch.Tensor
-    gold: Optional[torch.Tensor]
+    gold: torch.Tensor | None
     src_lengths: torch.Tensor
     tgt_lengths: torch.Tensor
     src_nodes: torch.Tensor
@@ -86,12 +87,23 @@ class GraphBatch:
         """The `Relation` of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` on the batch's device,
         with each sample's key and query counts (read once, then cached)."""
         if etype not in self._relations:
-            keys, queries = {ENC: (self.src_nodes, self.src_nodes), DEC: (self.tgt_lengths, self.tgt_lengths),
-                             CROSS: (self.src_nodes, self.tgt_lengths), SPAN: (self.src_nodes, self.src_nodes)}[etype]
+            keys, queries = {
+                ENC: (self.src_nodes, self.src_nodes),
+                DEC: (self.tgt_lengths, self.tgt_lengths),
+                CROSS: (self.src_nodes, self.tgt_lengths),
+                SPAN: (self.src_nodes, self.src_nodes),
+            }[etype]
             (u, v), (utype, _, vtype) = self.graph.edges(etype), etype
-            self._relations[etype] = Relation.of_edges(u, v, self.graph.num_nodes(utype), self.graph.num_nodes(vtype),
-                                                       keys, queries, device=self.device,
-                                                       verified=True)  # the pool checked its patterns
+            self._relations[etype] = Relation.of_edges(
+                u,
+                v,
+                self.graph.num_nodes(utype),
+                self.graph.num_nodes(vtype),
+                keys,
+                queries,
+                device=self.device,
+                verified=True,
+            )  # the pool checked its patterns
         return self._relations[etype]
 
     @property
@@ -107,7 +119,7 @@ class GraphBatch:
         """(B,) id of each sample's first source node."""
         return torch.cumsum(self.src_nodes, 0) - self.src_nodes
 
-    def to(self, device: torch.device | str) -> "GraphBatch":
+    def to(self, device: torch.device | str) -> GraphBatch:
         """The batch with its tensors on ``device``; the graph stays on the CPU."""
         moved = {
             name: getattr(self, name).to(device)
@@ -120,7 +132,7 @@ class GraphBatch:
 def make_batch(
     pool: GraphPool,
     src: Sequence[Sequence[int]],
-    tgt: Optional[Sequence[Sequence[int]]] = None,
+    tgt: Sequence[Sequence[int]] | None = None,
 ) -> GraphBatch:
     """Batch source sequences and (for training) target sequences of token ids.
 
@@ -133,8 +145,9 @@ def make_batch(
         raise ValueError("empty batch: give at least one sample")
     for i, s in enumerate(src):
         if isinstance(s, (str, bytes)) or not hasattr(s, "__len__"):
-            raise ValueError(f"sample {i} is a {type(s).__name__}, not a sequence of token ids; encode it first "
-                             "(Vocab.encode)")
+            raise ValueError(
+                f"sample {i} is a {type(s).__name__}, not a sequence of token ids; encode it first (Vocab.encode)"
+            )
         if len(s) == 0:
             raise ValueError(f"sample {i} has an empty source sequence; drop it or add a token")
     if tgt is not None and len(tgt) != len(src):
@@ -189,9 +202,11 @@ def _check_words(seqs: Sequence[Sequence[int]], side: str) -> None:
     if bool(markers.any()):
         at = int(markers.nonzero()[0])
         sample = int(torch.searchsorted(torch.cumsum(torch.tensor([len(s) for s in seqs]), 0), at, right=True))
-        raise ValueError(f"{side} sample {sample} holds id {int(words[at])} (<pad>, <s> or </s>): give sequences "
-                         "without specials or padding (make_batch adds </s> and <s>), e.g. row[row > 2] of a padded "
-                         "tensor")
+        raise ValueError(
+            f"{side} sample {sample} holds id {int(words[at])} (<pad>, <s> or </s>): give sequences "
+            "without specials or padding (make_batch adds </s> and <s>), e.g. row[row > 2] of a padded "
+            "tensor"
+        )
 
 
 def labels(tgt: Sequence[Sequence[int]]) -> torch.Tensor:

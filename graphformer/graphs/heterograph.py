@@ -17,11 +17,12 @@ relation as a networkx graph.
 The method names follow DGL's (``edges(etype)``, ``num_edges``, ``num_nodes``, ``in_degrees``,
 ``canonical_etypes``), so code written against a DGL heterograph reads these unchanged.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Sequence
 
 import torch
 
@@ -47,8 +48,10 @@ class HeteroGraph:
             return etype
         named = [e for e in self.edges_of if etype is None or e[1] == etype]
         if len(named) != 1:
-            raise KeyError(f"{'no' if named == [] else 'more than one'} relation {etype or ''} in this graph; it has "
-                           f"{', '.join(e[1] for e in self.edges_of)}: name one")
+            raise KeyError(
+                f"{'no' if named == [] else 'more than one'} relation {etype or ''} in this graph; it has "
+                f"{', '.join(e[1] for e in self.edges_of)}: name one"
+            )
         return named[0]
 
     def edges(self, etype: Etype | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,12 +106,17 @@ def batch(graphs: Sequence[HeteroGraph]) -> HeteroGraph:
         u = torch.cat([u for u, _ in per_sample]) + torch.repeat_interleave(offsets[utype], sizes)
         v = torch.cat([v for _, v in per_sample]) + torch.repeat_interleave(offsets[vtype], sizes)
         edges_of[etype] = (u, v)
-    return HeteroGraph({t: int(c.sum()) for t, c in counts.items()}, edges_of,
-                       {t: torch.cat([g.pos[t] for g in graphs]) for t in first.pos})
+    return HeteroGraph(
+        {t: int(c.sum()) for t, c in counts.items()},
+        edges_of,
+        {t: torch.cat([g.pos[t] for g in graphs]) for t in first.pos},
+    )
 
 
-_DGL_MISSING = ("{what} needs DGL, which cannot be imported here ({why}); DGL 2.1.0 installs only beside "
-                "torch <= 2.2.1 on Python 3.11 (the reference stack: make install)")
+_DGL_MISSING = (
+    "{what} needs DGL, which cannot be imported here ({why}); DGL 2.1.0 installs only beside "
+    "torch <= 2.2.1 on Python 3.11 (the reference stack: make install)"
+)
 
 
 def dgl_missing() -> str | None:
@@ -132,6 +140,7 @@ def _load_dgl():
     try:  # DGL beside a newer torch fails inside its import (a missing graphbolt library), not with ImportError
         import dgl
         import dgl.ops  # noqa: F401 - the dgl backend's kernels
+
         return dgl, None
     except Exception as err:  # noqa: BLE001
         first_line = (str(err).splitlines() or [""])[0]

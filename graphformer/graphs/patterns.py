@@ -24,11 +24,12 @@ a pattern; `from_edges`, `from_networkx` and plain Python functions make pattern
 Every pattern here is *prefix-stable*: the keys of query j do not depend on how many queries
 come after it, so incremental decoding sees exactly the edges that training saw.
 """
+
 from __future__ import annotations
 
 import numbers
 import random
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -83,6 +84,7 @@ def window(w: int) -> Pattern:
     def pattern(nk: int, nq: int) -> EdgeList:
         reach = min(w, nk)  # a wider window reaches no further key: the same edges, for any w
         return _offsets(nk, nq, torch.arange(-reach, reach + 1))
+
     return _named(pattern, f"window:{w}")
 
 
@@ -93,6 +95,7 @@ def dilated(w: int, d: int) -> Pattern:
     def pattern(nk: int, nq: int) -> EdgeList:
         steps, stride = min(w, nk), min(d, nk)  # past the sequence either way: the same edges
         return _offsets(nk, nq, torch.arange(-steps, steps + 1) * stride)
+
     return _named(pattern, f"dilated:{w},{d}")
 
 
@@ -106,6 +109,7 @@ def global_tokens(g: int) -> Pattern:
         to_globals = (torch.arange(gk).repeat(nq), torch.arange(nq).repeat_interleave(gk))
         from_globals = (torch.arange(gk, nk).repeat(gq), torch.arange(gq).repeat_interleave(nk - gk))
         return torch.cat([to_globals[0], from_globals[0]]), torch.cat([to_globals[1], from_globals[1]])
+
     return _named(pattern, f"global:{g}")
 
 
@@ -120,6 +124,7 @@ def block(b: int) -> Pattern:
         v = torch.arange(nq).repeat_interleave(size)
         keep = u < nk
         return u[keep], v[keep]
+
     return _named(pattern, f"block:{b}")
 
 
@@ -160,9 +165,9 @@ def tree(k: int) -> Pattern:
 
     def pattern(nk: int, nq: int) -> EdgeList:
         if nk != nq:
-            raise UserError(f"attention pattern tree:{k} adds span nodes to the source and serves "
-                            "--enc-attention only")
+            raise UserError(f"attention pattern tree:{k} adds span nodes to the source and serves --enc-attention only")
         return tree_graph.edges(nk, k)
+
     pattern.adds_span_nodes = True
     return _named(pattern, f"tree:{k}")
 
@@ -177,8 +182,10 @@ def make_causal(pattern: Pattern) -> Pattern:
     prefix-stable (``random``, which draws among all keys) gives its own ``causal_form``."""
     if adds_span_nodes(pattern):
         spec = getattr(pattern, "spec", "custom")
-        raise UserError(f"attention pattern 'causal-{spec}': {spec} adds span nodes to the source and has no causal "
-                        f"form; give it without causal-, to --enc-attention only")
+        raise UserError(
+            f"attention pattern 'causal-{spec}': {spec} adds span nodes to the source and has no causal "
+            f"form; give it without causal-, to --enc-attention only"
+        )
     if hasattr(pattern, "causal_form"):
         return pattern.causal_form()
 
@@ -186,6 +193,7 @@ def make_causal(pattern: Pattern) -> Pattern:
         u, v = pattern(nk, nq)
         keep = u <= v
         return u[keep], v[keep]
+
     return _named(causal_pattern, "causal-" + getattr(pattern, "spec", "custom"))
 
 
@@ -201,6 +209,7 @@ def union(*patterns: Pattern) -> Pattern:
         width = max(nk, int(u.max()) + 1 if len(u) else 1)  # span nodes come after the keys
         ids = torch.unique(v * width + u)  # sorted by query, then key
         return ids % width, ids // width
+
     combined.adds_span_nodes = any(adds_span_nodes(p) for p in patterns)
     if any(hasattr(p, "causal_form") for p in patterns):
         combined.causal_form = lambda: union(*(make_causal(p) for p in patterns))
@@ -212,14 +221,16 @@ def from_edges(pairs: Iterable[tuple[int, int]], name: str = "edges") -> Pattern
     lengths are dropped."""
     pairs = list(pairs)
     for pair in pairs:
-        if len(pair) != 2 or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0
-                                     for i in pair):
+        if len(pair) != 2 or not all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in pair
+        ):
             raise UserError(f"pattern {name!r}: {pair!r} is no (key, query) pair of whole numbers of at least 0")
     pairs = torch.tensor(pairs, dtype=torch.int64).view(-1, 2)
 
     def pattern(nk: int, nq: int) -> EdgeList:
         keep = (pairs[:, 0] < nk) & (pairs[:, 1] < nq)
         return pairs[keep, 0], pairs[keep, 1]
+
     return _named(pattern, name)
 
 
@@ -245,8 +256,12 @@ def _positive(name: str, value: int) -> None:
 full.spec, causal.spec = "full", "causal"
 
 _BUILDERS = {
-    "window": (window, 1), "dilated": (dilated, 2), "global": (global_tokens, 1),
-    "block": (block, 1), "random": (random_links, (1, 2)), "tree": (tree, 1),
+    "window": (window, 1),
+    "dilated": (dilated, 2),
+    "global": (global_tokens, 1),
+    "block": (block, 1),
+    "random": (random_links, (1, 2)),
+    "tree": (tree, 1),
 }
 _PLAIN = {"full": full, "causal": causal}
 NAMES = sorted([*_BUILDERS, *_PLAIN])
@@ -267,12 +282,15 @@ def _parse_one(term: str) -> Pattern:
             raise UserError(f"attention pattern {term!r}: arguments must be integers, e.g. window:8") from None
         allowed = arity if isinstance(arity, tuple) else (arity,)
         if len(values) not in allowed:
-            raise UserError(f"attention pattern {term!r}: {name} takes {' or '.join(map(str, allowed))} "
-                            f"integer argument(s), e.g. {name}:{','.join(['4'] * allowed[0])}")
+            raise UserError(
+                f"attention pattern {term!r}: {name} takes {' or '.join(map(str, allowed))} "
+                f"integer argument(s), e.g. {name}:{','.join(['4'] * allowed[0])}"
+            )
         base = builder(*values)
     else:
-        raise UserError(f"unknown attention pattern {term!r}; known: {', '.join(NAMES)} "
-                        "(with causal- prefix and + for unions)")
+        raise UserError(
+            f"unknown attention pattern {term!r}; known: {', '.join(NAMES)} (with causal- prefix and + for unions)"
+        )
     return make_causal(base) if causal_prefix and base is not causal else base
 
 

@@ -23,6 +23,7 @@ relations are empty) and, with ``cls_node``, gives every source a global `<cls>`
 its tokens: the encoder pattern becomes ``PATTERN+global:1``, so the first node reads every token
 and every token reads it. Those are edges like any others; no code treats the node specially.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -46,8 +47,10 @@ def _as_pattern(p: Pattern | str) -> Pattern:
     if isinstance(p, str):
         return patterns.parse(p)
     if not callable(p):
-        raise ValueError(f"an attention pattern is a spec string such as 'window:8' or a function (n_keys, "
-                         f"n_queries) -> (u, v), not {p!r}")
+        raise ValueError(
+            f"an attention pattern is a spec string such as 'window:8' or a function (n_keys, "
+            f"n_queries) -> (u, v), not {p!r}"
+        )
     return p
 
 
@@ -57,8 +60,10 @@ def _edge_list(edges, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         raise UserError(f"attention pattern {name!r} must return (u, v), two tensors; got {type(edges).__name__}")
     u, v = edges
     if u.dim() != 1 or v.dim() != 1 or len(u) != len(v):
-        raise UserError(f"attention pattern {name!r} must return two 1-D tensors of one length, got shapes "
-                        f"{tuple(u.shape)} and {tuple(v.shape)}")
+        raise UserError(
+            f"attention pattern {name!r} must return two 1-D tensors of one length, got shapes "
+            f"{tuple(u.shape)} and {tuple(v.shape)}"
+        )
     whole = (torch.int8, torch.int16, torch.int32, torch.int64)  # not bool, not float: never truncated
     if u.dtype not in whole or v.dtype not in whole:
         raise UserError(f"attention pattern {name!r} must return integer node ids, got {u.dtype} and {v.dtype}")
@@ -79,8 +84,15 @@ class GraphPool:
             encoder pattern gets the term ``global:1``.
     """
 
-    def __init__(self, enc: Pattern | str = "full", dec: Pattern | str = "causal",
-                 cross: Pattern | str = "full", cache_edges: int = 2**24, targets: bool = True, cls_node: bool = False):
+    def __init__(
+        self,
+        enc: Pattern | str = "full",
+        dec: Pattern | str = "causal",
+        cross: Pattern | str = "full",
+        cache_edges: int = 2**24,
+        targets: bool = True,
+        cls_node: bool = False,
+    ):
         if cls_node and targets:
             raise ValueError("a <cls> node serves classifiers only: give targets=False with cls_node=True")
         self.targets, self.cls_node = targets, cls_node
@@ -89,8 +101,11 @@ class GraphPool:
             self.enc = patterns.union(self.enc, patterns.global_tokens(1))
         for relation, pattern in (("dec", self.dec), ("cross", self.cross)):
             if patterns.adds_span_nodes(pattern):
-                raise ConfigError(f"{relation}_attention", f"{pattern.spec!r}: tree patterns add span nodes to the "
-                                  "source and serve the encoder's self-attention (enc_attention) only")
+                raise ConfigError(
+                    f"{relation}_attention",
+                    f"{pattern.spec!r}: tree patterns add span nodes to the "
+                    "source and serve the encoder's self-attention (enc_attention) only",
+                )
         self.has_spans = patterns.adds_span_nodes(self.enc)
         self.cross_is_full = self.cross is patterns.full
         self.graph = GraphCache(self._build, cache_edges)
@@ -128,15 +143,19 @@ class GraphPool:
         if relation == ENC:  # span nodes are keys and queries too
             n_keys = n_queries = n_keys + self.span_nodes(n_keys)
         if relation == DEC and bool((u > v).any()):
-            raise UserError(f"decoder self-attention pattern {name!r} has an edge from a later target token; "
-                            "use a causal one (causal, causal-window:W, ...)")
+            raise UserError(
+                f"decoder self-attention pattern {name!r} has an edge from a later target token; "
+                "use a causal one (causal, causal-window:W, ...)"
+            )
         if len(u) and (int(u.min()) < 0 or int(u.max()) >= n_keys or int(v.min()) < 0 or int(v.max()) >= n_queries):
             raise UserError(f"attention pattern {name!r} returned node ids outside the sequence")
         starved = torch.bincount(v, minlength=n_queries) == 0
         if bool(starved.any()):
             j = int(starved.nonzero()[0])
-            raise UserError(f"attention pattern {name!r} ({relation[1]}) gives query {j} no key "
-                            f"(keys={n_keys}, queries={n_queries}); widen it or add +full / +global:1")
+            raise UserError(
+                f"attention pattern {name!r} ({relation[1]}) gives query {j} no key "
+                f"(keys={n_keys}, queries={n_queries}); widen it or add +full / +global:1"
+            )
         # An edge given twice would count twice in the edge-wise softmax (and once in a dense mask).
         ids = torch.unique(v * n_keys + u)  # sorted by query, then key
         return ids % n_keys, ids // n_keys
@@ -150,8 +169,11 @@ class GraphPool:
             relations[SPAN] = tree.members(n)
         # A span node's position is its first token's (the Universal Transformer re-adds positions).
         spans_first = tree.first_tokens(n) if self.has_spans else torch.zeros(0, dtype=torch.int64)
-        return HeteroGraph({SRC: n + self.span_nodes(n), TGT: m}, relations,
-                           {SRC: torch.cat([torch.arange(n), spans_first]), TGT: torch.arange(m)})
+        return HeteroGraph(
+            {SRC: n + self.span_nodes(n), TGT: m},
+            relations,
+            {SRC: torch.cat([torch.arange(n), spans_first]), TGT: torch.arange(m)},
+        )
 
     def _incoming(self, relation, n_keys: int, query: int) -> torch.Tensor:
         """Key positions of target ``query`` (DEC: n_keys = query + 1, CROSS: the source length).

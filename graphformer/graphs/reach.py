@@ -19,6 +19,7 @@ the model more accurate than about ``p + (1 - p) / num_values``: elsewhere it ca
     >>> meeting_share(GraphPool("window:4", targets=False), n_tokens=100, layers=2)   # 2 * 2 * 4 / 99
     0.1616...
 """
+
 from __future__ import annotations
 
 import torch

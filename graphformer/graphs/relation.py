@@ -18,10 +18,11 @@ from (`of_graph`) stays where DGL built it (the CPU for PyPI's DGL); the attenti
 only the tensors here (the ``dgl`` backend builds its own graph on the compute device when it
 needs one there).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 
@@ -41,8 +42,8 @@ class Tiles:
     width: int
     span: int
     device: torch.device
-    lengths: Optional[torch.Tensor] = None
-    padding: Optional[torch.Tensor] = None
+    lengths: torch.Tensor | None = None
+    padding: torch.Tensor | None = None
 
 
 @dataclass(eq=False)
@@ -65,15 +66,15 @@ class Relation:
             hand is checked by `graphformer.attention.graph_attention` on first use.
     """
 
-    _u: Optional[torch.Tensor]
-    _v: Optional[torch.Tensor]
+    _u: torch.Tensor | None
+    _v: torch.Tensor | None
     num_keys: int
     num_queries: int
-    key_counts: Optional[torch.Tensor] = None
-    query_counts: Optional[torch.Tensor] = None
-    _key_rows: Optional[torch.Tensor] = None
+    key_counts: torch.Tensor | None = None
+    query_counts: torch.Tensor | None = None
+    _key_rows: torch.Tensor | None = None
     graph: object = None
-    tiles: Optional[Tiles] = None
+    tiles: Tiles | None = None
     num_edges: int = -1
     layouts: dict = field(default_factory=dict, repr=False)
     verified: bool = False
@@ -83,36 +84,64 @@ class Relation:
             self.num_edges = len(self._u)
 
     @classmethod
-    def of_edges(cls, u: torch.Tensor, v: torch.Tensor, num_keys: int, num_queries: int,
-                 key_counts: torch.Tensor | None = None, query_counts: torch.Tensor | None = None,
-                 device: torch.device | str | None = None, verified: bool = False) -> "Relation":
+    def of_edges(
+        cls,
+        u: torch.Tensor,
+        v: torch.Tensor,
+        num_keys: int,
+        num_queries: int,
+        key_counts: torch.Tensor | None = None,
+        query_counts: torch.Tensor | None = None,
+        device: torch.device | str | None = None,
+        verified: bool = False,
+    ) -> Relation:
         """Key u[i] -> query v[i] for each edge i, the index tensors moved to ``device`` (default:
         where they are); sample counts as in the attributes."""
         device = u.device if device is None else device
         counts = [None if c is None else c.to(device) for c in (key_counts, query_counts)]
-        return cls(u.to(device, torch.int64), v.to(device, torch.int64), num_keys, num_queries, *counts,
-                   verified=verified)
+        return cls(
+            u.to(device, torch.int64), v.to(device, torch.int64), num_keys, num_queries, *counts, verified=verified
+        )
 
     @classmethod
-    def of_graph(cls, graph, key_counts: torch.Tensor | None = None, query_counts: torch.Tensor | None = None,
-                 device: torch.device | str | None = None, verified: bool = False) -> "Relation":
+    def of_graph(
+        cls,
+        graph,
+        key_counts: torch.Tensor | None = None,
+        query_counts: torch.Tensor | None = None,
+        device: torch.device | str | None = None,
+        verified: bool = False,
+    ) -> Relation:
         """The relation of a single-relation DGL graph, its index tensors moved to ``device``
         (default: where the graph is). The graph itself stays where it is."""
         u, v = graph.edges()
         device = graph.device if device is None else device
         counts = [None if c is None else c.to(device) for c in (key_counts, query_counts)]
-        return cls(u.to(device, torch.int64), v.to(device, torch.int64), graph.num_src_nodes(), graph.num_dst_nodes(),
-                   *counts, graph=graph, verified=verified)  # int64 whatever DGL's idtype: torch's scatter takes no other
+        return cls(
+            u.to(device, torch.int64),
+            v.to(device, torch.int64),
+            graph.num_src_nodes(),
+            graph.num_dst_nodes(),
+            *counts,
+            graph=graph,
+            verified=verified,
+        )  # int64 whatever DGL's idtype: torch's scatter takes no other
 
     @classmethod
-    def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> "Relation":
+    def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> Relation:
         """Query i attends to the key ids in row i of ``key_rows`` (-1: no key); edges row by row."""
         rows, columns = (key_rows >= 0).nonzero(as_tuple=True)
         return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), _key_rows=key_rows, verified=True)
 
     @classmethod
-    def of_tiles(cls, num_tiles: int, queries: int, width: int, lengths: list[int] | int,
-                 device: torch.device | str | None = None) -> "Relation":
+    def of_tiles(
+        cls,
+        num_tiles: int,
+        queries: int,
+        width: int,
+        lengths: list[int] | int,
+        device: torch.device | str | None = None,
+    ) -> Relation:
         """``num_tiles`` tiles of ``queries`` queries each, tile b's queries attending to the key
         ids b * width + j for j < lengths[b] (an int: the same for every tile; see `Tiles`).
         Edges are listed query by query, keys in increasing order, and built only if a backend
@@ -144,7 +173,7 @@ class Relation:
         return self._v
 
     @property
-    def key_rows(self) -> Optional[torch.Tensor]:
+    def key_rows(self) -> torch.Tensor | None:
         if self._key_rows is None and self.tiles is not None:
             self._key_rows = _tile_rows(self)
         return self._key_rows
@@ -159,13 +188,13 @@ class Relation:
         """(u, v): key and query node id of each edge."""
         return self.u, self.v
 
-    def layout(self, name, build: Callable[["Relation"], object]):
+    def layout(self, name, build: Callable[[Relation], object]):
         """The layout ``name``, built as ``build(self)`` on first use and kept with the relation."""
         if name not in self.layouts:
             self.layouts[name] = build(self)
         return self.layouts[name]
 
-    def restrict_to_destinations(self, active: torch.Tensor) -> "Relation":
+    def restrict_to_destinations(self, active: torch.Tensor) -> Relation:
         """The in-edges of the ``active`` queries ((num_queries,) bool), from all keys to the
         active queries only, renumbered 0..n_active-1 in order. Sample counts and key rows follow."""
         keep = active[self.v]
@@ -176,8 +205,16 @@ class Relation:
             query_counts = torch.zeros_like(self.query_counts).index_add_(0, sample, active.to(sample.dtype))
         if self.key_rows is not None:
             key_rows = self.key_rows[active]
-        return Relation(self.u[keep], new_id[self.v[keep]], self.num_keys, int(active.sum()),
-                        self.key_counts, query_counts, key_rows, verified=self.verified)
+        return Relation(
+            self.u[keep],
+            new_id[self.v[keep]],
+            self.num_keys,
+            int(active.sum()),
+            self.key_counts,
+            query_counts,
+            key_rows,
+            verified=self.verified,
+        )
 
 
 def _tile_rows(relation: Relation) -> torch.Tensor:

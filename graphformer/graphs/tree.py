@@ -20,6 +20,7 @@ Edges (key -> query):
 
 Span nodes live only in the encoder: the decoder's cross-attention reads the token nodes.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -45,7 +46,7 @@ def span_count(n: int) -> int:
 
 def _node(n: int, level: int, index: int) -> int:
     """Node id of span ``index`` of ``level`` (level 0: the tokens themselves)."""
-    return index if level == 0 else n + sum(levels(n)[:level - 1]) + index
+    return index if level == 0 else n + sum(levels(n)[: level - 1]) + index
 
 
 def _context(n: int, i: int, k: int) -> list[tuple[int, int]]:
@@ -111,7 +112,9 @@ def edges(n: int, k: int) -> EdgeList:
         u += keys
         v += [i] * len(keys)
     tokens, spans = members(n)
-    return torch.cat([torch.tensor(u, dtype=torch.int64), tokens]), torch.cat([torch.tensor(v, dtype=torch.int64), spans])
+    return torch.cat([torch.tensor(u, dtype=torch.int64), tokens]), torch.cat(
+        [torch.tensor(v, dtype=torch.int64), spans]
+    )
 
 
 def first_tokens(n: int) -> torch.Tensor:

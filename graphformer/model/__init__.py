@@ -5,6 +5,7 @@ from a config.
 ``ModelConfig`` is imported eagerly (the command line reads its fields without torch); the
 models load torch and DGL on first use.
 """
+
 from importlib import import_module
 
 from graphformer.model.config import ModelConfig

@@ -1,10 +1,11 @@
 r"""Adaptive computation time (Graves, 2016) for N tokens, as the Universal Transformer uses it.
 
-    p_s   = sigmoid(w_h . LN(h_s) + b_h)                          per token, per step (HaltingUnit)
-    halt at the first step S where  p_1 + ... + p_S > threshold   (or at s = max_depth)
-    w_s   = p_s for s < S,   w_S = R = 1 - (p_1 + ... + p_{S-1})     (the weights sum to 1)
-    ponder cost = S + R, averaged over tokens
+p_s   = sigmoid(w_h . LN(h_s) + b_h)                          per token, per step (HaltingUnit)
+halt at the first step S where  p_1 + ... + p_S > threshold   (or at s = max_depth)
+w_s   = p_s for s < S,   w_S = R = 1 - (p_1 + ... + p_{S-1})     (the weights sum to 1)
+ponder cost = S + R, averaged over tokens
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,11 +18,11 @@ from torch import nn
 class ACTStats:
     """What one ACT pass did, for one side (source or target)."""
 
-    steps: torch.Tensor                               # (N,) steps each token took (1..max_depth)
-    remainders: torch.Tensor                          # (N,) R of each token
-    weights: torch.Tensor                             # (N, max_depth) halting weights w_s
-    active_nodes: list[int] = field(default_factory=list)   # tokens updated at each step
-    active_edges: list[int] = field(default_factory=list)   # messages sent at each step (all attentions)
+    steps: torch.Tensor  # (N,) steps each token took (1..max_depth)
+    remainders: torch.Tensor  # (N,) R of each token
+    weights: torch.Tensor  # (N, max_depth) halting weights w_s
+    active_nodes: list[int] = field(default_factory=list)  # tokens updated at each step
+    active_edges: list[int] = field(default_factory=list)  # messages sent at each step (all attentions)
     states: list[torch.Tensor] = field(default_factory=list)  # (N, d) after each step, if recorded
 
     @property

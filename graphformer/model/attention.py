@@ -7,6 +7,7 @@ r"""Multi-head attention split into the node functions around message passing.
 W_q, W_k, W_v are stacked in one (3 d_model, d_model) matrix, the layout of
 ``torch.nn.MultiheadAttention.in_proj_weight``: self-attention projects all three in one matmul.
 """
+
 from __future__ import annotations
 
 import torch

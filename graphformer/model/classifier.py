@@ -21,6 +21,7 @@ pooling reads one node, the closing `</s>`, as a decoder-only classifier reads i
 That suits retrieval (recall): the answer has to reach one place, next to the query, rather than
 be spread over the average of thousands of tokens.
 """
+
 from __future__ import annotations
 
 import torch

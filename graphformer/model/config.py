@@ -5,6 +5,7 @@ The defaults train a good copy-task model in a few minutes on 2 CPU cores (test 
 0.997 after 12 epochs, ``examples/copy``); the paper's base model is ``layers=6, d_model=512,
 heads=8, d_ff=2048``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -33,33 +34,51 @@ class ModelConfig(DictConfig):
 
     src_vocab: int = option(help="source vocabulary size", range=AT_LEAST_1, cli=False)
     tgt_vocab: int = option(help="target vocabulary size", range=AT_LEAST_1, cli=False)
-    model: str = option("transformer", "transformer: a stack of layers per side; universal: one shared layer "
-                        "per side, repeated with adaptive computation time; encoder: the encoder stack and a "
-                        "classification head, one label per sample (tasks listops, recall, classify); universal-encoder: "
-                        "the same classifier on the universal encoder", choices=MODELS)
+    model: str = option(
+        "transformer",
+        "transformer: a stack of layers per side; universal: one shared layer "
+        "per side, repeated with adaptive computation time; encoder: the encoder stack and a "
+        "classification head, one label per sample (tasks listops, recall, classify); universal-encoder: "
+        "the same classifier on the universal encoder",
+        choices=MODELS,
+    )
     layers: int = option(2, "layers per side (transformer, encoder)", range=AT_LEAST_1)
     d_model: int = option(128, "width of every node's hidden state", range=Range(low=2))
     heads: int = option(4, "attention heads (must divide d_model)", range=AT_LEAST_1)
     d_ff: int = option(256, "hidden width of the feed-forward sub-layers", range=AT_LEAST_1)
     dropout: float = option(0.1, "dropout on sub-layer outputs and embeddings", range=PROBABILITY)
     norm_first: bool = option(True, "layer norm before each sub-layer (pre-norm); --no-norm-first: after (post-norm)")
-    positions: str = option("sinusoidal", "positional encoding; none: order comes only from the attention "
-                            "pattern (a causal one, e.g. causal-window:1)", choices=POSITIONS)
+    positions: str = option(
+        "sinusoidal",
+        "positional encoding; none: order comes only from the attention pattern (a causal one, e.g. causal-window:1)",
+        choices=POSITIONS,
+    )
     max_len: int = option(256, "longest sequence the positional table holds", range=AT_LEAST_1)
-    tie: str = option("none", "share the target embedding with the generator (decoder), and the source "
-                      "embedding too (all: needs one vocabulary for both sides)", choices=TYING)
+    tie: str = option(
+        "none",
+        "share the target embedding with the generator (decoder), and the source "
+        "embedding too (all: needs one vocabulary for both sides)",
+        choices=TYING,
+    )
     enc_attention: str = option("full", "encoder self-attention pattern, e.g. window:8+global:1", metavar="SPEC")
-    dec_attention: str = option("causal", "decoder self-attention pattern (causal), e.g. causal-window:8",
-                                metavar="SPEC")
+    dec_attention: str = option(
+        "causal", "decoder self-attention pattern (causal), e.g. causal-window:8", metavar="SPEC"
+    )
     cross_attention: str = option("full", "target -> source attention pattern, e.g. window:2", metavar="SPEC")
-    pooling: str = option("cls", "encoder: what the label is read from: cls: a global <cls> node placed first "
-                          "(the encoder pattern gets +global:1: it reads every token, every token reads it); "
-                          "mean: the mean of the token nodes; last: the final node, </s>, which comes right "
-                          "after recall's query (neither adds a node: local patterns stay local)",
-                          choices=POOLINGS)
+    pooling: str = option(
+        "cls",
+        "encoder: what the label is read from: cls: a global <cls> node placed first "
+        "(the encoder pattern gets +global:1: it reads every token, every token reads it); "
+        "mean: the mean of the token nodes; last: the final node, </s>, which comes right "
+        "after recall's query (neither adds a node: local patterns stay local)",
+        choices=POOLINGS,
+    )
     max_depth: int = option(8, "universal models: most steps per token", range=AT_LEAST_1)
-    act_threshold: float = option(0.99, "universal models: halt once the summed halting probability exceeds this",
-                                  range=Range(low=0, high=1, open_low=True))
+    act_threshold: float = option(
+        0.99,
+        "universal models: halt once the summed halting probability exceeds this",
+        range=Range(low=0, high=1, open_low=True),
+    )
     ponder_weight: float = option(0.01, "universal models: weight of the ponder cost in the loss", range=NON_NEGATIVE)
 
     def check(self) -> None:
@@ -69,24 +88,34 @@ class ModelConfig(DictConfig):
         if self.d_model % 2:
             raise ConfigError("d_model", f"must be even for positional encodings, got {self.d_model}")
         if self.positions != "none" and self.max_len > MAX_TABLE_POSITIONS:
-            raise ConfigError("max_len", f"must be at most {MAX_TABLE_POSITIONS} with a table of {self.positions} "
-                              f"positions (allocated whole), got {self.max_len}; --positions none has no table")
+            raise ConfigError(
+                "max_len",
+                f"must be at most {MAX_TABLE_POSITIONS} with a table of {self.positions} "
+                f"positions (allocated whole), got {self.max_len}; --positions none has no table",
+            )
         if self.model not in UNIVERSALS:
-            self._refuse_changed(UNIVERSAL_ONLY, "and the other adaptive computation time options apply only to "
-                                 f"the universal models (model {' or '.join(UNIVERSALS)})")
+            self._refuse_changed(
+                UNIVERSAL_ONLY,
+                "and the other adaptive computation time options apply only to "
+                f"the universal models (model {' or '.join(UNIVERSALS)})",
+            )
         if not self.classifies:
-            self._refuse_changed(ENCODER_ONLY, f"applies only to the encoder classifiers (model "
-                                 f"{' or '.join(CLASSIFIERS)})")
+            self._refuse_changed(
+                ENCODER_ONLY, f"applies only to the encoder classifiers (model {' or '.join(CLASSIFIERS)})"
+            )
         else:
-            self._refuse_changed(DECODER_ONLY, f"applies to models with a decoder; the encoder classifier "
-                                 f"(model={self.model!r}) has none")
+            self._refuse_changed(
+                DECODER_ONLY,
+                f"applies to models with a decoder; the encoder classifier (model={self.model!r}) has none",
+            )
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ConfigError("tie", "'all' needs one vocabulary for source and target (equal sizes)")
         self.graph_pool()  # parses and checks the attention patterns: fails early, with their own message
 
     def _refuse_changed(self, names: tuple[str, ...], why: str) -> None:
-        changed = [f.name for f in fields(self) if f.name in names
-                   and getattr(self, f.name) not in (None, f.default)]  # None: runs saved before they existed
+        changed = [
+            f.name for f in fields(self) if f.name in names and getattr(self, f.name) not in (None, f.default)
+        ]  # None: runs saved before they existed
         if changed:
             raise ConfigError(changed[0], why)
 
@@ -95,10 +124,15 @@ class ModelConfig(DictConfig):
         sequence model, or one without the `<cls>` node this classifier reads): it would run, wrongly."""
         cls_node = self.classifies and self.pooling == "cls"
         if batch.targets == self.classifies or batch.cls_node != cls_node:
-            made = "a sequence model's pool" if batch.targets else \
-                "a classifier's pool" + (" with a <cls> node" if batch.cls_node else "")
-            raise ValueError(f"the batch was made with {made}, not with this {self.model} model's; make it with "
-                             "make_batch(model.make_pool(), ...)")
+            made = (
+                "a sequence model's pool"
+                if batch.targets
+                else "a classifier's pool" + (" with a <cls> node" if batch.cls_node else "")
+            )
+            raise ValueError(
+                f"the batch was made with {made}, not with this {self.model} model's; make it with "
+                "make_batch(model.make_pool(), ...)"
+            )
 
     @property
     def classifies(self) -> bool:

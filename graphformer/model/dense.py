@@ -1,4 +1,5 @@
 """The graph Transformer's dense twin: the same weights in ``torch.nn.Transformer``."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -21,21 +22,37 @@ def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
         raise ValueError("only the Transformer (model='transformer') has a torch.nn.Transformer twin")
     cfg = model.cfg
     defaults = ModelConfig.defaults()
-    sparse = {name: getattr(cfg, name) for name in ("enc_attention", "dec_attention", "cross_attention")
-              if getattr(cfg, name) != defaults[name]}
+    sparse = {
+        name: getattr(cfg, name)
+        for name in ("enc_attention", "dec_attention", "cross_attention")
+        if getattr(cfg, name) != defaults[name]
+    }
     if sparse and not masks_given:
         listed = ", ".join(f"{name}={spec!r}" for name, spec in sparse.items())
-        raise ValueError(f"the model attends with {listed}, which torch.nn.Transformer does not know: give "
-                         "masks_given=True and pass the patterns' masks to it yourself")
-    layer = dict(d_model=cfg.d_model, nhead=cfg.heads, dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True,
-                 norm_first=cfg.norm_first)
+        raise ValueError(
+            f"the model attends with {listed}, which torch.nn.Transformer does not know: give "
+            "masks_given=True and pass the patterns' masks to it yourself"
+        )
+    layer = dict(
+        d_model=cfg.d_model,
+        nhead=cfg.heads,
+        dim_feedforward=cfg.d_ff,
+        dropout=0.0,
+        batch_first=True,
+        norm_first=cfg.norm_first,
+    )
     # The encoder nn.Transformer would build, but told that pre-norm layers take no nested tensors
     # (its own check would find that out and warn at every call of this function).
-    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), cfg.layers, nn.LayerNorm(cfg.d_model),
-                                    enable_nested_tensor=not cfg.norm_first)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(**layer),
+        cfg.layers,
+        nn.LayerNorm(cfg.d_model),
+        enable_nested_tensor=not cfg.norm_first,
+    )
     weight = next(model.parameters())  # the twin lives where the model does, in its dtype
     dense = nn.Transformer(num_decoder_layers=cfg.layers, custom_encoder=encoder, **layer).to(
-        device=weight.device, dtype=weight.dtype)
+        device=weight.device, dtype=weight.dtype
+    )
 
     def copy(dst: nn.Module, src: nn.Module):
         dst.load_state_dict(src.state_dict())

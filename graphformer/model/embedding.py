@@ -7,6 +7,7 @@ Sinusoidal positions (Vaswani et al., 2017, section 3.5):
     P[p, 2i]   = sin(p / 10000^(2i / d_model))
     P[p, 2i+1] = cos(p / 10000^(2i / d_model))
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,9 @@ from torch import nn
 from graphformer.graphs import SPAN
 
 
-def check_ids(ids: torch.Tensor, size: int, kind: str = "token", vocabulary: str = "vocabulary",
-              things: str = "inputs") -> None:
+def check_ids(
+    ids: torch.Tensor, size: int, kind: str = "token", vocabulary: str = "vocabulary", things: str = "inputs"
+) -> None:
     """ValueError naming an id of ``ids`` outside [0, size), the largest (or else the smallest);
     reads the ids' extremes on the host."""
     if not ids.numel():
@@ -27,12 +29,15 @@ def check_ids(ids: torch.Tensor, size: int, kind: str = "token", vocabulary: str
     refuse_ids(low, high, size, kind, vocabulary, things)
 
 
-def refuse_ids(low: int, high: int, size: int, kind: str = "token", vocabulary: str = "vocabulary",
-               things: str = "inputs") -> None:
+def refuse_ids(
+    low: int, high: int, size: int, kind: str = "token", vocabulary: str = "vocabulary", things: str = "inputs"
+) -> None:
     """`check_ids`' ValueError, from the ids' extremes already read."""
     if low < 0 or high >= size:
-        raise ValueError(f"{kind} id {high if high >= size else low} is outside the {vocabulary} (size {size}); "
-                         f"encode {things} with the model's own {vocabulary}")
+        raise ValueError(
+            f"{kind} id {high if high >= size else low} is outside the {vocabulary} (size {size}); "
+            f"encode {things} with the model's own {vocabulary}"
+        )
 
 
 class TokenEmbedding(nn.Module):

@@ -11,6 +11,7 @@ Residual blocks come in two placements of layer normalisation:
     post-norm (the paper):               x = LN(x + Sublayer(x))
     pre-norm  (Annotated Transformer):   x = x + Sublayer(LN(x))
 """
+
 from __future__ import annotations
 
 import torch
@@ -115,8 +116,9 @@ class DecoderLayer(nn.Module):
         x = self.cross_block.leave(x, self.cross_attn.out(o))
         return self.ff_block.leave(x, self.feed_forward(self.ff_block.enter(x)))
 
-    def forward(self, self_relation, cross_relation, x: torch.Tensor, memory_kv,
-                backend: str = DEFAULT_BACKEND, remember=None) -> torch.Tensor:
+    def forward(
+        self, self_relation, cross_relation, x: torch.Tensor, memory_kv, backend: str = DEFAULT_BACKEND, remember=None
+    ) -> torch.Tensor:
         """One decoder layer on the nodes x. ``remember(k, v) -> (keys, values)``, if given, keeps
         these nodes' self-attention keys and values and returns those to attend over (a decoding
         cache, or the Universal Transformer's keys of halted tokens); default: these."""
@@ -125,8 +127,9 @@ class DecoderLayer(nn.Module):
             k, v = remember(k, v)
         x = self.self_post(x, graph_attention(self_relation, q, k, v, backend, name="dec"))
         mem_k, mem_v = memory_kv
-        return self.cross_post(x, graph_attention(cross_relation, self.cross_pre(x), mem_k, mem_v, backend,
-                                                  name="cross"))
+        return self.cross_post(
+            x, graph_attention(cross_relation, self.cross_pre(x), mem_k, mem_v, backend, name="cross")
+        )
 
 
 class Generator(nn.Module):

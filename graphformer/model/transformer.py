@@ -11,9 +11,10 @@ otherwise); post-norm stacks already end normalised and have none.
 training, the newest node of each hypothesis in incremental decoding (which passes ``remember``
 to keep each layer's keys and values in its cache).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -54,8 +55,15 @@ class Decoder(nn.Module):
         """Each layer's cross-attention keys and values of the encoder's output."""
         return [layer.memory_kv(memory) for layer in self.layers]
 
-    def forward(self, self_relation, cross_relation, x: torch.Tensor, memory_kv: list,
-                backend: str = DEFAULT_BACKEND, remember: Optional[Callable] = None) -> torch.Tensor:
+    def forward(
+        self,
+        self_relation,
+        cross_relation,
+        x: torch.Tensor,
+        memory_kv: list,
+        backend: str = DEFAULT_BACKEND,
+        remember: Callable | None = None,
+    ) -> torch.Tensor:
         """``remember(i, k, v) -> (keys, values)``, if given, keeps layer i's self-attention keys
         and values of these nodes and returns those the queries attend over (a decoding cache)."""
         for i, layer in enumerate(self.layers):
@@ -99,8 +107,15 @@ class GraphTransformer(nn.Module):
         """What the decoder reads of the memory: each layer's cross-attention keys and values."""
         return self.decoder.memory_kv(memory)
 
-    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, self_relation: Relation,
-               cross_relation: Relation, memory_kv: list, remember: Optional[Callable] = None) -> ModelOutput:
+    def decode(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        self_relation: Relation,
+        cross_relation: Relation,
+        memory_kv: list,
+        remember: Callable | None = None,
+    ) -> ModelOutput:
         """Log-probabilities (N, tgt_vocab) of the next token at N target nodes with these decoder
         input tokens and positions. ``remember(layer, k, v) -> (keys, values)`` stores each layer's
         keys and values of these nodes and returns the ones to attend over (default: these).
@@ -113,6 +128,11 @@ class GraphTransformer(nn.Module):
         """(N_tgt, tgt_vocab) log-probabilities of the next token at every target node (a
         `ModelOutput` with ``full_output``)."""
         self.tgt_embed.check(batch.tgt_tokens, batch.tgt_pos)
-        out = self.decode(batch.tgt_tokens, batch.tgt_pos, batch.relation(DEC), batch.relation(CROSS),
-                          self.memory_kv(self.encode(batch)))
+        out = self.decode(
+            batch.tgt_tokens,
+            batch.tgt_pos,
+            batch.relation(DEC),
+            batch.relation(CROSS),
+            self.memory_kv(self.encode(batch)),
+        )
         return out if full_output else out.log_probs

@@ -14,9 +14,10 @@ Halted tokens drop out of the graph: each step's pre functions, messages and pos
 only on the tokens still active and their incoming edges. A halted token keeps serving as key and
 value with the keys and values of its last step, so its state never changes again.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -32,8 +33,14 @@ from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, fina
 from graphformer.model.output import ModelOutput
 
 
-def ponder(h: torch.Tensor, timing: Callable, halt: HaltingUnit, update: Callable, cfg: ModelConfig,
-           record_states: bool = False) -> tuple[torch.Tensor, ACTStats]:
+def ponder(
+    h: torch.Tensor,
+    timing: Callable,
+    halt: HaltingUnit,
+    update: Callable,
+    cfg: ModelConfig,
+    record_states: bool = False,
+) -> tuple[torch.Tensor, ACTStats]:
     """The ACT loop of one side over its (N, d_model) token states ``h``.
 
     Before step s the active tokens' states get ``timing(ids, s)``, then ``update(x, active, ids, s)
@@ -79,8 +86,15 @@ class UniversalEncoder(nn.Module):
         self.halt = HaltingUnit(cfg.d_model)
         self.norm = final_norm(cfg)
 
-    def forward(self, relation: Relation, h: torch.Tensor, positions: torch.Tensor, embedder: Embedder,
-                backend: str = DEFAULT_BACKEND, record_states: bool = False) -> tuple[torch.Tensor, ACTStats]:
+    def forward(
+        self,
+        relation: Relation,
+        h: torch.Tensor,
+        positions: torch.Tensor,
+        embedder: Embedder,
+        backend: str = DEFAULT_BACKEND,
+        record_states: bool = False,
+    ) -> tuple[torch.Tensor, ACTStats]:
         """(N_src, d_model) halting-weighted states, normalised, and what ACT did, from the
         embedded tokens ``h`` at ``positions`` (the embedder gives the per-step timing signal)."""
         cache = {}  # keys and values of every source token, as of its last active step
@@ -89,8 +103,14 @@ class UniversalEncoder(nn.Module):
             sub = relation.restrict_to_destinations(active)
             return self.layer(sub, x, backend, remember=_keep_latest(cache, ids, len(active))), sub.num_edges
 
-        out, stats = ponder(h, lambda ids, s: timing_signal(self.depth, embedder, positions[ids], s),
-                            self.halt, update, self.cfg, record_states)
+        out, stats = ponder(
+            h,
+            lambda ids, s: timing_signal(self.depth, embedder, positions[ids], s),
+            self.halt,
+            update,
+            self.cfg,
+            record_states,
+        )
         return self.norm(out), stats
 
 
@@ -121,8 +141,14 @@ class UniversalTransformer(nn.Module):
 
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats]:
         self.cfg.check_batch(batch)
-        return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), batch.src_pos, self.src_embed,
-                            self.attention_backend, self.record_states)
+        return self.encoder(
+            batch.relation(ENC),
+            embed_source(self.src_embed, batch),
+            batch.src_pos,
+            self.src_embed,
+            self.attention_backend,
+            self.record_states,
+        )
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
@@ -132,8 +158,15 @@ class UniversalTransformer(nn.Module):
         """The shared decoder layer's cross-attention keys and values of the memory."""
         return self.decoder_layer.memory_kv(memory)
 
-    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, self_relation: Relation,
-               cross_relation: Relation, memory_kv, remember: Optional[Callable] = None) -> ModelOutput:
+    def decode(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        self_relation: Relation,
+        cross_relation: Relation,
+        memory_kv,
+        remember: Callable | None = None,
+    ) -> ModelOutput:
         """Log-probabilities (N, tgt_vocab) at N target nodes, pondering each with ACT; the
         statistics are in ``stats['tgt']``. ``remember(s, k, v) -> (keys, values)`` stores the
         nodes' keys and values at step s (halted nodes: those of their last step) and returns the
@@ -151,16 +184,23 @@ class UniversalTransformer(nn.Module):
 
         h = self.tgt_embed(tokens, positions)
         steps = self.encoder.depth  # one table of step encodings serves both sides (fixed sinusoids)
-        out, stats = ponder(h, lambda ids, s: timing_signal(steps, self.tgt_embed, positions[ids], s),
-                            self.decoder_halt, update, self.cfg, self.record_states)
+        out, stats = ponder(
+            h,
+            lambda ids, s: timing_signal(steps, self.tgt_embed, positions[ids], s),
+            self.decoder_halt,
+            update,
+            self.cfg,
+            self.record_states,
+        )
         return ModelOutput(self.generator(self.decoder_norm(out)), {"tgt": stats}, self.cfg.ponder_weight)
 
     def forward(self, batch: GraphBatch, full_output: bool = False):
         """(N_tgt, tgt_vocab) log-probabilities; with ``full_output`` a `ModelOutput` that
         also holds the weighted ponder cost (``aux_loss``) and both sides' ACT statistics."""
         memory, src_stats = self._encode(batch)
-        out = self.decode(batch.tgt_tokens, batch.tgt_pos, batch.relation(DEC), batch.relation(CROSS),
-                          self.memory_kv(memory))
+        out = self.decode(
+            batch.tgt_tokens, batch.tgt_pos, batch.relation(DEC), batch.relation(CROSS), self.memory_kv(memory)
+        )
         if not full_output:
             return out.log_probs
         tgt_stats = out.stats["tgt"]
@@ -168,8 +208,11 @@ class UniversalTransformer(nn.Module):
 
 
 # Before UniversalEncoder (graphformer's first release) the encoder's parts were the model's own.
-FLAT_ENCODER_NAMES = {"encoder_layer.": "encoder.layer.", "encoder_halt.": "encoder.halt.",
-                      "encoder_norm.": "encoder.norm."}
+FLAT_ENCODER_NAMES = {
+    "encoder_layer.": "encoder.layer.",
+    "encoder_halt.": "encoder.halt.",
+    "encoder_norm.": "encoder.norm.",
+}
 
 
 def _rename_flat_encoder_keys(state_dict: dict, prefix: str, *_) -> None:
@@ -177,15 +220,17 @@ def _rename_flat_encoder_keys(state_dict: dict, prefix: str, *_) -> None:
     for key in list(state_dict):
         for old, new in FLAT_ENCODER_NAMES.items():
             if key.startswith(prefix + old):
-                state_dict[prefix + new + key[len(prefix + old):]] = state_dict.pop(key)
+                state_dict[prefix + new + key[len(prefix + old) :]] = state_dict.pop(key)
 
 
 def _keep_latest(cache: dict, ids: torch.Tensor, n: int):
     """A ``remember`` for a layer call on the active tokens ``ids`` of ``n``: their new keys and
     values replace theirs in ``cache``, whose full tables are what the queries attend over."""
+
     def remember(k, v):
         cache["k"], cache["v"] = _scatter(cache.get("k"), ids, n, k), _scatter(cache.get("v"), ids, n, v)
         return cache["k"], cache["v"]
+
     return remember
 
 

@@ -5,9 +5,9 @@ Averaging the parameters of the last few epochs (Vaswani et al., 2017, averaged 
 than any single one of them. Only checkpoints of one model with one vocabulary can be averaged;
 buffers and integer tensors are taken from the newest checkpoint.
 """
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
@@ -24,8 +24,10 @@ def average_states(paths: list[Path]) -> dict:
     for path, state in zip(paths, states):
         for key in ("model_config", "vocab"):
             if state[key] != newest[key]:
-                raise UserError(f"{path} has another {key.replace('_', ' ')} than {paths[-1]}; "
-                                "only checkpoints of one run can be averaged")
+                raise UserError(
+                    f"{path} has another {key.replace('_', ' ')} than {paths[-1]}; "
+                    "only checkpoints of one run can be averaged"
+                )
     model = {}
     for name, tensor in newest["model"].items():
         if tensor.is_floating_point():
@@ -33,13 +35,23 @@ def average_states(paths: list[Path]) -> dict:
             model[name] = (total / len(states)).to(tensor.dtype)
         else:
             model[name] = tensor
-    return {"model_config": newest["model_config"], "train_config": newest["train_config"], "model": model,
-            "vocab": newest["vocab"], "progress": newest["progress"],
-            "averaged_from": [p.name for p in paths]}
+    return {
+        "model_config": newest["model_config"],
+        "train_config": newest["train_config"],
+        "model": model,
+        "vocab": newest["vocab"],
+        "progress": newest["progress"],
+        "averaged_from": [p.name for p in paths],
+    }
 
 
-def choose(run: RunDir, last: int | None = None, best: int | None = None, select_by: str = "loss",
-           larger_is_better: bool = False) -> list[Path]:
+def choose(
+    run: RunDir,
+    last: int | None = None,
+    best: int | None = None,
+    select_by: str = "loss",
+    larger_is_better: bool = False,
+) -> list[Path]:
     """The kept epoch checkpoints to average: the ``last`` newest, or the ``best`` by the
     validation metric recorded in metrics.jsonl; oldest first."""
     kept = run.epoch_checkpoints()
@@ -49,8 +61,10 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
     if not kept:
         raise UserError(f"{run.path} keeps no epoch checkpoints; train with --keep-last N to keep them")
     if wanted > len(kept):
-        raise UserError(f"{run.path} keeps {len(kept)} epoch checkpoints, fewer than the {wanted} asked for; "
-                        f"ask for at most {len(kept)} or train with a larger --keep-last")
+        raise UserError(
+            f"{run.path} keeps {len(kept)} epoch checkpoints, fewer than the {wanted} asked for; "
+            f"ask for at most {len(kept)} or train with a larger --keep-last"
+        )
     if last is not None:
         return kept[-last:]
     if not (run / METRICS).is_file():
@@ -63,6 +77,7 @@ def choose(run: RunDir, last: int | None = None, best: int | None = None, select
         record = records.get(epoch_of(path), {})
         value = _or(record.get(f"valid_{select_by}"), float("-inf") if larger_is_better else float("inf"))
         return (-value if larger_is_better else value), _or(record.get("valid_loss"), float("inf"))
+
     return sorted(sorted(kept, key=rank)[:best], key=epoch_of)
 
 
@@ -76,11 +91,15 @@ def write_average(run: RunDir, paths: list[Path], output: Path | None = None) ->
     inside = output.resolve().is_relative_to(run.path.resolve())
     managed = any(output.resolve().is_relative_to((run / folder).resolve()) for folder in (EPOCHS, ATTENTION))
     if inside and (managed or output.exists()) and output.resolve() != (run / AVERAGED).resolve():
-        raise UserError(f"-o {output} is one of the run's own files (or in a folder the run keeps); write the "
-                        f"average to another file (by default {run / AVERAGED})")
+        raise UserError(
+            f"-o {output} is one of the run's own files (or in a folder the run keeps); write the "
+            f"average to another file (by default {run / AVERAGED})"
+        )
     if output.exists() and not checkpoint.is_average(output):  # an earlier average is replaced, nothing else
-        raise UserError(f"-o {output} exists and is not an average (graphformer average writes those); write the "
-                        "average to another file")
+        raise UserError(
+            f"-o {output} exists and is not an average (graphformer average writes those); write the "
+            "average to another file"
+        )
     checkpoint.save_atomic(average_states(paths), output)
     return output
 

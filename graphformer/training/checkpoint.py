@@ -10,6 +10,7 @@ that names both. Raise `VERSION` when a change to what a checkpoint holds would 
 graphformer misread it; a change that older readers pass over (a new key, a key no longer
 written) keeps it. Every graphformer checkpoint has had the field: a file without it is none.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -51,10 +52,15 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
     if version is None:
         raise UserError(f"{path} is not a graphformer checkpoint")
     if version != VERSION:
-        which = "a newer graphformer wrote it: upgrade" if version > VERSION else \
-            "an older graphformer wrote it: use that version, or retrain"
-        raise UserError(f"{path} is a checkpoint of format version {version}, and this graphformer ({__version__}) "
-                        f"reads version {VERSION}; {which}")
+        which = (
+            "a newer graphformer wrote it: upgrade"
+            if version > VERSION
+            else "an older graphformer wrote it: use that version, or retrain"
+        )
+        raise UserError(
+            f"{path} is a checkpoint of format version {version}, and this graphformer ({__version__}) "
+            f"reads version {VERSION}; {which}"
+        )
     return state
 
 
@@ -99,6 +105,7 @@ def find(run_dir: str | Path, which: str = "best") -> Path:
         if (run_dir / name).is_file():
             return run_dir / name
     if not (run_dir / CONFIG).is_file():  # not a run at all (a run's data folder, say)
-        raise UserError(f"{run_dir} is not a run directory (it has no {CONFIG}); give the --out directory of a "
-                        "training run")
+        raise UserError(
+            f"{run_dir} is not a run directory (it has no {CONFIG}); give the --out directory of a training run"
+        )
     raise UserError(f"no checkpoint in {run_dir}; train first with graphformer train --out {run_dir}")

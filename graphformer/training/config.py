@@ -7,6 +7,7 @@ may differ between sessions of one run without changing what it computes, and ``
 change with the number of processes as long as their product, the batches of an optimizer step,
 stays (the trainer checks it: see ``Trainer._check_batches_per_step``).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,68 +35,111 @@ BATCH_SIZE = 64  # sentences per training batch when neither batch_size nor batc
 
 @dataclass
 class TrainConfig(DictConfig):
-    task: str = option("copy", "copy | sort (generated), parallel (your files in --data-dir), multi30k "
-                       "(English-German); for --model encoder: listops | recall (generated), classify (your "
-                       "texts and one label per line in --data-dir)", choices=tuple(TASKS))
-    data_dir: Optional[str] = option(None, "parallel, classify: train/valid/test.{src,tgt} files; copy, sort, "
-                                     "listops, recall: where to "
-                                     "generate them (default RUN_DIR/data); multi30k: a local mirror of the raw "
-                                     ".gz files instead of downloading", metavar="DIR")
+    task: str = option(
+        "copy",
+        "copy | sort (generated), parallel (your files in --data-dir), multi30k "
+        "(English-German); for --model encoder: listops | recall (generated), classify (your "
+        "texts and one label per line in --data-dir)",
+        choices=tuple(TASKS),
+    )
+    data_dir: Optional[str] = option(
+        None,
+        "parallel, classify: train/valid/test.{src,tgt} files; copy, sort, "
+        "listops, recall: where to "
+        "generate them (default RUN_DIR/data); multi30k: a local mirror of the raw "
+        ".gz files instead of downloading",
+        metavar="DIR",
+    )
     train_limit: Optional[int] = option(None, "use only the first N training pairs", range=AT_LEAST_1)
-    bpe: Optional[int] = option(None, "multi30k: a SentencePiece BPE vocabulary of this many pieces, learned on the "
-                                "training split and kept in RUN_DIR/subwords.model, instead of Moses words",
-                                range=Range(low=100))
+    bpe: Optional[int] = option(
+        None,
+        "multi30k: a SentencePiece BPE vocabulary of this many pieces, learned on the "
+        "training split and kept in RUN_DIR/subwords.model, instead of Moses words",
+        range=Range(low=100),
+    )
     min_count: int = option(1, "drop tokens seen fewer times in the training data", range=AT_LEAST_1)
     shared_vocab: bool = option(True, "one vocabulary for both sides (--no-shared-vocab: one per side)")
-    init_from: Optional[str] = option(None, "start from the weights and vocabulary of another run (its best "
-                                      "checkpoint) or of a checkpoint file, e.g. one trained on shorter samples "
-                                      "(a curriculum); model options default to its own, and only those that keep "
-                                      "the weights' shapes may change (attention patterns, dropout, max_len unless "
-                                      "positions are learned, ACT); the optimizer and the learning-rate schedule "
-                                      "start afresh", metavar="RUN|FILE")
+    init_from: Optional[str] = option(
+        None,
+        "start from the weights and vocabulary of another run (its best "
+        "checkpoint) or of a checkpoint file, e.g. one trained on shorter samples "
+        "(a curriculum); model options default to its own, and only those that keep "
+        "the weights' shapes may change (attention patterns, dropout, max_len unless "
+        "positions are learned, ACT); the optimizer and the learning-rate schedule "
+        "start afresh",
+        metavar="RUN|FILE",
+    )
     seed: int = option(1, "seed of data generation, initialisation, dropout and batch order")
     epochs: int = option(12, "passes over the training data", range=AT_LEAST_1)
-    batch_size: Optional[int] = option(None, f"sentences per batch ({BATCH_SIZE} unless --batch-tokens)",
-                                       range=AT_LEAST_1)
+    batch_size: Optional[int] = option(
+        None, f"sentences per batch ({BATCH_SIZE} unless --batch-tokens)", range=AT_LEAST_1
+    )
     batch_tokens: Optional[int] = option(None, "source + target tokens per batch", range=AT_LEAST_1)
     accumulate: int = option(1, "batches per optimizer step", range=AT_LEAST_1)
     clip_norm: Optional[float] = option(None, "clip the gradient norm to this value", range=POSITIVE)
     warmup: int = option(400, "Noam warm-up steps", range=AT_LEAST_1)
-    lr_factor: float = option(0.5, "Noam factor: lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)",
-                              range=POSITIVE)
+    lr_factor: float = option(
+        0.5, "Noam factor: lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)", range=POSITIVE
+    )
     label_smoothing: float = option(0.1, "probability mass spread over the other tokens", range=PROBABILITY)
     valid_beam: int = option(1, "beam of the per-epoch exact-match check (1 = greedy)", range=AT_LEAST_1)
-    select_by: Optional[str] = option(None, "validation metric that picks checkpoint_best.pt (default: the "
-                                      "task's: exact_match for the generated tasks (copy, sort, listops, recall), "
-                                      "loss otherwise)", choices=tuple(SELECT_BY))
-    patience: Optional[int] = option(None, "stop early after N epochs without a better validation metric "
-                                     "(select_by)", range=AT_LEAST_1)
-    keep_last: int = option(0, "keep the checkpoints of the last N epochs in RUN_DIR/checkpoints, for "
-                            "graphformer average", range=Range(low=0))
+    select_by: Optional[str] = option(
+        None,
+        "validation metric that picks checkpoint_best.pt (default: the "
+        "task's: exact_match for the generated tasks (copy, sort, listops, recall), "
+        "loss otherwise)",
+        choices=tuple(SELECT_BY),
+    )
+    patience: Optional[int] = option(
+        None, "stop early after N epochs without a better validation metric (select_by)", range=AT_LEAST_1
+    )
+    keep_last: int = option(
+        0,
+        "keep the checkpoints of the last N epochs in RUN_DIR/checkpoints, for graphformer average",
+        range=Range(low=0),
+    )
     save_every: Optional[int] = option(None, "also write checkpoint_last.pt every N steps", range=AT_LEAST_1)
     max_steps: Optional[int] = option(None, "stop with a checkpoint after this many optimizer steps", range=AT_LEAST_1)
-    max_minutes: Optional[float] = option(None, "stop with a checkpoint after the step that ends this many minutes "
-                                          "into this invocation (a wall-clock budget; --resume starts a new one)",
-                                          range=POSITIVE)
-    viz_every: Optional[int] = option(None, "record attention maps of a validation sample every N epochs",
-                                      range=AT_LEAST_1)
-    precision: str = option("float32", "bfloat16: the forward pass's matrix products in bfloat16, under "
-                            "torch.autocast (weights, gradients and the optimizer stay float32; validation runs in "
-                            "float32); faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, AMX), much "
-                            "slower on CPUs without them", choices=TRAIN_PRECISIONS)
+    max_minutes: Optional[float] = option(
+        None,
+        "stop with a checkpoint after the step that ends this many minutes "
+        "into this invocation (a wall-clock budget; --resume starts a new one)",
+        range=POSITIVE,
+    )
+    viz_every: Optional[int] = option(
+        None, "record attention maps of a validation sample every N epochs", range=AT_LEAST_1
+    )
+    precision: str = option(
+        "float32",
+        "bfloat16: the forward pass's matrix products in bfloat16, under "
+        "torch.autocast (weights, gradients and the optimizer stay float32; validation runs in "
+        "float32); faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, AMX), much "
+        "slower on CPUs without them",
+        choices=TRAIN_PRECISIONS,
+    )
     device: str = option("auto", DEVICES)
-    threads: Optional[int] = option(None, "torch CPU threads per process (default: the cores this process may "
-                                    "use, shared among the run's processes on this machine)", range=AT_LEAST_1)
-    tensorboard: bool = option(False, "also log loss, learning rate, tokens/s, validation metrics and recorded "
-                               "attention maps to RUN_DIR/tensorboard (needs the tensorboard extra)")
-    attention_backend: str = option("auto", "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
-                                    "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
-                                    "(long sequences, local patterns); padded: one dense tile per sample (batches of "
-                                    "short sentences); flex: PyTorch's FlexAttention with the edges as a block mask (torch "
-                                    ">= 2.5; trains on CUDA only); auto: padded where edges fill a quarter of the "
-                                    "batch's tiles, flex (no gradients, on a CPU) or blocked on long relations whose blocks hold edges, "
-                                    "else dgl where DGL is installed and runs on the device, else torch",
-                                    choices=ATTENTION_BACKENDS)
+    threads: Optional[int] = option(
+        None,
+        "torch CPU threads per process (default: the cores this process may "
+        "use, shared among the run's processes on this machine)",
+        range=AT_LEAST_1,
+    )
+    tensorboard: bool = option(
+        False,
+        "also log loss, learning rate, tokens/s, validation metrics and recorded "
+        "attention maps to RUN_DIR/tensorboard (needs the tensorboard extra)",
+    )
+    attention_backend: str = option(
+        "auto",
+        "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
+        "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
+        "(long sequences, local patterns); padded: one dense tile per sample (batches of "
+        "short sentences); flex: PyTorch's FlexAttention with the edges as a block mask (torch "
+        ">= 2.5; trains on CUDA only); auto: padded where edges fill a quarter of the "
+        "batch's tiles, flex (no gradients, on a CPU) or blocked on long relations whose blocks hold edges, "
+        "else dgl where DGL is installed and runs on the device, else torch",
+        choices=ATTENTION_BACKENDS,
+    )
 
     def check(self) -> None:
         if self.batch_size is None and self.batch_tokens is None:
@@ -106,14 +150,17 @@ class TrainConfig(DictConfig):
         super().check()
         if self.attention_backend != "auto":  # whether the installed stack has it (DGL, flex) needs torch
             from graphformer.attention import unavailable
+
             if unavailable(self.attention_backend):
                 raise ConfigError("attention_backend", unavailable(self.attention_backend))
         if task.needs_data_dir and not self.data_dir:
-            raise ConfigError("data_dir", f"is needed by task {self.task!r}: a directory with train/valid/test "
-                              ".src/.tgt files")
+            raise ConfigError(
+                "data_dir", f"is needed by task {self.task!r}: a directory with train/valid/test .src/.tgt files"
+            )
         if self.batch_size is not None and self.batch_tokens is not None:
-            raise ConfigError("batch_size", "and a token budget per batch (batch_tokens, --batch-tokens) exclude each "
-                              "other: give one")
+            raise ConfigError(
+                "batch_size", "and a token budget per batch (batch_tokens, --batch-tokens) exclude each other: give one"
+            )
         check_device_name(self.device)
         if self.bpe and self.task != "multi30k":
             raise ConfigError("bpe", f"applies to the multi30k task (raw text), not to {self.task!r}")
@@ -121,7 +168,7 @@ class TrainConfig(DictConfig):
     def used(self, split: str, lines: list) -> list:
         """The lines of ``split`` the run trains or scores on: of the training split, the first
         ``train_limit``; of the others, all."""
-        return lines[:self.train_limit] if split == "train" and self.train_limit else lines
+        return lines[: self.train_limit] if split == "train" and self.train_limit else lines
 
     def out_of_patience(self, progress: dict) -> bool:
         """Early stopping: ``patience`` epochs in a row without a better validation metric."""
@@ -135,13 +182,19 @@ class DecodeConfig(DictConfig):
     beam: int = option(5, "beam size (1 = greedy)", range=AT_LEAST_1)
     # graphformer.decoding.DEFAULT_ALPHA, written out: this module stays free of torch (a test keeps them equal).
     alpha: float = option(0.6, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE)
-    batch_tokens: int = option(DECODE_BATCH_TOKENS, "source tokens per decoding batch (sentences of similar "
-                               "length decode together)", range=AT_LEAST_1)
-    precision: str = option("float32", "bfloat16 or float16: matrix products and attention in that dtype, under "
-                            "torch.autocast; faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, "
-                            "AMX), much slower on CPUs without them; outputs may differ a little from float32's. "
-                            "float16 needs a GPU",
-                            choices=PRECISIONS)
+    batch_tokens: int = option(
+        DECODE_BATCH_TOKENS,
+        "source tokens per decoding batch (sentences of similar length decode together)",
+        range=AT_LEAST_1,
+    )
+    precision: str = option(
+        "float32",
+        "bfloat16 or float16: matrix products and attention in that dtype, under "
+        "torch.autocast; faster on GPUs and on CPUs with bfloat16 instructions (AVX512-BF16, "
+        "AMX), much slower on CPUs without them; outputs may differ a little from float32's. "
+        "float16 needs a GPU",
+        choices=PRECISIONS,
+    )
 
 
 def check_device_name(name: str) -> None:
@@ -164,8 +217,11 @@ def with_flags(file_values: dict, flags: dict) -> dict:
         if flags.get(one) is not None and other not in flags:
             merged[other] = None
     file_task = file_values.get("task", TrainConfig.task)
-    if flags.get("task", file_task) != file_task and "select_by" not in flags \
-            and file_values.get("select_by") == get_task(file_task).select_by:
+    if (
+        flags.get("task", file_task) != file_task
+        and "select_by" not in flags
+        and file_values.get("select_by") == get_task(file_task).select_by
+    ):
         merged["select_by"] = None
     return merged
 
@@ -173,8 +229,10 @@ def with_flags(file_values: dict, flags: dict) -> dict:
 def absolute_paths(values: dict) -> dict:
     """``values`` (option name -> value) with the ``PATHS`` options made absolute, read from the
     current folder as the command line meant them."""
-    return {name: os.path.abspath(os.path.expanduser(value)) if name in PATHS and value else value
-            for name, value in values.items()}
+    return {
+        name: os.path.abspath(os.path.expanduser(value)) if name in PATHS and value else value
+        for name, value in values.items()
+    }
 
 
 def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
@@ -187,13 +245,15 @@ def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
         if name in RESUME_OVERRIDES or name in RUNTIME or name in PER_PROCESS:
             values[name] = value
         elif value != values[name]:
-            raise ConfigError(name, f"{differs(values[name], value)}: a resumed run keeps its configuration (only "
-                              f"{', '.join(RESUME_OVERRIDES)} and {', '.join(RUNTIME)} may change, and "
-                              f"{', '.join(PER_PROCESS)} with the number of processes); start a new run to change it")
+            raise ConfigError(
+                name,
+                f"{differs(values[name], value)}: a resumed run keeps its configuration (only "
+                f"{', '.join(RESUME_OVERRIDES)} and {', '.join(RUNTIME)} may change, and "
+                f"{', '.join(PER_PROCESS)} with the number of processes); start a new run to change it",
+            )
     return TrainConfig(**values)
 
 
 def differs(saved, given) -> str:
     """How a resumed run's saved value and the one given again differ, in words."""
     return f"is {'not set' if saved is None else repr(saved)} in this run; you gave {given!r}"
-

@@ -4,6 +4,7 @@ on one machine (`graphformer.training.launch`) or by torchrun across several.
 Both set RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE; without them training runs in one process.
 Gloo serves CPU processes, NCCL one GPU per process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,14 +66,19 @@ def check_devices_for(processes: int, device_name: str) -> None:
     if processes == 1:
         return
     if device_name.startswith("cuda:"):
-        raise ConfigError("device", f"{device_name} names one GPU, and each of the {processes} processes takes "
-                          "its own: use --device cuda")
+        raise ConfigError(
+            "device",
+            f"{device_name} names one GPU, and each of the {processes} processes takes its own: use --device cuda",
+        )
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if device_name == "cuda" and gpus == 0:
         raise ConfigError("device", "cuda: no CUDA device is visible here; use cpu")
     if device_name != "cpu" and gpus and gpus < processes:
-        raise ConfigError("device", f"{device_name}: {processes} processes take one GPU each, and "
-                          f"{gpus} {'is' if gpus == 1 else 'are'} visible; start fewer --processes, or use --device cpu")
+        raise ConfigError(
+            "device",
+            f"{device_name}: {processes} processes take one GPU each, and "
+            f"{gpus} {'is' if gpus == 1 else 'are'} visible; start fewer --processes, or use --device cpu",
+        )
 
 
 def default_threads() -> int:

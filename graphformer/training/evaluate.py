@@ -4,6 +4,7 @@ For a classifier (``model='encoder'``) the same code scores one label per sample
 mean cross-entropy per sample, "decoding" is the argmax label, and exact match is the accuracy
 (also reported as ``accuracy``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,9 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
     total_loss, correct, total = 0.0, 0, 0
     ponder = PonderTally()
     never = NEVER_LABELS if model.cfg.classifies else NEVER_EMITTED  # as decoding: never predicted
-    plan = plan_batches([len(s) for s in split.src], [len(t) for t in split.tgt],
-                        batch_tokens=batch_tokens, shuffle=False)
+    plan = plan_batches(
+        [len(s) for s in split.src], [len(t) for t in split.tgt], batch_tokens=batch_tokens, shuffle=False
+    )
     for idx in plan:
         batch = make_batch(pool, [split.src[i] for i in idx], [split.tgt[i] for i in idx]).to(device)
         output = model(batch, full_output=True)
@@ -64,19 +66,39 @@ class PonderTally:
         return out
 
 
-def exact_match(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA, *,
-                batch_tokens: int = DECODE_BATCH_TOKENS, progress=None) -> tuple[float, list]:
+def exact_match(
+    model,
+    split: Split,
+    pool: GraphPool,
+    beam: int = 1,
+    alpha: float = DEFAULT_ALPHA,
+    *,
+    batch_tokens: int = DECODE_BATCH_TOKENS,
+    progress=None,
+) -> tuple[float, list]:
     """Share of sentences decoded exactly as the reference, and the decoded hypotheses
     (``batch_tokens``, ``progress``: see `graphformer.decoding.translate_ids`)."""
-    hyps = translate_ids(model, split.src, beam=beam, alpha=alpha, batch_tokens=batch_tokens, pool=pool,
-                         progress=progress)
+    hyps = translate_ids(
+        model, split.src, beam=beam, alpha=alpha, batch_tokens=batch_tokens, pool=pool, progress=progress
+    )
     hits = sum(h.tokens == ref for h, ref in zip(hyps, split.tgt))
     return hits / len(split), hyps
 
 
-def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float = DEFAULT_ALPHA, *,
-             tgt_vocab=None, references: list[str] | None = None, detokenize=None, bleu_tokenize=None,
-             batch_tokens: int = DECODE_BATCH_TOKENS, progress=None) -> dict:
+def evaluate(
+    model,
+    split: Split,
+    pool: GraphPool,
+    beam: int = 1,
+    alpha: float = DEFAULT_ALPHA,
+    *,
+    tgt_vocab=None,
+    references: list[str] | None = None,
+    detokenize=None,
+    bleu_tokenize=None,
+    batch_tokens: int = DECODE_BATCH_TOKENS,
+    progress=None,
+) -> dict:
     """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
     and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`).
     ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
@@ -84,8 +106,9 @@ def evaluate(model, split: Split, pool: GraphPool, beam: int = 1, alpha: float =
     ``progress(n)`` hears of the sentences decoded, batch by batch; ``batch_tokens``: source tokens
     per decoding batch, as ``translate`` batches."""
     scores = teacher_forced(model, split, pool)
-    scores["exact_match"], hyps = exact_match(model, split, pool, beam, alpha, batch_tokens=batch_tokens,
-                                              progress=progress)
+    scores["exact_match"], hyps = exact_match(
+        model, split, pool, beam, alpha, batch_tokens=batch_tokens, progress=progress
+    )
     scores["n"] = len(split)
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]

@@ -18,6 +18,7 @@ training code cannot tell the two launchers apart. What this one changes is how 
 
 Several machines still need torchrun (docs/howto/scale.md).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -46,9 +47,16 @@ def free_port() -> int:
 
 def process_environment(rank: int, processes: int, port: int) -> dict:
     """What torchrun --standalone would set for process ``rank`` of ``processes`` on one machine."""
-    env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(processes),
-           "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           LAUNCHER_PID: str(os.getpid())}
+    env = {
+        **os.environ,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(processes),
+        "LOCAL_WORLD_SIZE": str(processes),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        LAUNCHER_PID: str(os.getpid()),
+    }
     env.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK)  # gloo would look the host name up, which need not resolve
     return env
 
@@ -85,8 +93,11 @@ class Launch:
         with its own error, and one that only lost another (`LOST_PEER_STATUS`) last; the lowest
         rank among equals."""
         failed = [r for r, process in enumerate(self.ranks) if process.returncode not in (None, 0)]
-        return min(failed, key=lambda r: (not self.killed_from_outside(r),
-                                          self.ranks[r].returncode == LOST_PEER_STATUS, r), default=None)
+        return min(
+            failed,
+            key=lambda r: (not self.killed_from_outside(r), self.ranks[r].returncode == LOST_PEER_STATUS, r),
+            default=None,
+        )
 
     def killed_from_outside(self, rank: int) -> bool:
         code = self.ranks[rank].returncode
@@ -111,8 +122,10 @@ class Launch:
             return code
         if outside:  # the out-of-memory killer, kill -9: the process said nothing
             others = "the other processes were stopped; " if stopped else ""
-            sys.stderr.write(f"graphformer: process {failed} was killed by {signal.Signals(-code).name}; {others}"
-                             f"continue from the last checkpoint with: {resume}\n")
+            sys.stderr.write(
+                f"graphformer: process {failed} was killed by {signal.Signals(-code).name}; {others}"
+                f"continue from the last checkpoint with: {resume}\n"
+            )
         return 128 - code
 
 
@@ -123,12 +136,20 @@ def run_processes(argv: list[str], processes: int, resume: str) -> int:
     launch, port = Launch(), free_port()
     group = 0  # one process group for all: `kill -- -PGID` reaches every process
     # Installed first: a signal while the processes start reaches the ones started so far.
-    previous = {sig: signal.signal(sig, lambda signum, frame: launch.pass_on(signum))
-                for sig in PASSED_ON if signal.getsignal(sig) is not signal.SIG_IGN}
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: launch.pass_on(signum))
+        for sig in PASSED_ON
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     try:
         for rank in range(processes):
-            launch.ranks.append(subprocess.Popen([sys.executable, "-m", "graphformer", *argv], process_group=group,
-                                                 env=process_environment(rank, processes, port)))
+            launch.ranks.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "graphformer", *argv],
+                    process_group=group,
+                    env=process_environment(rank, processes, port),
+                )
+            )
             group = launch.ranks[0].pid
         return launch.wait(resume)
     finally:

@@ -10,9 +10,10 @@ tokens except `<pad>`, which no target node ever predicts:
 Graph batches have no padding nodes, so no position needs masking; gold `<pad>` ids (possible in
 dense layouts) are skipped all the same.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

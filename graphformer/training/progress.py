@@ -4,6 +4,7 @@ plain lines in a log file, rounded metrics) and, optionally, TensorBoard.
 The logs in the run directory (``steps.jsonl``, ``metrics.jsonl``) keep every number in full;
 these are views for people.
 """
+
 from __future__ import annotations
 
 import io
@@ -43,8 +44,9 @@ class Progress:
         self.tic = self.last_line = time.perf_counter()
         self.tokens = 0
         self.unprinted = None  # the latest step's line, if the plain output has not shown it
-        self.bar = tqdm(total=total, initial=done, desc=desc, dynamic_ncols=True, leave=False,
-                        disable=not (enabled and self.tty))
+        self.bar = tqdm(
+            total=total, initial=done, desc=desc, dynamic_ncols=True, leave=False, disable=not (enabled and self.tty)
+        )
 
     def step(self, tokens: int, loss: float, lr: float) -> float:
         """Count one optimizer step of ``tokens`` tokens (the target tokens of a sequence model, the
@@ -83,7 +85,9 @@ class TensorBoardLog:
         try:
             from torch.utils.tensorboard import SummaryWriter  # needs the optional tensorboard package
         except ImportError:
-            raise UserError("tensorboard logging needs the tensorboard package: pip install -e .[tensorboard]") from None
+            raise UserError(
+                "tensorboard logging needs the tensorboard package: pip install -e .[tensorboard]"
+            ) from None
         self.writer = SummaryWriter(str(folder), purge_step=after_step + 1 if after_step else None)
 
     def step(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:

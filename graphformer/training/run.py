@@ -1,17 +1,18 @@
 """Reading a run back: data preparation shared with training, and the trained model with
 everything needed to feed it (for ``evaluate``, ``translate`` and the notebooks). The files are
 described in `graphformer.training.run_dir`."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from graphformer.attention import DEFAULT_BACKEND
-from graphformer.data.tasks import classification_tasks, get_task
 from graphformer.data.corpus import Split, build_vocabs, read_split
+from graphformer.data.tasks import classification_tasks, get_task
 from graphformer.errors import ConfigError, UserError
 from graphformer.model import ModelConfig
-from graphformer.model.config import CLASSIFIERS
 from graphformer.model import build_model as model_from_config
+from graphformer.model.config import CLASSIFIERS
 from graphformer.training import checkpoint
 from graphformer.training.config import TrainConfig
 from graphformer.training.distributed import resolve_device
@@ -37,12 +38,18 @@ def check_model_fits_task(model_cfg: ModelConfig, task_name: str) -> None:
     """A classifier trains on classification tasks, a sequence model on the others."""
     task = get_task(task_name)
     if model_cfg.classifies and not task.classification:
-        raise ConfigError("model", f"{model_cfg.model!r} is a classifier (one label per sample) and task "
-                          f"{task_name!r} asks for sequences; use it with {' or '.join(classification_tasks())}, "
-                          "or choose model transformer or universal")
+        raise ConfigError(
+            "model",
+            f"{model_cfg.model!r} is a classifier (one label per sample) and task "
+            f"{task_name!r} asks for sequences; use it with {' or '.join(classification_tasks())}, "
+            "or choose model transformer or universal",
+        )
     if task.classification and not model_cfg.classifies:
-        raise ConfigError("model", f"{model_cfg.model!r} generates sequences and task {task_name!r} is "
-                          f"classification (one label per sample); choose model {' or '.join(CLASSIFIERS)}")
+        raise ConfigError(
+            "model",
+            f"{model_cfg.model!r} generates sequences and task {task_name!r} is "
+            f"classification (one label per sample); choose model {' or '.join(CLASSIFIERS)}",
+        )
 
 
 def check_labels(splits: dict[str, Split]) -> None:
@@ -51,25 +58,30 @@ def check_labels(splits: dict[str, Split]) -> None:
     for name, split in splits.items():
         for i, label in enumerate(split.tgt_words):
             if len(label) != 1:
-                raise UserError(f"{name}.tgt line {i + 1} holds {len(label)} tokens; a classification task "
-                                "needs exactly one label per line")
+                raise UserError(
+                    f"{name}.tgt line {i + 1} holds {len(label)} tokens; a classification task "
+                    "needs exactly one label per line"
+                )
 
 
-def check_init_vocab(train: Split, src_vocab: Vocab, tgt_vocab: Vocab, path: Path,
-                     classification: bool) -> str | None:
+def check_init_vocab(train: Split, src_vocab: Vocab, tgt_vocab: Vocab, path: Path, classification: bool) -> str | None:
     """A run started ``--init-from`` a checkpoint keeps its vocabulary: a label it lacks is an
     error (the classifier could never answer it); unknown source tokens read as `<unk>`, as tokens
     below ``min_count`` do, and are worth a warning, which this returns."""
     if classification:
         label = next((t[0] for t in train.tgt_words if t and t[0] not in tgt_vocab.stoi), None)
         if label is not None:
-            raise UserError(f"--init-from {path}: training label {label!r} is not among its labels; "
-                            "start from a model trained on the same labels")
+            raise UserError(
+                f"--init-from {path}: training label {label!r} is not among its labels; "
+                "start from a model trained on the same labels"
+            )
     tokens = [tok for words in train.src_words for tok in words]
     unknown = sum(tok not in src_vocab.stoi for tok in tokens)
     if unknown:
-        return (f"warning: {unknown} of {len(tokens)} training source tokens are not in the vocabulary of "
-                f"{path} and read as <unk>")
+        return (
+            f"warning: {unknown} of {len(tokens)} training source tokens are not in the vocabulary of "
+            f"{path} and read as <unk>"
+        )
     return None
 
 
@@ -78,33 +90,41 @@ def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
     value that would fit (source positions count `</s>` and a `<cls>` node, target positions `<s>`)."""
     longest = None  # (positions, split, side, line, tokens)
     for name, split in splits.items():
-        for side, seqs, positions in (("src", split.src_words, pool.source_positions),
-                                      ("tgt", split.tgt_words, pool.target_nodes)):
+        for side, seqs, positions in (
+            ("src", split.src_words, pool.source_positions),
+            ("tgt", split.tgt_words, pool.target_nodes),
+        ):
             for i, seq in enumerate(seqs):
                 if longest is None or positions(len(seq)) > longest[0]:
                     longest = (positions(len(seq)), name, side, i + 1, len(seq))
     if longest is not None and longest[0] > max_len:
         needed, name, side, line, tokens = longest
-        raise ConfigError("max_len", f"({max_len}) is shorter than the data: {name}.{side} line {line} has {tokens} "
-                          f"tokens, which take {needed} positions with the model's special nodes; it must be "
-                          f"at least {needed}")
+        raise ConfigError(
+            "max_len",
+            f"({max_len}) is shorter than the data: {name}.{side} line {line} has {tokens} "
+            f"tokens, which take {needed} positions with the model's special nodes; it must be "
+            f"at least {needed}",
+        )
 
 
 def check_matches_run(state: dict, run: RunDir, path: Path) -> None:
     """A checkpoint must belong to the run it sits in: same vocabulary, same model."""
     if (run / VOCAB).is_file() and run.read_json(VOCAB) != state["vocab"]:
-        raise UserError(f"{path} was trained with another vocabulary than {run / VOCAB}; "
-                        "use the checkpoint of this run or retrain")
+        raise UserError(
+            f"{path} was trained with another vocabulary than {run / VOCAB}; use the checkpoint of this run or retrain"
+        )
     if (run / CONFIG).is_file() and run.read_config()[0] != state["model_config"]:
-        raise UserError(f"{path} holds another model than {run / CONFIG} describes; "
-                        "use the checkpoint of this run or retrain")
+        raise UserError(
+            f"{path} holds another model than {run / CONFIG} describes; use the checkpoint of this run or retrain"
+        )
 
 
 class LoadedRun:
     """A trained model and everything needed to feed it, read from a run directory."""
 
-    def __init__(self, run_dir: str | Path, which: str = "best", device="cpu",
-                 attention_backend: str = DEFAULT_BACKEND):
+    def __init__(
+        self, run_dir: str | Path, which: str = "best", device="cpu", attention_backend: str = DEFAULT_BACKEND
+    ):
         self.run_dir = Path(run_dir)
         device = resolve_device(device)
         path = checkpoint.find(self.run_dir, which)
@@ -129,12 +149,15 @@ class LoadedRun:
                 raise UserError(f"data directory {folder} does not exist; give a folder with {name}.src and {name}.tgt")
             if not all((Path(folder) / f"{name}.{side}").is_file() for side in ("src", "tgt")):
                 own = self.task.data_dir(self.train_cfg, self.run_dir)
-                raise UserError(f"{folder} has no {name}.src and {name}.tgt; --data-dir takes a folder laid out as the "
-                                f"run's own data ({own}: one tokenized sample per line), not raw corpus files")
+                raise UserError(
+                    f"{folder} has no {name}.src and {name}.tgt; --data-dir takes a folder laid out as the "
+                    f"run's own data ({own}: one tokenized sample per line), not raw corpus files"
+                )
         split = read_split(self.data_dir() if folder is None else Path(folder), name)
         if folder is None:
-            split.src_words, split.tgt_words = (self.train_cfg.used(name, side) for side in (split.src_words,
-                                                                                            split.tgt_words))
+            split.src_words, split.tgt_words = (
+                self.train_cfg.used(name, side) for side in (split.src_words, split.tgt_words)
+            )
         if self.task.classification:
             check_labels({name: split})
         try:
@@ -180,9 +203,11 @@ def check_init_fits(state: dict, path: Path, cfg: ModelConfig) -> None:
     for name in ("model", "tie"):
         if saved.get(name, getattr(cfg, name)) != getattr(cfg, name):
             option = "--" + name
-            raise UserError(f"--init-from {path}: it was trained with {option} {saved[name]}, this run has {option} "
-                            f"{getattr(cfg, name)}; start from a run of the same {option}, or give {option} "
-                            f"{saved[name]}")
+            raise UserError(
+                f"--init-from {path}: it was trained with {option} {saved[name]}, this run has {option} "
+                f"{getattr(cfg, name)}; start from a run of the same {option}, or give {option} "
+                f"{saved[name]}"
+            )
 
 
 def init_weights(model, state: dict, path: Path) -> None:
@@ -194,8 +219,10 @@ def init_weights(model, state: dict, path: Path) -> None:
         saved, wanted = state["model_config"], model.cfg.to_dict()
         differ = [name for name in wanted if name not in ("src_vocab", "tgt_vocab") and saved.get(name) != wanted[name]]
         which = ", ".join(f"{name} ({saved.get(name)!r} there, {wanted[name]!r} here)" for name in differ)
-        raise UserError(f"--init-from {path}: its weights do not fit this model"
-                        + (f"; give the options it was trained with: {which}" if which else "")) from None
+        raise UserError(
+            f"--init-from {path}: its weights do not fit this model"
+            + (f"; give the options it was trained with: {which}" if which else "")
+        ) from None
 
 
 def load_model(state: dict, path: Path, attention_backend: str = DEFAULT_BACKEND):

@@ -19,6 +19,7 @@ Every file is replaced atomically (`graphformer.files`); the logs are appended a
 time and cut back to the checkpoint when a run resumes (a crash can leave records past it, or
 half a line).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -30,8 +31,15 @@ from pathlib import Path
 
 from graphformer.data.text import split_lines
 from graphformer.errors import UserError
-from graphformer.files import (append_line, epoch_file, epoch_files, epoch_of, remove_temporaries, write_json_atomic,
-                               write_text_atomic)
+from graphformer.files import (
+    append_line,
+    epoch_file,
+    epoch_files,
+    epoch_of,
+    remove_temporaries,
+    write_json_atomic,
+    write_text_atomic,
+)
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import AVERAGED, BEST, CONFIG, LAST
 
@@ -81,7 +89,9 @@ class RunDir:
             f.seek(0)
             owner = f.read().strip() or "another process"
             f.close()
-            raise UserError(f"{self.path} is being trained by {owner}; wait for it to finish or choose another --out") from None
+            raise UserError(
+                f"{self.path} is being trained by {owner}; wait for it to finish or choose another --out"
+            ) from None
         f.seek(0)
         f.truncate()
         f.write(f"process {os.getpid()}\n")
@@ -108,9 +118,12 @@ class RunDir:
     def read_config(self) -> tuple[dict, dict]:
         """The (model, train) option dicts of ``config.json``."""
         config = self.read_json(CONFIG)
-        if not isinstance(config, dict) or not isinstance(config.get("model"), dict) \
-                or not isinstance(config.get("train"), dict):
-            raise UserError(f"{self.path / CONFIG} needs a \"model\" and a \"train\" object; restore it or retrain")
+        if (
+            not isinstance(config, dict)
+            or not isinstance(config.get("model"), dict)
+            or not isinstance(config.get("train"), dict)
+        ):
+            raise UserError(f'{self.path / CONFIG} needs a "model" and a "train" object; restore it or retrain')
         return config["model"], config["train"]
 
     # ---- writing ----------------------------------------------------------------------------
@@ -136,7 +149,7 @@ class RunDir:
         ``keep_last`` are on disk."""
         (self.path / EPOCHS).mkdir(exist_ok=True)
         older = [p for p in self.epoch_checkpoints() if epoch_of(p) != epoch]
-        for path in older[:max(0, len(older) - keep_last + 1)]:
+        for path in older[: max(0, len(older) - keep_last + 1)]:
             path.unlink()
         checkpoint.save_atomic(state, epoch_file(self.path / EPOCHS, epoch))
 

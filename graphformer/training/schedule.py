@@ -4,6 +4,7 @@ r"""The Noam learning-rate schedule (Vaswani et al., 2017, section 5.3):
 
 linear warm-up for ``warmup`` steps, then decay with the inverse square root of the step.
 """
+
 from __future__ import annotations
 
 import torch
@@ -11,7 +12,7 @@ import torch
 
 def noam_rate(step: int, d_model: int, warmup: int, factor: float) -> float:
     step = max(step, 1)
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def make_optimizer(params, d_model: int, warmup: int, factor: float):

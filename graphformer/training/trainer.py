@@ -4,6 +4,7 @@ Resuming is exact: the batch order of an epoch is a function of (seed, epoch) on
 checkpoint stores the RNG states, optimizer, schedule and the position inside the epoch, so a
 run stopped after k steps and resumed computes the same losses as one that never stopped.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +15,9 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -38,9 +39,20 @@ from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run import (check_init_fits, check_init_vocab, check_labels, check_lengths, check_matches_run,
-                                      check_model_fits_task, checkpoint_vocabs, init_weights, load_model, read_init,
-                                      read_splits, vocabs_for)
+from graphformer.training.run import (
+    check_init_fits,
+    check_init_vocab,
+    check_labels,
+    check_lengths,
+    check_matches_run,
+    check_model_fits_task,
+    checkpoint_vocabs,
+    init_weights,
+    load_model,
+    read_init,
+    read_splits,
+    vocabs_for,
+)
 from graphformer.training.run_dir import METRICS, STEPS, TENSORBOARD, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
 from graphformer.viz import plots
@@ -67,8 +79,15 @@ class Trainer:
     (a notebook, say) to handle; the command line ends the process at once instead.
     """
 
-    def __init__(self, run_dir: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                 resume: bool = False, show_progress: bool = True, abort: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        model_cfg: ModelConfig,
+        train_cfg: TrainConfig,
+        resume: bool = False,
+        show_progress: bool = True,
+        abort: Callable[[], None] | None = None,
+    ):
         if abort is not None:
             self.abort = abort
         self.files = RunDir(run_dir)
@@ -135,8 +154,11 @@ class Trainer:
         check_map_size(self.splits["valid"], pool, self.cfg.viz_every)
         self._choose_vocabs(init)
         if model_cfg.tie == "all" and self.src_vocab != self.tgt_vocab:  # equal sizes are not enough
-            raise ConfigError("tie", "'all' shares one embedding between source and target tokens, and this run has "
-                              "one vocabulary per side; drop --no-shared-vocab, or tie decoder only")
+            raise ConfigError(
+                "tie",
+                "'all' shares one embedding between source and target tokens, and this run has "
+                "one vocabulary per side; drop --no-shared-vocab, or tie decoder only",
+            )
         self._encode()
         self._check_epoch_has_steps()  # before a model is built for nothing
         model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
@@ -160,13 +182,17 @@ class Trainer:
         if init is None:
             self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
             if len(self.src_vocab) == len(SPECIALS):  # every source token would read as <unk>
-                raise ConfigError("min_count", f"({self.cfg.min_count}) is more than any training source token is "
-                                  "seen: the vocabulary would hold no word; lower it")
+                raise ConfigError(
+                    "min_count",
+                    f"({self.cfg.min_count}) is more than any training source token is "
+                    "seen: the vocabulary would hold no word; lower it",
+                )
             return
         state, path = init
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
-        warning = check_init_vocab(self.splits["train"], self.src_vocab, self.tgt_vocab, path,
-                                   get_task(self.cfg.task).classification)
+        warning = check_init_vocab(
+            self.splits["train"], self.src_vocab, self.tgt_vocab, path, get_task(self.cfg.task).classification
+        )
         if warning and self.ctx.is_main:
             tqdm.write(warning, file=sys.stderr)
 
@@ -175,8 +201,10 @@ class Trainer:
         if not path.is_file():
             owner = self.files.trainer()  # a run still in its first epoch has no checkpoint yet
             if owner:
-                raise UserError(f"{self.run_dir} is being trained by {owner} and has no checkpoint yet; wait for "
-                                "one (an epoch's end), or for that run to finish")
+                raise UserError(
+                    f"{self.run_dir} is being trained by {owner} and has no checkpoint yet; wait for "
+                    "one (an epoch's end), or for that run to finish"
+                )
             raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
         # Checked before the run is locked, since locking writes .lock: a refused resume must leave
         # the run directory as it was.
@@ -219,23 +247,31 @@ class Trainer:
         per_step, k, world = saved_k * trained_by, self.cfg.accumulate, self.ctx.world
         if k * world == per_step:
             return
-        how = f"{self.run_dir} takes {per_step} batches per optimizer step (--accumulate {saved_k} x {trained_by} " \
-              f"process(es)), this would take {k * world} ({k} x {world})"
+        how = (
+            f"{self.run_dir} takes {per_step} batches per optimizer step (--accumulate {saved_k} x {trained_by} "
+            f"process(es)), this would take {k * world} ({k} x {world})"
+        )
         if per_step % world:
-            raise UserError(f"{how}; {world} process(es) cannot share {per_step} batches evenly: resume it on "
-                            f"{trained_by} process(es) ({resume_command(self.run_dir, trained_by)})")
+            raise UserError(
+                f"{how}; {world} process(es) cannot share {per_step} batches evenly: resume it on "
+                f"{trained_by} process(es) ({resume_command(self.run_dir, trained_by)})"
+            )
         raise UserError(f"{how}: resume it with {resume_command(self.run_dir, world)} --accumulate {per_step // world}")
 
     def _check_limits_not_below_progress(self, progress: dict, saved: dict) -> None:
         """A resumed run's new --epochs and --max-steps must not undercut what it has done:
         config.json would no longer describe the run (as --config, it would train a shorter one).
         (A lower value saved by an earlier version is kept: the run is then done.)"""
-        for flag, name, done, unit in (("--epochs", "epochs", progress["epoch"], "epochs"),
-                                       ("--max-steps", "max_steps", progress["step"], "steps")):
+        for flag, name, done, unit in (
+            ("--epochs", "epochs", progress["epoch"], "epochs"),
+            ("--max-steps", "max_steps", progress["step"], "steps"),
+        ):
             limit = getattr(self.cfg, name)
             if limit is not None and limit < done and limit != saved.get(name):  # config.json's: given now
-                raise UserError(f"{flag} {limit} is fewer than the {done} {unit} {self.run_dir} has trained; give at "
-                                f"least {done} (or leave it out)")
+                raise UserError(
+                    f"{flag} {limit} is fewer than the {done} {unit} {self.run_dir} has trained; give at "
+                    f"least {done} (or leave it out)"
+                )
 
     def _load_data(self):
         task = get_task(self.cfg.task)
@@ -247,7 +283,10 @@ class Trainer:
         if task.classification:
             check_labels(self.splits)
         train = self.splits["train"]
-        train.src_words, train.tgt_words = self.cfg.used("train", train.src_words), self.cfg.used("train", train.tgt_words)
+        train.src_words, train.tgt_words = (
+            self.cfg.used("train", train.src_words),
+            self.cfg.used("train", train.tgt_words),
+        )
 
     def _warn_about_generated_data(self) -> None:
         """Files already in a generated task's data folder are used as they are, whatever --seed
@@ -258,12 +297,16 @@ class Trainer:
         folder = task.data_dir(self.cfg, self.run_dir)  # --data-dir, or RUN_DIR/data (a killed run's, maybe)
         record = generated_by(folder)
         if record is None and self.cfg.data_dir:
-            warning = (f"{folder} has no record of a generator ({RECORD}); training task {self.cfg.task!r} "
-                       "on its files as they are (for your own files, --task parallel)")
+            warning = (
+                f"{folder} has no record of a generator ({RECORD}); training task {self.cfg.task!r} "
+                "on its files as they are (for your own files, --task parallel)"
+            )
         elif record is not None and record.get("seed", self.cfg.seed) != self.cfg.seed:
-            warning = (f"the data in {folder} was generated with seed {record['seed']}; training on it as it is "
-                       f"(--seed {self.cfg.seed} sets the initialisation, dropout and batch order; give a new "
-                       "--data-dir for data of this seed)")
+            warning = (
+                f"the data in {folder} was generated with seed {record['seed']}; training on it as it is "
+                f"(--seed {self.cfg.seed} sets the initialisation, dropout and batch order; give a new "
+                "--data-dir for data of this seed)"
+            )
         else:
             return
         tqdm.write(f"graphformer: warning: {warning}", file=sys.stderr)
@@ -284,7 +327,8 @@ class Trainer:
             ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
             self.net = DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer, self.schedule = make_optimizer(
-            self.model.parameters(), self.model.cfg.d_model, self.cfg.warmup, self.cfg.lr_factor)
+            self.model.parameters(), self.model.cfg.d_model, self.cfg.warmup, self.cfg.lr_factor
+        )
 
     # ---- checkpoints ------------------------------------------------------------------------
     def state(self, rng_by_rank: dict | None = None) -> dict:
@@ -297,8 +341,11 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             # "torch" (rank 0's CPU state) is what graphformer read before the states by rank.
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                    **(rng_by_rank or self._rng_by_rank(gather=False))},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "python": random.getstate(),
+                **(rng_by_rank or self._rng_by_rank(gather=False)),
+            },
             "vocab": {"src": self.src_vocab.itos, "tgt": self.tgt_vocab.itos},
             "progress": dict(self.progress),
             "processes": self.ctx.world,  # an epoch's batches are split among them (see epoch_plan)
@@ -324,8 +371,10 @@ class Trainer:
         gpu = torch.cuda.get_rng_state(self.ctx.device) if self.ctx.device.type == "cuda" else None
         mine = (torch.get_rng_state(), gpu)
         states = distributed.all_gather(mine, self.ctx) if gather else [mine]
-        return {"torch_by_rank": [cpu for cpu, _ in states],
-                "cuda_by_rank": [gpu for _, gpu in states] if gpu is not None else None}
+        return {
+            "torch_by_rank": [cpu for cpu, _ in states],
+            "cuda_by_rank": [gpu for _, gpu in states] if gpu is not None else None,
+        }
 
     def _restore_rng(self, rng: dict) -> None:
         """This rank's random states from a checkpoint's: this rank's entries (rank 0's when the
@@ -353,20 +402,27 @@ class Trainer:
             steps, _ = self.epoch_plan(self.progress["epoch"])
         if not steps:
             k, world = self.cfg.accumulate, self.ctx.world
-            raise UserError(f"an epoch holds fewer batches than one optimizer step takes (--accumulate {k} x {world} "
-                            "process(es)): nothing would be trained; give smaller batches (--batch-size or "
-                            "--batch-tokens), a smaller --accumulate, fewer processes, or more data")
+            raise UserError(
+                f"an epoch holds fewer batches than one optimizer step takes (--accumulate {k} x {world} "
+                "process(es)): nothing would be trained; give smaller batches (--batch-size or "
+                "--batch-tokens), a smaller --accumulate, fewer processes, or more data"
+            )
 
     def epoch_plan(self, epoch: int):
         """The optimizer steps of an epoch: this rank's batches for each step (``accumulate`` of
         them), and all ranks' batches for each step (``accumulate * world`` of them)."""
         train = self.splits["train"]
-        plan = plan_batches([len(s) for s in train.src], [len(t) for t in train.tgt],
-                            batch_size=self.cfg.batch_size, batch_tokens=self.cfg.batch_tokens,
-                            seed=self.cfg.seed, epoch=epoch)
+        plan = plan_batches(
+            [len(s) for s in train.src],
+            [len(t) for t in train.tgt],
+            batch_size=self.cfg.batch_size,
+            batch_tokens=self.cfg.batch_tokens,
+            seed=self.cfg.seed,
+            epoch=epoch,
+        )
         k, world = self.cfg.accumulate, self.ctx.world
         steps = len(plan) // (k * world)
-        per_step = [plan[s * k * world:(s + 1) * k * world] for s in range(steps)]
+        per_step = [plan[s * k * world : (s + 1) * k * world] for s in range(steps)]
         return [shard(group, self.ctx.rank, world) for group in per_step], per_step
 
     def step_counts(self, step_batches: list[list[int]]) -> dict:
@@ -376,9 +432,11 @@ class Trainer:
         and `</s>` (its gold), a classifier's source nodes (its gold is one label per sample)."""
         train, pool = self.splits["train"], self.pool
         samples = [j for batch in step_batches for j in batch]
-        counts = {"gold": sum(pool.gold_count(len(train.tgt[j])) for j in samples),
-                  "src": sum(pool.source_nodes(len(train.src[j])) for j in samples),
-                  "tgt": sum(pool.target_nodes(len(train.tgt[j])) for j in samples)}
+        counts = {
+            "gold": sum(pool.gold_count(len(train.tgt[j])) for j in samples),
+            "src": sum(pool.source_nodes(len(train.src[j])) for j in samples),
+            "tgt": sum(pool.target_nodes(len(train.tgt[j])) for j in samples),
+        }
         return counts | {"tokens": counts["gold"] if pool.targets else counts["src"]}
 
     def train_step(self, batches: list[list[int]], counts: dict) -> float:
@@ -421,15 +479,19 @@ class Trainer:
         # Every rank: a signal that reaches any of them (the launcher passes Ctrl-C on to all) stops all at one step.
         # A signal ignored on entry stays ignored, as the launcher leaves it: a shell starts a script's
         # background job (cmd &) with SIGINT ignored, so that a Ctrl-C at the terminal spares it.
-        handlers = {sig: signal.signal(sig, self._on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
-                    if signal.getsignal(sig) is not signal.SIG_IGN}
+        handlers = {
+            sig: signal.signal(sig, self._on_interrupt)
+            for sig in (signal.SIGINT, signal.SIGTERM)
+            if signal.getsignal(sig) is not signal.SIG_IGN
+        }
         metrics = None
         try:
             if self.progress["batch"] and self.progress["batch"] == len(self.epoch_plan(self.progress["epoch"])[0]):
                 metrics = self._end_epoch()  # stopped (a signal, a kill) after its last step: validate it now
             # A resumed run that had stopped early stays stopped unless it is given more patience.
-            done = (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps) or \
-                self._out_of_patience()
+            done = (
+                self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
+            ) or self._out_of_patience()
             if self.cfg.max_minutes is not None:
                 self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
             if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
@@ -456,13 +518,14 @@ class Trainer:
         resume = resume_command(self.run_dir, self.ctx.world, self.ctx.per_node)
         return f"then continue from {checkpoint.LAST} (intact) with: {resume}"
 
-    def _train_epoch(self) -> "EpochEnd":
+    def _train_epoch(self) -> EpochEnd:
         """Steps of the current epoch from where progress points."""
         epoch = self.progress["epoch"]
         steps, global_steps = self.epoch_plan(epoch)
         self._check_epoch_has_steps(steps)
-        report = Progress(len(steps), self.progress["batch"], f"epoch {epoch + 1}/{self.cfg.epochs}",
-                          enabled=self.show_progress)
+        report = Progress(
+            len(steps), self.progress["batch"], f"epoch {epoch + 1}/{self.cfg.epochs}", enabled=self.show_progress
+        )
         for s in range(self.progress["batch"], len(steps)):
             counts = self.step_counts(global_steps[s])
             global_tokens = counts["gold"]
@@ -473,18 +536,29 @@ class Trainer:
             except NonFiniteLoss as err:
                 report.close(show_last=False)
                 self.save()
-                raise UserError(f"the loss became {err.value} at step {self.progress['step'] + 1} (the numbers "
-                                f"overflowed); {self.run_dir / checkpoint.LAST} holds the weights before that step: "
-                                "lower the learning rate (lr_factor), raise warmup or set clip_norm, "
-                                "then train a new run") from None
+                raise UserError(
+                    f"the loss became {err.value} at step {self.progress['step'] + 1} (the numbers "
+                    f"overflowed); {self.run_dir / checkpoint.LAST} holds the weights before that step: "
+                    "lower the learning rate (lr_factor), raise warmup or set clip_norm, "
+                    "then train a new run"
+                ) from None
             self.progress["batch"] = s + 1
             self.progress["step"] += 1
             loss = loss_sum / global_tokens
             rate = report.step(counts["tokens"], loss=loss, lr=lr)
             if self.board:
                 self.board.step(self.progress["step"], loss, lr, rate)
-            self._log(STEPS, {"step": self.progress["step"], "epoch": epoch, "loss": loss,
-                              "lr": lr, "tokens": counts["tokens"], "seconds": time.perf_counter() - tic})
+            self._log(
+                STEPS,
+                {
+                    "step": self.progress["step"],
+                    "epoch": epoch,
+                    "loss": loss,
+                    "lr": lr,
+                    "tokens": counts["tokens"],
+                    "seconds": time.perf_counter() - tic,
+                },
+            )
             if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
                 self.save()
             if self._should_stop():
@@ -502,8 +576,9 @@ class Trainer:
         return EpochEnd.COMPLETE
 
     def _should_stop(self) -> bool:
-        limit = ((self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps)
-                 or (self._deadline is not None and time.perf_counter() >= self._deadline))
+        limit = (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps) or (
+            self._deadline is not None and time.perf_counter() >= self._deadline
+        )
         # Every rank must stop at the same step, whichever of them the signal reached.
         requested, limit = distributed.any_rank((self._stop_requested, limit), self.ctx)
         self.interrupted = requested
@@ -561,8 +636,9 @@ class Trainer:
 
     def _record_attention(self, epoch: int) -> None:
         """Maps of the first validation sample, for ``graphformer animate`` (and TensorBoard)."""
-        path = record_epoch(self.model, self.splits["valid"], self.pool, self.src_vocab, self.tgt_vocab,
-                            self.run_dir, epoch)
+        path = record_epoch(
+            self.model, self.splits["valid"], self.pool, self.src_vocab, self.tgt_vocab, self.run_dir, epoch
+        )
         if self.board and path is not None:
             record = checkpoint.load(path)
             for relation in record["maps"]:

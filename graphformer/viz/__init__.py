@@ -1,4 +1,5 @@
 """Visualisation: attention maps as dense arrays, heatmaps, animations, ponder plots."""
+
 from graphformer.viz.maps import RELATIONS, attention_maps
 
 __all__ = ["attention_maps", "RELATIONS"]

@@ -6,6 +6,7 @@ of the batched graph by their node-id range and scattered into a dense array in 
 operation. Pairs without an edge (the future in the decoder, anything a sparse pattern leaves
 out) are NaN, so a plot shows the pattern itself.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,11 @@ def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, in
     tgt_first = int(tgt_offsets[sample])
     n, m = int(batch.src_lengths[sample]), int(batch.tgt_lengths[sample])
     nodes = int(batch.src_nodes[sample])  # n tokens, then any span nodes of a tree pattern
-    return {"enc": (src_first, nodes, src_first, nodes), "dec": (tgt_first, m, tgt_first, m),
-            "cross": (src_first, n, tgt_first, m)}[relation]
+    return {
+        "enc": (src_first, nodes, src_first, nodes),
+        "dec": (tgt_first, m, tgt_first, m),
+        "cross": (src_first, n, tgt_first, m),
+    }[relation]
 
 
 @torch.no_grad()
@@ -39,9 +43,11 @@ def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: in
     for 'dec'/'cross'.
     """
     if model.cfg.model not in RECORDED_MODELS:
-        raise ValueError(f"attention maps are drawn for the {' and '.join(RECORDED_MODELS)} models, not model "
-                         f"{model.cfg.model!r}, whose steps attend on subgraphs of their active nodes; draw its "
-                         "ponder map instead (graphformer.viz.plots.ponder_map)")
+        raise ValueError(
+            f"attention maps are drawn for the {' and '.join(RECORDED_MODELS)} models, not model "
+            f"{model.cfg.model!r}, whose steps attend on subgraphs of their active nodes; draw its "
+            "ponder map instead (graphformer.viz.plots.ponder_map)"
+        )
     if relation not in RELATIONS:
         raise ValueError(f"unknown relation {relation!r}; choose one of {RELATIONS}")
     if relation != "enc" and (model.cfg.classifies or batch.num_tgt_tokens == 0):

@@ -5,6 +5,7 @@ Every function here builds its own `matplotlib.figure.Figure` and draws it with 
 so importing this module never touches pyplot's global backend: a notebook keeps its inline
 figures, a script without a screen still writes files.
 """
+
 from __future__ import annotations
 
 import base64
@@ -13,9 +14,9 @@ import html
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -26,8 +27,8 @@ from graphformer.errors import UserError
 from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
 
-VIEWS = ("heatmap", "graph", "both")   # what one panel of a picture shows
-SCALES = ("shared", "per-head")         # one colour scale for all panels, or one each
+VIEWS = ("heatmap", "graph", "both")  # what one panel of a picture shows
+SCALES = ("shared", "per-head")  # one colour scale for all panels, or one each
 ANIMATION_FORMATS = (".gif", ".html")
 # Still pictures matplotlib writes with no outside program (.pgf, say, needs LaTeX).
 IMAGE_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -47,6 +48,7 @@ class AttentionPicture:
         key_axis: what the keys are, e.g. ``keys: source tokens``.
         query_axis: what the queries are, e.g. ``queries: decoder inputs <s>, y1, ...``.
     """
+
     maps: np.ndarray
     keys: list
     queries: list
@@ -70,8 +72,16 @@ def png_bytes(figure: Figure, dpi: int = 110) -> bytes:
 
 
 # ---- one panel ------------------------------------------------------------------------------
-def heatmap(ax, weights, key_labels, query_labels, title: str = "", vmax: float = 1.0,
-            key_axis: str = "keys", query_axis: str = "queries"):
+def heatmap(
+    ax,
+    weights,
+    key_labels,
+    query_labels,
+    title: str = "",
+    vmax: float = 1.0,
+    key_axis: str = "keys",
+    query_axis: str = "queries",
+):
     """One (queries, keys) map on ``ax``; NaN (no edge) cells stay blank. Returns the image."""
     image = ax.imshow(np.ma.masked_invalid(np.asarray(weights, dtype=float)), cmap="viridis", vmin=0, vmax=vmax)
     ax.set_xticks(range(len(key_labels)), key_labels, rotation=90, fontsize=8)
@@ -82,8 +92,17 @@ def heatmap(ax, weights, key_labels, query_labels, title: str = "", vmax: float 
     return image
 
 
-def bipartite(ax, weights, key_labels, query_labels, title: str = "", vmax: float = 1.0,
-              key_axis: str = "keys", query_axis: str = "queries", threshold: float = 0.02):
+def bipartite(
+    ax,
+    weights,
+    key_labels,
+    query_labels,
+    title: str = "",
+    vmax: float = 1.0,
+    key_axis: str = "keys",
+    query_axis: str = "queries",
+    threshold: float = 0.02,
+):
     """One map as a bipartite graph on ``ax``: keys on top, queries below, an edge per weight
     above ``threshold`` with width and opacity by weight. Labels sit outside the two rows, so
     edges never cover them."""
@@ -130,20 +149,31 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     cols = len(kinds) if view == "both" else min(n_panels, 4)
     rows = n_panels if view == "both" else math.ceil(n_panels / cols)
     n_keys, n_queries = len(picture.keys), len(picture.queries)
-    panel_size = {"heatmap": (INCH_PER_LABEL * n_keys + 2.0, INCH_PER_LABEL * n_queries + 1.8),
-                  "graph": (0.3 * max(n_keys, n_queries) + 2.6, 3.6)}
+    panel_size = {
+        "heatmap": (INCH_PER_LABEL * n_keys + 2.0, INCH_PER_LABEL * n_queries + 1.8),
+        "graph": (0.3 * max(n_keys, n_queries) + 2.6, 3.6),
+    }
     width = sum(panel_size[k][0] for k in kinds) if view == "both" else cols * panel_size[view][0]
     height = rows * max(panel_size[k][1] for k in kinds) + 0.6
     figure = new_figure(width, height)
-    axes = figure.subplots(rows, cols, squeeze=False, width_ratios=[panel_size[k][0] for k in kinds]
-                           if view == "both" else None)
+    axes = figure.subplots(
+        rows, cols, squeeze=False, width_ratios=[panel_size[k][0] for k in kinds] if view == "both" else None
+    )
     heatmap_axes = []
     for p, weights in enumerate(picture.maps):
         vmax = 1.0 if scale == "shared" else max(float(np.nanmax(weights)), 1e-6)
         for k, kind in enumerate(kinds):
             ax = axes[p, k] if view == "both" else axes[p // cols, p % cols]
-            args = (ax, weights, picture.keys, picture.queries, picture.panel_titles[p], vmax,
-                    picture.key_axis, picture.query_axis)
+            args = (
+                ax,
+                weights,
+                picture.keys,
+                picture.queries,
+                picture.panel_titles[p],
+                vmax,
+                picture.key_axis,
+                picture.query_axis,
+            )
             if kind == "graph":
                 bipartite(*args)
                 continue
@@ -153,7 +183,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
                 ax.set_ylabel("")  # the first panel of a row names the queries
             if scale == "per-head":
                 figure.colorbar(image, ax=ax, fraction=0.046)
-    for ax in axes.flat[n_panels * len(kinds):]:
+    for ax in axes.flat[n_panels * len(kinds) :]:
         ax.set_visible(False)
     if scale == "shared" and "heatmap" in kinds:
         figure.colorbar(image, ax=heatmap_axes, fraction=0.03, label="weight")
@@ -191,8 +221,13 @@ def check_animation_path(path: str | Path) -> Path:
     return _output_path(path, ANIMATION_FORMATS, "an animation")
 
 
-def animate(pictures: list[AttentionPicture], path: str | Path, view: str = "heatmap", scale: str = "shared",
-            seconds_per_frame: float = 0.8) -> int:
+def animate(
+    pictures: list[AttentionPicture],
+    path: str | Path,
+    view: str = "heatmap",
+    scale: str = "shared",
+    seconds_per_frame: float = 0.8,
+) -> int:
     """One frame per picture: an animated GIF for ``.gif``, a self-contained HTML player (frames
     inlined as PNG, no network needed) for ``.html``. Returns the number of frames."""
     if not pictures:
@@ -203,8 +238,12 @@ def animate(pictures: list[AttentionPicture], path: str | Path, view: str = "hea
     return len(frames)
 
 
-def draw_frames(pictures: list[AttentionPicture], view: str = "heatmap", scale: str = "shared",
-                after_frame: Callable[[], object] | None = None) -> list[bytes]:
+def draw_frames(
+    pictures: list[AttentionPicture],
+    view: str = "heatmap",
+    scale: str = "shared",
+    after_frame: Callable[[], object] | None = None,
+) -> list[bytes]:
     """Each picture drawn as PNG bytes. ``after_frame()``, if given, is called as each frame is
     done (a progress bar's step, or a check for a pending interrupt)."""
     frames = []
@@ -229,8 +268,12 @@ def _write_gif(frames: list[bytes], path: Path, seconds_per_frame: float) -> Non
     from PIL import Image
 
     images = [Image.open(io.BytesIO(frame)).convert("RGB") for frame in frames]
-    write_atomic(path, lambda f: images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
-                                                duration=int(1000 * seconds_per_frame), loop=0))
+    write_atomic(
+        path,
+        lambda f: images[0].save(
+            f, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 * seconds_per_frame), loop=0
+        ),
+    )
 
 
 def _script_literal(value) -> str:
@@ -314,8 +357,15 @@ def ponder_distribution(metrics: list[dict], path: str | Path) -> None:
     axes = figure.subplots(1, len(sides), squeeze=False)
     for ax, side in zip(axes[0], sides):
         grid = np.array([m[f"valid_{side}_step_fraction"] for m in metrics])
-        image = ax.imshow(grid.T, aspect="auto", origin="lower", cmap="magma", vmin=0, vmax=1,
-                          extent=(0.5, len(metrics) + 0.5, 0.5, grid.shape[1] + 0.5))
+        image = ax.imshow(
+            grid.T,
+            aspect="auto",
+            origin="lower",
+            cmap="magma",
+            vmin=0,
+            vmax=1,
+            extent=(0.5, len(metrics) + 0.5, 0.5, grid.shape[1] + 0.5),
+        )
         ax.set_xlabel("epoch")
         ax.set_ylabel("ACT step")
         ax.set_title(f"{side}: share of tokens entering each step", fontsize=9)

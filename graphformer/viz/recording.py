@@ -3,6 +3,7 @@ epoch (epoch 0: the untrained model), each holding the maps of every relation th
 over (an encoder-decoder's three, an encoder classifier's ``enc``) for the first validation
 sample; and the pictures `graphformer animate` and `graphformer heatmap` draw of them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,9 +22,11 @@ CLS_LABEL = "<cls>"  # a classifier's global node (it carries the <s> token)
 
 # What the rows and columns of each relation's map are (targets enter the decoder shifted right).
 DECODER_INPUTS = "decoder inputs <s>, y1, ..."
-AXES = {"enc": ("keys: source tokens", "queries: source tokens"),
-        "dec": (f"keys: {DECODER_INPUTS}", f"queries: {DECODER_INPUTS}"),
-        "cross": ("keys: source tokens", f"queries: {DECODER_INPUTS}")}
+AXES = {
+    "enc": ("keys: source tokens", "queries: source tokens"),
+    "dec": (f"keys: {DECODER_INPUTS}", f"queries: {DECODER_INPUTS}"),
+    "cross": ("keys: source tokens", f"queries: {DECODER_INPUTS}"),
+}
 
 
 # The most nodes a side of a recorded map may have: maps are stored dense and drawn with a label
@@ -33,9 +36,12 @@ MAX_MAP_NODES = 128
 
 def check_recordable(model_kind: str, viz_every: int | None) -> None:
     if viz_every and model_kind not in RECORDED_MODELS:
-        raise ConfigError("viz_every", f"records the attention of the {' and '.join(RECORDED_MODELS)} models only, "
-                          f"not of model {model_kind!r}; leave it out (notebook 03 draws the Universal "
-                          "Transformer's ponder steps)")
+        raise ConfigError(
+            "viz_every",
+            f"records the attention of the {' and '.join(RECORDED_MODELS)} models only, "
+            f"not of model {model_kind!r}; leave it out (notebook 03 draws the Universal "
+            "Transformer's ponder steps)",
+        )
 
 
 def check_map_size(split, pool, viz_every: int | None) -> None:
@@ -44,8 +50,11 @@ def check_map_size(split, pool, viz_every: int | None) -> None:
         return
     nodes = max(pool.source_nodes(len(split.src_words[0])), pool.target_nodes(len(split.tgt_words[0])))
     if nodes > MAX_MAP_NODES:
-        raise ConfigError("viz_every", f"draws the first validation sample, which has {nodes} nodes; maps are "
-                          f"recorded up to {MAX_MAP_NODES}: put a short sample first in valid, or leave it out")
+        raise ConfigError(
+            "viz_every",
+            f"draws the first validation sample, which has {nodes} nodes; maps are "
+            f"recorded up to {MAX_MAP_NODES}: put a short sample first in valid, or leave it out",
+        )
 
 
 def span_labels(n: int) -> list[str]:
@@ -98,8 +107,11 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
     recorded = record["maps"]
     relation = relation or ("cross" if "cross" in recorded else "enc")
     if relation not in recorded:
-        raise ConfigError("relation", f"{relation} was not recorded in this run (an encoder classifier attends with "
-                          f"enc only); choose {' or '.join(recorded)}")
+        raise ConfigError(
+            "relation",
+            f"{relation} was not recorded in this run (an encoder classifier attends with "
+            f"enc only); choose {' or '.join(recorded)}",
+        )
     maps = recorded[relation]
     layers, heads = maps.shape[:2]
     if not -layers <= layer < layers:
@@ -109,15 +121,23 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
     chosen = list(range(heads)) if head == "all" else [head]
     src = record["src_labels"]
     tgt = record.get("tgt_labels")
-    keys, queries = {"enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
-                     "dec": (tgt, tgt), "cross": (src, tgt)}[relation]
+    keys, queries = {
+        "enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
+        "dec": (tgt, tgt),
+        "cross": (src, tgt),
+    }[relation]
     epoch = record["epoch"]
     when = f"epoch {epoch}" + (" (untrained)" if epoch == 0 else "")
     if "label" in record:
         when += f", label {record['label']}"
     which = "all heads" if head == "all" else f"head {head}"
     key_axis, query_axis = AXES[relation]
-    return AttentionPicture(maps=maps[layer, chosen].numpy(), keys=list(keys), queries=list(queries),
-                            panel_titles=[f"head {h}" for h in chosen],
-                            title=f"{relation} layer {layer % layers} {which}, {when}",
-                            key_axis=key_axis, query_axis=query_axis)
+    return AttentionPicture(
+        maps=maps[layer, chosen].numpy(),
+        keys=list(keys),
+        queries=list(queries),
+        panel_titles=[f"head {h}" for h in chosen],
+        title=f"{relation} layer {layer % layers} {which}, {when}",
+        key_axis=key_axis,
+        query_axis=query_axis,
+    )

@@ -7,17 +7,18 @@ without the ~30 s compilation); one slow test runs the compiled kernel, the one 
 on two relations of different sizes (so once more with dynamic shapes). All run without gradients
 on the CPU, where FlexAttention has no backward pass. On torch < 2.5 only the refusal test runs.
 """
+
 import sys
 import warnings
 
 import pytest
 import torch
+from helpers import refused_training
 
 from graphformer.attention import flex, torch_ops
 from graphformer.errors import UserError
 from graphformer.graphs import patterns
 from graphformer.graphs.relation import Relation
-from helpers import refused_training
 
 needs_flex = pytest.mark.skipif(flex.available() is not None, reason=str(flex.available()))
 HEADS, DIM = 2, 8
@@ -122,8 +123,9 @@ def test_weights_sum_to_one_for_large_scores():
     """Scores in the thousands: float32 keeps about 1e-4 of them, so the weights differ from the
     torch backend's (scores summed in another order) by about that, but still sum to 1."""
     relation = CASES["samples"]()
-    assert_matches_torch_backend(relation, *qkv(relation, seed=5, scale=300.0), weight_tolerance=1e-3,
-                                 compiled=False, block=16)
+    assert_matches_torch_backend(
+        relation, *qkv(relation, seed=5, scale=300.0), weight_tolerance=1e-3, compiled=False, block=16
+    )
 
 
 @needs_flex
@@ -222,8 +224,7 @@ def test_the_compiled_kernel_equals_the_torch_backend_across_sizes():
         assert_matches_torch_backend(relation, *qkv(relation, seed=6))
     with torch.inference_mode():
         q, k, v = qkv(first, seed=7)
-        torch.testing.assert_close(flex.attend(first, q, k, v), torch_ops.attend(first, q, k, v),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(flex.attend(first, q, k, v), torch_ops.attend(first, q, k, v), rtol=1e-5, atol=1e-5)
 
 
 @needs_flex
@@ -235,14 +236,18 @@ def test_weights_computed_one_block_at_a_time(monkeypatch):
     assert_matches_torch_backend(relation, *qkv(relation, seed=8), compiled=False, block=8)
 
 
-@pytest.mark.parametrize("argv, message", [(["--lengths", "1"], "--lengths must be at least 2"),
-                                           (["--rounds", "0"], "--rounds: must be at least 1")])
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--lengths", "1"], "--lengths must be at least 2"), (["--rounds", "0"], "--rounds: must be at least 1")],
+)
 def test_the_benchmark_refuses_what_it_cannot_measure(tmp_path, argv, message):
     import subprocess
     from pathlib import Path
+
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "flex_attention.py"
-    proc = subprocess.run([sys.executable, str(script), *argv, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), *argv, "--out", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir())
 
@@ -252,6 +257,7 @@ def test_a_kernel_that_fails_to_build_falls_back_to_the_exact_backends(monkeypat
     """torch's CPU code generator fails on some second block layouts of one size: the call (and
     every later one of the process) runs on blocked or torch, with a warning, and auto stops
     choosing flex."""
+
     class InductorError(RuntimeError):  # the name torch._inductor.exc gives its error
         pass
 
@@ -285,8 +291,9 @@ def test_compiled_flex_gives_exact_attention_on_two_layouts_of_one_size():
         q, k, v = (torch.randn(n, 4, 32, generator=torch.Generator().manual_seed(i)) for i in range(3))
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            torch.testing.assert_close(flex.attend(relation, q, k, v), torch_ops.attend(relation, q, k, v),
-                                       atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                flex.attend(relation, q, k, v), torch_ops.attend(relation, q, k, v), atol=1e-5, rtol=1e-5
+            )
 
 
 @needs_flex
@@ -294,8 +301,9 @@ def test_auto_leaves_batches_of_short_samples_and_decoding_rows_to_the_others():
     """Many short sentences make a long relation, but each new batch would be a new layout (and
     on a first call, a compilation) for no gain: translation stays with padded and the others."""
     short = sample_relation([12] * 100, [12] * 100, 0.5, seed=3)  # 1200 queries in samples of 12
-    long_one = Relation.of_edges(*patterns.parse("window:8")(1200, 1200), 1200, 1200,
-                                 torch.tensor([1200]), torch.tensor([1200]))
+    long_one = Relation.of_edges(
+        *patterns.parse("window:8")(1200, 1200), 1200, 1200, torch.tensor([1200]), torch.tensor([1200])
+    )
     rows = Relation.of_rows(torch.arange(1200)[:, None], 1200)
     q = torch.randn(1200, HEADS, DIM)
     with torch.no_grad():

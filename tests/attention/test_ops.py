@@ -1,13 +1,14 @@
 """The message-passing attention operators against a dense softmax."""
+
 import pytest
 import torch
+from helpers import backends, dgl_missing, import_dgl, reference_backend, runnable
 
 from graphformer import graph_attention
 from graphformer.attention import BACKENDS
 from graphformer.graphs import heterograph
 from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.relation import Relation
-from helpers import backends, dgl_missing, import_dgl, reference_backend, runnable
 
 
 def graph(u, v, n_keys, n_queries):
@@ -16,7 +17,7 @@ def graph(u, v, n_keys, n_queries):
 
 
 def relation_of(g):
-    (utype, _, vtype), = g.canonical_etypes
+    ((utype, _, vtype),) = g.canonical_etypes
     return Relation.of_edges(*g.edges(), g.num_nodes(utype), g.num_nodes(vtype))
 
 
@@ -153,6 +154,7 @@ def test_blocked_backend_weights_sum_to_one_for_large_float32_scores(scale):
     them tile by tile: both must be the torch backend's, however large the scores (float32,
     whose log-sum-exp of large scores keeps no bits of the sum)."""
     from graphformer.attention import torch_ops
+
     g, _ = random_graph(37, 29, 0.3, seed=7)
     relation = relation_of(g)
     gen = torch.Generator().manual_seed(7)
@@ -183,7 +185,7 @@ def test_keys_that_no_edge_names_never_reach_a_result(name):
     edges[:, 0] = True  # every query has a key
     rows = torch.full((21, int(edges.sum(1).max())), -1)
     for query, keys in enumerate(edges):
-        rows[query, :int(keys.sum())] = keys.nonzero().squeeze(1)
+        rows[query, : int(keys.sum())] = keys.nonzero().squeeze(1)
     relation = Relation.of_rows(rows, 40)
     q = torch.randn(21, 3, 8, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(40, 3, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -197,11 +199,14 @@ def test_keys_that_no_edge_names_never_reach_a_result(name):
 
 @pytest.mark.parametrize("enc,cross", [("full", "full"), ("window:2+global:1", "window:3"), ("tree:1", "full")])
 def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
-    from graphformer import GraphPool, make_model
-    from graphformer.graphs import make_batch
     from helpers import random_pairs
-    model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention=enc,
-                       cross_attention=cross).double()
+
+    from graphformer import make_model
+    from graphformer.graphs import make_batch
+
+    model = make_model(
+        23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention=enc, cross_attention=cross
+    ).double()
     src, tgt = random_pairs(9, 23, max_len=30)
     pool = model.make_pool()
     results = []
@@ -219,6 +224,7 @@ def test_the_model_gives_the_same_results_with_every_backend(enc, cross):
 
 def test_padded_backend_weights_and_edges_across_samples():
     from graphformer.attention.padded import Segments
+
     # Two samples: 3 keys -> 2 queries and 4 keys -> 3 queries, random edges inside each.
     g1, m1 = random_graph(3, 2, 0.5, seed=5)
     g2, m2 = random_graph(4, 3, 0.5, seed=6)
@@ -236,11 +242,26 @@ def test_padded_backend_weights_and_edges_across_samples():
 
 
 def test_decoding_with_the_padded_backend_equals_recompute():
+    from helpers import random_pairs
+
     from graphformer import make_model
     from graphformer.decoding import translate_ids
-    from helpers import random_pairs
-    model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1",
-                       dec_attention="causal-window:2", cross_attention="window:3+global:1").double().eval()
+
+    model = (
+        make_model(
+            21,
+            layers=2,
+            d_model=16,
+            heads=2,
+            d_ff=32,
+            dropout=0.0,
+            enc_attention="tree:1",
+            dec_attention="causal-window:2",
+            cross_attention="window:3+global:1",
+        )
+        .double()
+        .eval()
+    )
     src, _ = random_pairs(6, 21, max_len=11, seed=2)
     model.attention_backend = reference_backend()
     reference = translate_ids(model, src, beam=3, extra_len=4, incremental=False)
@@ -256,21 +277,25 @@ def test_full_attention_is_read_in_place_run_by_run():
     almost every sample, keep the gathered layout."""
     from graphformer.attention.padded import Run, full_runs
     from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
+
     gen = torch.Generator().manual_seed(7)
     pool = GraphPool()
     # Three runs of four samples: 3, 2 and 4 source tokens (+ </s>) with 2, 2 and 1 target tokens (+ <s>).
     src = [[4, 5, 6]] * 4 + [[4, 5]] * 4 + [[7, 8, 9, 10]] * 4
     tgt = [[7, 8]] * 4 + [[9, 9]] * 4 + [[5]] * 4
     batch = make_batch(pool, src, tgt)
-    expected = {ENC: [Run(0, 0, 4, 4, 4), Run(16, 16, 4, 3, 3), Run(28, 28, 4, 5, 5)],
-                CROSS: [Run(0, 0, 4, 4, 3), Run(16, 12, 4, 3, 3), Run(28, 24, 4, 5, 2)]}
+    expected = {
+        ENC: [Run(0, 0, 4, 4, 4), Run(16, 16, 4, 3, 3), Run(28, 28, 4, 5, 5)],
+        CROSS: [Run(0, 0, 4, 4, 3), Run(16, 12, 4, 3, 3), Run(28, 24, 4, 5, 2)],
+    }
     for etype, runs in expected.items():
         relation = batch.relation(etype)
         assert full_runs(relation) == runs
         q = torch.randn(relation.num_queries, 2, 4, dtype=torch.float64, generator=gen)
         k, v = (torch.randn(relation.num_keys, 2, 4, dtype=torch.float64, generator=gen) for _ in range(2))
-        torch.testing.assert_close(BACKENDS["padded"](relation, q, k, v), BACKENDS[reference_backend()](relation, q, k, v),
-                                   atol=1e-12, rtol=0)
+        torch.testing.assert_close(
+            BACKENDS["padded"](relation, q, k, v), BACKENDS[reference_backend()](relation, q, k, v), atol=1e-12, rtol=0
+        )
     assert full_runs(batch.relation(DEC)) is None  # causal: not every pair is an edge
     alternating = make_batch(pool, [[4, 5, 6], [4, 5]] * 4, [[7], [7]] * 4)
     assert full_runs(alternating.relation(ENC)) is None  # eight runs of one sample
@@ -279,8 +304,14 @@ def test_full_attention_is_read_in_place_run_by_run():
     # Queries without keys (four samples of 0 keys, then four of 2, one query each) are no run.
     keys = torch.tensor([0] * 4 + [2] * 4)
     u = torch.arange(8)
-    keyless = Relation(u, torch.repeat_interleave(torch.arange(4, 8), 2), 8, 8, key_counts=keys,
-                       query_counts=torch.ones(8, dtype=torch.int64))
+    keyless = Relation(
+        u,
+        torch.repeat_interleave(torch.arange(4, 8), 2),
+        8,
+        8,
+        key_counts=keys,
+        query_counts=torch.ones(8, dtype=torch.int64),
+    )
     assert full_runs(keyless) is None
 
 
@@ -288,6 +319,7 @@ def test_runs_refuse_an_edge_that_joins_two_samples():
     """Full attention is told by its edge count; an edge swapped across samples keeps the count,
     so counts that do not match the edges must still be refused, as the masked tiles refuse them."""
     from graphformer.attention.padded import full_runs
+
     keys = torch.tensor([2] * 4 + [3] * 4)
     first = torch.cumsum(keys, 0) - keys
     u = torch.cat([f + torch.arange(n) for f, n in zip(first.tolist(), keys.tolist())])
@@ -309,6 +341,7 @@ def test_training_on_runs_of_lengths_gives_the_same_gradients():
     from graphformer.attention.padded import full_runs
     from graphformer.graphs import CROSS, ENC, make_batch
     from graphformer.vocab import EOS
+
     model = make_model(23, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0).double()
     gen = torch.Generator().manual_seed(3)
     src = [torch.randint(4, 23, (n,), generator=gen).tolist() for n in (5, 5, 5, 5, 7, 7, 7, 7)]
@@ -332,6 +365,7 @@ def test_a_batch_without_targets_runs_on_every_backend(model_kind):
     """An inference batch has no target nodes: the decoder's relations have no queries."""
     from graphformer import make_model
     from graphformer.graphs import make_batch
+
     model = make_model(20, model=model_kind, d_model=16, heads=2, d_ff=16, dropout=0.0).eval()
     batch = make_batch(model.make_pool(), [[5, 6, 7], [8, 9]])
     for backend in runnable():
@@ -345,6 +379,7 @@ def test_a_batch_without_targets_runs_on_every_backend(model_kind):
 
 def test_a_models_backend_is_checked_when_set():
     from graphformer import make_model
+
     for kind in ("transformer", "universal", "encoder"):
         model = make_model(20, model=kind, d_model=16, heads=2, d_ff=16)
         model.attention_backend = "torch"

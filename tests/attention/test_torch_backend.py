@@ -5,18 +5,27 @@ dense softmax on every pattern family, with gradients. The CUDA-with-CPU-only-DG
 simulated on the CPU: DGL's kernels are made to raise and DGL is told it cannot run on the
 tensors' device, and training and decoding must still work (through ``torch``) and agree.
 """
+
 import pytest
 import torch
+from helpers import backends, import_dgl, needs_dgl, random_pairs, reference_backend
 
 from graphformer import GraphPool, make_model
 from graphformer.attention import BACKENDS, dgl_ops, graph_attention
 from graphformer.decoding import translate_ids
 from graphformer.graphs import CROSS, DEC, ENC, make_batch, patterns
 from graphformer.graphs.relation import Relation
-from helpers import backends, import_dgl, needs_dgl, random_pairs, reference_backend
 
-FAMILIES = ["full", "window:2", "dilated:2,2", "global:1+window:1", "block:3", "random:3,5", "tree:1",
-            "window:1+dilated:1,3+random:2"]
+FAMILIES = [
+    "full",
+    "window:2",
+    "dilated:2,2",
+    "global:1+window:1",
+    "block:3",
+    "random:3,5",
+    "tree:1",
+    "window:1+dilated:1,3+random:2",
+]
 CAUSAL = ["causal", "causal-window:2", "causal-block:3", "causal-random:2"]
 
 
@@ -107,8 +116,18 @@ def dgl_cannot_run(monkeypatch):
 
     def refuse(*args, **kwargs):
         raise AssertionError("a DGL kernel was called")
-    for name in ("u_dot_v", "copy_e_max", "e_sub_v", "u_mul_e_sum", "copy_e_sum", "e_div_v", "copy_u_mean",
-                 "gspmm", "gsddmm"):
+
+    for name in (
+        "u_dot_v",
+        "copy_e_max",
+        "e_sub_v",
+        "u_mul_e_sum",
+        "copy_e_sum",
+        "e_div_v",
+        "copy_u_mean",
+        "gspmm",
+        "gsddmm",
+    ):
         monkeypatch.setattr(dgl.ops, name, refuse)
     monkeypatch.setattr(dgl_ops, "runs_on", lambda device: False)
 
@@ -126,8 +145,17 @@ def _train_step(model, batch):
 @pytest.mark.parametrize("backend", ["auto", "torch", "padded", "blocked"])
 def test_training_and_decoding_never_call_dgl_kernels_when_dgl_cannot_run(kind, backend, request):
     extra = {"model": "universal", "max_depth": 3} if kind == "universal" else {"layers": 2}
-    model = make_model(25, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="window:3+global:1",
-                       dec_attention="causal-window:4", cross_attention="window:4", **extra).double()
+    model = make_model(
+        25,
+        d_model=16,
+        heads=2,
+        d_ff=32,
+        dropout=0.0,
+        enc_attention="window:3+global:1",
+        dec_attention="causal-window:4",
+        cross_attention="window:4",
+        **extra,
+    ).double()
     src, tgt = random_pairs(6, 25, max_len=12, seed=5)
     pool = model.make_pool()
     model.attention_backend = "dgl"
@@ -190,8 +218,9 @@ def test_a_chosen_backend_is_never_replaced_by_another(backend, monkeypatch):
             monkeypatch.setattr(module, "attend", lambda *a, _n=name, **kw: pytest.fail(f"{_n}.attend was called"))
     for kind in ("transformer", "universal"):
         extra = {"model": "universal", "max_depth": 2} if kind == "universal" else {"layers": 1}
-        model = make_model(21, d_model=16, heads=2, d_ff=32, dropout=0.0, attention_backend=backend,
-                           enc_attention="tree:1", **extra).double()
+        model = make_model(
+            21, d_model=16, heads=2, d_ff=32, dropout=0.0, attention_backend=backend, enc_attention="tree:1", **extra
+        ).double()
         src, tgt = random_pairs(4, 21, max_len=9, seed=6)
         model(make_batch(model.make_pool(), src, tgt)).sum().backward()
         assert len(translate_ids(model, src, beam=2, extra_len=2)) == len(src)
@@ -213,6 +242,7 @@ def test_batch_to_keeps_its_graph_on_the_cpu_and_moves_its_relations():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path, capsys):
     from graphformer.cli import main
+
     code = main(["train", "--task", "copy", "--out", str(tmp_path / "run"), "--device", "cuda", "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
@@ -240,7 +270,9 @@ def test_auto_takes_blocked_for_long_local_patterns_only(monkeypatch):
     for spec in ("window:32", "random:8"):
         u, v = patterns.parse(spec)(n, n)
         relations[spec] = Relation(u, v, n, n, torch.tensor([n]), torch.tensor([n]))
-    window_fill = relations["window:32"].num_edges / blocked.layout_of(relations["window:32"], blocked.BLOCK).mask.numel()
+    window_fill = (
+        relations["window:32"].num_edges / blocked.layout_of(relations["window:32"], blocked.BLOCK).mask.numel()
+    )
     assert window_fill > 0.25
     for spec, relation in relations.items():
         q, k, v = qkv(relation, seed=1)

@@ -1,6 +1,7 @@
 """The benchmark scripts run end to end at their smallest sizes (their figures are measured by
 `make bench`; here that they produce them, refuse what they cannot measure, and that the decoding
 benchmark's predictions count what each decoder steps)."""
+
 import importlib.util
 import json
 import subprocess
@@ -16,8 +17,12 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone(tmp_path):
     figure = BENCHMARKS.parent / "docs" / "figures" / "sparse_attention.png"
     before = figure.read_bytes()
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "sparse_attention.py"), "--lengths", "32",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "sparse_attention.py"), "--lengths", "32", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "sparse_attention.json").read_text())["rows"]
     assert len(rows) == 6 and not [r for r in rows if "error" in r], rows
@@ -25,16 +30,23 @@ def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone
     assert (tmp_path / "sparse_attention.png").stat().st_size > 1000 and figure.read_bytes() == before
 
 
-@pytest.mark.parametrize("script, argv, message", [
-    ("sparse_attention.py", ["--lengths", "1"], "--lengths must be at least 2"),
-    ("decoding.py", ["--rounds", "0"], "--rounds: must be at least 1"),
-    ("decoding.py", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
-    ("training_throughput.py", ["--steps", "0"], "--steps: must be at least 1"),
-    ("precision.py", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
-])
+@pytest.mark.parametrize(
+    "script, argv, message",
+    [
+        ("sparse_attention.py", ["--lengths", "1"], "--lengths must be at least 2"),
+        ("decoding.py", ["--rounds", "0"], "--rounds: must be at least 1"),
+        ("decoding.py", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
+        ("training_throughput.py", ["--steps", "0"], "--steps: must be at least 1"),
+        ("precision.py", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
+    ],
+)
 def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, message):
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *argv, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *argv, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir())
 
@@ -61,9 +73,11 @@ def test_the_inline_step_bound_computes_what_the_graph_step_computes(beam):
     if it computes the same thing: fed the same tokens, through reorders that move and drop rows,
     it gives the graph stepper's log-probabilities at every step."""
     import torch
+
     from graphformer.decoding import IncrementalStepper
     from graphformer.graphs import make_batch
     from graphformer.vocab import SPECIALS
+
     decoding = decoding_benchmark()
     model, src = decoding.fixed_model_and_sources(sentences=4)
     pool = model.make_pool()

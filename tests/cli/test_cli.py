@@ -1,4 +1,5 @@
 """The command line: evaluate/translate output, and one-line errors for bad input."""
+
 import json
 import os
 import re
@@ -10,10 +11,10 @@ import time
 
 import pytest
 import torch
+from helpers import TINY_MODEL, read_jsonl, small_copy_data
 
 from graphformer.cli import main
 from graphformer.training import checkpoint
-from helpers import TINY_MODEL, read_jsonl, small_copy_data
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +23,25 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     data = small_copy_data(root / "data")
     run = root / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run),
-                 "--epochs", "1", "--batch-size", "16", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     return run
 
 
@@ -96,9 +114,12 @@ def test_translate_and_evaluate_batch_as_decoding_batches(trained, tmp_path, cap
     def spy(pool, src, *args):
         seen.append([len(s) for s in src])
         return make_batch(pool, src, *args)
+
     monkeypatch.setattr(graphformer.decoding, "make_batch", spy)
-    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--batch-tokens", "12",
-                 "--beam", "1"]) == 0
+    assert (
+        main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--batch-tokens", "12", "--beam", "1"])
+        == 0
+    )
     lengths = [len(line.split()) for line in lines]
     expected = [[lengths[i] for i in batch] for batch in decoding_batches(lengths, 12)]
     assert seen == expected and len(expected) > 2
@@ -125,16 +146,19 @@ def test_translate_and_evaluate_decode_in_the_precision_asked_for(trained, tmp_p
     and search still reads float32 log-probabilities; the loss evaluate reports stays near
     float32's. float32, the default, caches float32."""
     from graphformer.decoding import IncrementalStepper
+
     seen, step = set(), IncrementalStepper.step
 
     def spy(self, tokens):
         log_probs = step(self, tokens)
         seen.add((self.cache.dtype, log_probs.dtype))
         return log_probs
+
     monkeypatch.setattr(IncrementalStepper, "step", spy)
     (tmp_path / "in.txt").write_text("a b c\nq r\n")
-    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--precision", precision,
-                 "--quiet"]) == 0
+    assert (
+        main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--precision", precision, "--quiet"]) == 0
+    )
     assert len(capsys.readouterr().out.splitlines()) == 2
     assert seen == {(getattr(torch, precision), torch.float32)}
     scores = []
@@ -152,10 +176,13 @@ def test_bfloat16_on_a_cpu_that_would_emulate_it_is_warned_of(trained, tmp_path,
     """Without bfloat16 instructions PyTorch emulates bfloat16 products, many times slower than
     float32: translate says so (and decodes); where the CPU's flags cannot be read (None), nothing."""
     import graphformer.precision
+
     monkeypatch.setattr(graphformer.precision, "cpu_bfloat16_instructions", lambda: flags)
     (tmp_path / "in.txt").write_text("a b c\n")
-    assert main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--precision", "bfloat16",
-                 "--quiet"]) == 0
+    assert (
+        main(["translate", str(trained), "--input", str(tmp_path / "in.txt"), "--precision", "bfloat16", "--quiet"])
+        == 0
+    )
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1
     assert ("no bfloat16 instructions" in err) == warned, err
@@ -163,6 +190,7 @@ def test_bfloat16_on_a_cpu_that_would_emulate_it_is_warned_of(trained, tmp_path,
 
 def test_the_cpus_bfloat16_instructions_are_read_from_its_flags(tmp_path):
     from graphformer.precision import cpu_bfloat16_instructions
+
     (tmp_path / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
     assert cpu_bfloat16_instructions(str(tmp_path / "cpuinfo")) == ["avx512_bf16"]
     (tmp_path / "cpuinfo").write_text("flags\t\t: fpu avx2\n")
@@ -174,8 +202,10 @@ def test_the_cpus_bfloat16_instructions_are_read_from_its_flags(tmp_path):
 
 def test_a_gpu_without_bfloat16_is_refused_before_decoding(monkeypatch):
     import torch
+
     from graphformer.errors import ConfigError
     from graphformer.precision import autocast
+
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     with pytest.raises(ConfigError, match="no bfloat16 support; use float16"):
         autocast("bfloat16", "cuda")
@@ -190,8 +220,12 @@ def test_float16_on_the_cpu_is_refused_before_decoding(trained, tmp_path, capsys
 
 
 def test_translate_from_stdin_in_a_real_process(trained):
-    proc = subprocess.run([sys.executable, "-m", "graphformer", "translate", str(trained)],
-                          input=b"a b\nc d e\n", capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "graphformer", "translate", str(trained)],
+        input=b"a b\nc d e\n",
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.decode().splitlines()
     assert len(lines) == 2 and all(lines) and set(" ".join(lines).split()) <= vocabulary(trained)
@@ -243,14 +277,19 @@ def test_help_of_every_subcommand():
         if cmd == "heatmap":  # options outside the configs show their defaults too
             assert "one panel per head (default: 0)" in text and "(default: last)" in text
     assert "--lr-factor X Noam factor" in " ".join(
-        subprocess.run([sys.executable, "-m", "graphformer", "train", "--help"], capture_output=True, text=True).stdout.split())
+        subprocess.run(
+            [sys.executable, "-m", "graphformer", "train", "--help"], capture_output=True, text=True
+        ).stdout.split()
+    )
 
 
 def test_the_command_line_answers_help_without_loading_torch():
     """--help and argument errors must be instant: torch and DGL load only when a command runs."""
-    probe = ("import sys, graphformer.cli as cli\n"
-             "try:\n    cli.main(['train', '--epochs', 'x'])\nexcept SystemExit as e:\n    assert e.code == 2\n"
-             "assert 'torch' not in sys.modules and 'dgl' not in sys.modules, sorted(sys.modules)")
+    probe = (
+        "import sys, graphformer.cli as cli\n"
+        "try:\n    cli.main(['train', '--epochs', 'x'])\nexcept SystemExit as e:\n    assert e.code == 2\n"
+        "assert 'torch' not in sys.modules and 'dgl' not in sys.modules, sorted(sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "invalid int value: 'x'" in proc.stderr
@@ -265,16 +304,22 @@ def test_abbreviated_options_are_refused(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("files,needles", [
-    ({"train.src": b"a\nb\n", "train.tgt": b"a\n"}, ["has 2 lines but", "train.tgt has 1"]),
-    ({"train.src": b"", "train.tgt": b""}, ["is empty"]),
-    ({"train.src": b"a\n\xc3\x28\n", "train.tgt": b"a\nb\n"}, ["line 2 is not valid UTF-8"]),
-])
+@pytest.mark.parametrize(
+    "files,needles",
+    [
+        ({"train.src": b"a\nb\n", "train.tgt": b"a\n"}, ["has 2 lines but", "train.tgt has 1"]),
+        ({"train.src": b"", "train.tgt": b""}, ["is empty"]),
+        ({"train.src": b"a\n\xc3\x28\n", "train.tgt": b"a\nb\n"}, ["line 2 is not valid UTF-8"]),
+    ],
+)
 def test_bad_training_files(tmp_path, capsys, files, needles):
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(tmp_path), "--out",
-                            str(tmp_path / "run"), *TINY_MODEL], *needles)
+    one_line_error(
+        capsys,
+        ["train", "--task", "parallel", "--data-dir", str(tmp_path), "--out", str(tmp_path / "run"), *TINY_MODEL],
+        *needles,
+    )
 
 
 def test_unknown_task_and_option_values(tmp_path, capsys):
@@ -305,20 +350,45 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
         (run / name).write_bytes(data[: len(data) // 2])
     one_line_error(capsys, ["evaluate", str(run)], "damaged or truncated")
     (tmp_path / "notes.pt").write_text("not a checkpoint\n")
-    err = one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "notes.pt")],
-                         "notes.pt is not a checkpoint, or a damaged one; ")
+    err = one_line_error(
+        capsys,
+        ["evaluate", str(run), "--checkpoint", str(tmp_path / "notes.pt")],
+        "notes.pt is not a checkpoint, or a damaged one; ",
+    )
     assert "weights_only" not in err and "operand" not in err  # torch's unpickler internals are not passed on
     (tmp_path / "junk.pt").write_text("junk\n")  # read as a legacy pickle: a KeyError inside torch
     one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "junk.pt")], "junk.pt is")
-    one_line_error(capsys, ["evaluate", str(run), "--checkpoint", str(tmp_path / "empty")],
-                   "is a folder; give best, last, averaged or a checkpoint file")
+    one_line_error(
+        capsys,
+        ["evaluate", str(run), "--checkpoint", str(tmp_path / "empty")],
+        "is a folder; give best, last, averaged or a checkpoint file",
+    )
 
 
 def test_evaluate_on_the_training_split_scores_the_pairs_the_run_trained_on(tmp_path, capsys):
     data = small_copy_data(tmp_path / "data", n_train=48)
     run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "1",
-                 "--batch-size", "16", "--train-limit", "20", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+                "--train-limit",
+                "20",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", str(run), "--split", "train", "--beam", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n"] == 20
@@ -326,20 +396,48 @@ def test_evaluate_on_the_training_split_scores_the_pairs_the_run_trained_on(tmp_
 
 def test_a_run_that_max_steps_ends_says_it_stopped_and_how_to_go_on(tmp_path, capsys):
     from helpers import small_copy_data
+
     data = small_copy_data(tmp_path / "data", n_train=48)  # 3 steps per epoch
     run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "3",
-                 "--batch-size", "16", "--max-steps", "4", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--epochs",
+                "3",
+                "--batch-size",
+                "16",
+                "--max-steps",
+                "4",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.strip().splitlines()[-1]
     assert out.startswith("stopped at step 4, 1 of 3 epochs complete (valid loss ") and "--max-steps 8" in out, out
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "100"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("done (step 9, 3 of 3 epochs complete): valid loss ")
+    assert (
+        capsys.readouterr()
+        .out.strip()
+        .splitlines()[-1]
+        .startswith("done (step 9, 3 of 3 epochs complete): valid loss ")
+    )
 
 
 def test_a_run_directory_the_system_refuses_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("a file\n")
-    one_line_error(capsys, ["train", "--task", "copy", "--out", str(tmp_path / "notes.txt" / "run")],
-                   "notes.txt/run: Not a directory; check the path and its permissions")
+    one_line_error(
+        capsys,
+        ["train", "--task", "copy", "--out", str(tmp_path / "notes.txt" / "run")],
+        "notes.txt/run: Not a directory; check the path and its permissions",
+    )
 
 
 def test_resume_without_checkpoint(tmp_path, capsys):
@@ -354,8 +452,23 @@ def test_checkpoint_from_another_run(trained, tmp_path, capsys):
     (other_data / "valid.src").write_text("x\n")
     (other_data / "valid.tgt").write_text("x\n")
     other = tmp_path / "other_run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(other_data), "--out", str(other),
-                 "--epochs", "1", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(other_data),
+                "--out",
+                str(other),
+                "--epochs",
+                "1",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     mixed = tmp_path / "mixed"
     shutil.copytree(trained, mixed)
     for name in (checkpoint.BEST, checkpoint.LAST):
@@ -374,8 +487,12 @@ def test_existing_run_is_never_overwritten(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(run / ".." / "nothing"),
-                            "--out", str(run), *TINY_MODEL], "already holds a run", "--resume")
+    one_line_error(
+        capsys,
+        ["train", "--task", "parallel", "--data-dir", str(run / ".." / "nothing"), "--out", str(run), *TINY_MODEL],
+        "already holds a run",
+        "--resume",
+    )
     after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     assert before == after
 
@@ -384,9 +501,28 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     data = small_copy_data(tmp_path / "data", n_train=2000)
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "graphformer", "train", "--task", "parallel", "--data-dir",
-                             str(data), "--out", str(run), "--epochs", "50", "--batch-size", "8", *TINY_MODEL],
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "graphformer",
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(run),
+            "--epochs",
+            "50",
+            "--batch-size",
+            "8",
+            *TINY_MODEL,
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "steps.jsonl").exists() and len(read_jsonl(run / "steps.jsonl")) >= 3):
         time.sleep(0.2)
@@ -397,8 +533,10 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     state = checkpoint.load(run / checkpoint.LAST)
     assert state["progress"]["step"] == read_jsonl(run / "steps.jsonl")[-1]["step"] >= 3
     assert not [p for p in run.iterdir() if ".tmp-" in p.name]
-    assert main(["train", "--out", str(run), "--resume", "--max-steps", str(state["progress"]["step"] + 2),
-                 "--quiet"]) == 0
+    assert (
+        main(["train", "--out", str(run), "--resume", "--max-steps", str(state["progress"]["step"] + 2), "--quiet"])
+        == 0
+    )
     assert read_jsonl(run / "steps.jsonl")[-1]["step"] == state["progress"]["step"] + 2
 
 
@@ -447,12 +585,34 @@ sys.exit(main(argv))
 def test_a_second_ctrl_c_ends_training_with_one_line_and_status_130(tmp_path, where):
     data = small_copy_data(tmp_path / "data", n_train=64)
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", SECOND_CTRL_C, where, "train", "--task", "parallel", "--data-dir",
-                           str(data), "--out", str(run), "--epochs", "3", "--batch-size", "16", *TINY_MODEL],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SECOND_CTRL_C,
+            where,
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(run),
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            *TINY_MODEL,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 130 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, \
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, (
         proc.stderr[-3000:]
+    )
     assert "interrupted" in lines[-1] and len(lines) == {"save": 1, "exit": 2}[where], proc.stderr
     written = {"save": 4, "exit": 6}[where]  # the interrupt's checkpoint is whole or absent
     assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == written
@@ -468,17 +628,38 @@ def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path, monkeypat
     terminal spares it: training keeps it ignored (as a run of several processes does), and a
     SIGTERM still stops it with a checkpoint."""
     from graphformer.training.trainer import Trainer
+
     data = small_copy_data(tmp_path / "data", n_train=64)
     step = Trainer.train_step
     for sig, code in ((signal.SIGINT, 0), (signal.SIGTERM, 130)):
+
         def interrupted_step(self, *args, sig=sig):
             signal.raise_signal(sig)  # arrives during the first steps
             return step(self, *args)
+
         monkeypatch.setattr(Trainer, "train_step", interrupted_step)
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / sig.name),
-                         "--epochs", "2", "--batch-size", "16", "--quiet", *TINY_MODEL]) == code
+            assert (
+                main(
+                    [
+                        "train",
+                        "--task",
+                        "parallel",
+                        "--data-dir",
+                        str(data),
+                        "--out",
+                        str(tmp_path / sig.name),
+                        "--epochs",
+                        "2",
+                        "--batch-size",
+                        "16",
+                        "--quiet",
+                        *TINY_MODEL,
+                    ]
+                )
+                == code
+            )
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         finally:
             signal.signal(signal.SIGINT, previous)
@@ -489,12 +670,33 @@ def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path, monkeypat
 def test_progress_in_a_log_file_is_plain_lines(tmp_path):
     """stderr that is not a terminal gets whole lines (no carriage returns) and rounded metrics."""
     data = small_copy_data(tmp_path / "data", n_train=64)
-    proc = subprocess.run([sys.executable, "-m", "graphformer", "train", "--task", "parallel", "--data-dir", str(data),
-                           "--out", str(tmp_path / "run"), "--epochs", "2", "--batch-size", "16",
-                           *[a for a in TINY_MODEL if a != "--quiet"]], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphformer",
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(tmp_path / "run"),
+            "--epochs",
+            "2",
+            "--batch-size",
+            "16",
+            *[a for a in TINY_MODEL if a != "--quiet"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "\r" not in proc.stderr
-    assert re.search(r"^epoch 2/2 step 4/4: loss \d+\.\d{3}, \d+ tokens/s, lr \d\.\d\de-\d\d$", proc.stderr, re.M), proc.stderr
+    assert re.search(r"^epoch 2/2 step 4/4: loss \d+\.\d{3}, \d+ tokens/s, lr \d\.\d\de-\d\d$", proc.stderr, re.M), (
+        proc.stderr
+    )
     line = re.search(r"^epoch 1 \(step 4\): valid .*$", proc.stderr + proc.stdout, re.M)
     assert line, proc.stderr
     numbers = re.findall(r"\d+\.\d+", line.group(0))
@@ -535,8 +737,12 @@ def test_a_run_without_its_best_checkpoint_yet_is_decoded_from_its_last_and_says
     default) decodes that one and warns; asked for last, it says nothing."""
     data = small_copy_data(tmp_path / "data", n_train=48)  # 3 steps per epoch
     run = tmp_path / "run"
-    assert main(["train", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", "--max-steps", "2",
-                 *TINY_MODEL]) == 0
+    assert (
+        main(
+            ["train", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", "--max-steps", "2", *TINY_MODEL]
+        )
+        == 0
+    )
     assert not (run / "checkpoint_best.pt").exists()
     for which, warned in (("best", True), ("last", False)):
         capsys.readouterr()

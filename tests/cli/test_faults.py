@@ -10,6 +10,7 @@ its own for a full disk, a read-only bind mount (chmod does not stop root). Moun
 without it the disk test is skipped and the read-only one refuses writes through a patched
 ``open`` instead.
 """
+
 import builtins
 import contextlib
 import errno
@@ -25,13 +26,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data
 
 from graphformer.cli import main
 from graphformer.data import multi30k
 from graphformer.errors import UserError
 from graphformer.training import checkpoint, distributed
 from graphformer.training.run_dir import STEPS, RunDir
-from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data
 
 MIRROR = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 
@@ -45,8 +46,23 @@ def options(data) -> list[str]:
     """2 epochs of 6 steps; a checkpoint every 2 steps (so a fault mid-epoch has one before it),
     kept epochs and attention records (for `average` and the figures); dropout on (its random
     state must be restored for the resumed run to be exact)."""
-    return ["--task", "parallel", "--data-dir", str(data), "--batch-size", "16", "--epochs", "2", "--save-every", "2",
-            "--keep-last", "2", "--viz-every", "1", *TINY_MODEL]
+    return [
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        "--save-every",
+        "2",
+        "--keep-last",
+        "2",
+        "--viz-every",
+        "1",
+        *TINY_MODEL,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +112,7 @@ def before_write(monkeypatch, what: str, step: int, fault) -> dict:
         if what == "checkpoint" and state["progress"]["step"] == step:
             strike(self)
         return real_save(self, state, best)
+
     monkeypatch.setattr(RunDir, "log", log)
     monkeypatch.setattr(RunDir, "save_checkpoint", save_checkpoint)
     return seen
@@ -135,9 +152,15 @@ def test_a_checkpoint_over_the_file_size_limit_is_one_line_and_the_last_one_stay
     def limited():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited across exec: EFBIG, not death
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-    done = subprocess.run([sys.executable, "-m", "graphformer", "train", "--out", str(run), "--resume", "--max-steps",
-                           "12", "--quiet"], preexec_fn=limited, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    done = subprocess.run(
+        [sys.executable, "-m", "graphformer", "train", "--out", str(run), "--resume", "--max-steps", "12", "--quiet"],
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 2, done.stderr
     one_line(done.stderr, f"cannot write {run / checkpoint.LAST}: ", "too large", "file-size limit", "--resume")
     assert_nothing_lost(run, {"last": last}, step=2)
@@ -176,24 +199,36 @@ def fill(disk: Path) -> None:
     assert full.value.errno == errno.ENOSPC
 
 
-def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_last_one_stays(data, straight, small_disk, monkeypatch,
-                                                                         capsys):
+def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_last_one_stays(
+    data, straight, small_disk, monkeypatch, capsys
+):
     run = small_disk / "run"
     seen = before_write(monkeypatch, "checkpoint", 4, lambda: fill(small_disk))
     assert main(["train", *options(data), "--out", str(run)]) == 2
-    one_line(capsys.readouterr().err, f"cannot write {run / checkpoint.LAST}: ", "disk is full", "free some space",
-             f"graphformer train --out {run} --resume")
+    one_line(
+        capsys.readouterr().err,
+        f"cannot write {run / checkpoint.LAST}: ",
+        "disk is full",
+        "free some space",
+        f"graphformer train --out {run} --resume",
+    )
     assert_nothing_lost(run, seen, step=2)
     monkeypatch.undo()
     (small_disk / "filler").unlink()
     assert_resumes_exactly(run, straight)
 
 
-@pytest.mark.parametrize("command,output", [(["average", "--last", "2"], "average.pt"),
-                                            (["heatmap", "--relation", "cross"], "figure.png"),
-                                            (["animate", "--relation", "cross"], "animation.gif")])
-def test_an_average_or_a_figure_over_the_file_size_limit_is_one_line_and_writes_nothing(straight, tmp_path, capsys,
-                                                                                          command, output):
+@pytest.mark.parametrize(
+    "command,output",
+    [
+        (["average", "--last", "2"], "average.pt"),
+        (["heatmap", "--relation", "cross"], "figure.png"),
+        (["animate", "--relation", "cross"], "animation.gif"),
+    ],
+)
+def test_an_average_or_a_figure_over_the_file_size_limit_is_one_line_and_writes_nothing(
+    straight, tmp_path, capsys, command, output
+):
     target = tmp_path / output
     with file_size_limit() as limit:
         limit(2048)  # less than any of them
@@ -223,6 +258,7 @@ class ReadOnly:
             if any(c in mode for c in "wax+") and Path(file).resolve().is_relative_to(folder.resolve()):
                 raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(file))
             return real_open(file, mode, *args, **kwargs)
+
         self.monkeypatch.setattr(builtins, "open", refusing)
 
     def off(self) -> None:
@@ -239,8 +275,9 @@ def read_only(monkeypatch):
 
 
 @pytest.mark.parametrize("what,step,name", [("log", 3, STEPS), ("checkpoint", 4, checkpoint.LAST)])
-def test_a_run_directory_turned_read_only_mid_run_is_one_line(data, straight, tmp_path, monkeypatch, capsys, read_only,
-                                                              what, step, name):
+def test_a_run_directory_turned_read_only_mid_run_is_one_line(
+    data, straight, tmp_path, monkeypatch, capsys, read_only, what, step, name
+):
     run = tmp_path / "run"
     seen = before_write(monkeypatch, what, step, lambda: read_only.on(run))
     assert main(["train", *options(data), "--out", str(run)]) == 2
@@ -252,7 +289,7 @@ def test_a_run_directory_turned_read_only_mid_run_is_one_line(data, straight, tm
 
 
 # ---- a process of a run killed ------------------------------------------------------------------
-HOOK = '''
+HOOK = """
 import os, signal, time
 if os.environ.get("RANK") == os.environ["KILL_RANK"]:
     from graphformer.training import checkpoint
@@ -275,30 +312,59 @@ if os.environ.get("RANK") == os.environ["KILL_RANK"]:
         Trainer.train_step = killed_before_step
     else:
         checkpoint.save_atomic = killed_mid_write
-'''
+"""
 
 
 def processes_run(data, run) -> list[str]:
     """``train --processes 2`` of 6 steps (96 samples, 8 a batch, 2 a step), a checkpoint every 2."""
-    return [sys.executable, "-m", "graphformer", "train", "--processes", "2", "--task", "parallel", "--data-dir",
-            str(data), "--batch-size", "8", "--epochs", "1", "--save-every", "2", "--device", "cpu", *TINY_MODEL,
-            "--out", str(run)]
+    return [
+        sys.executable,
+        "-m",
+        "graphformer",
+        "train",
+        "--processes",
+        "2",
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1",
+        "--save-every",
+        "2",
+        "--device",
+        "cpu",
+        *TINY_MODEL,
+        "--out",
+        str(run),
+    ]
 
 
 @pytest.fixture(scope="module")
 def processes_straight(data, tmp_path_factory):
     run = tmp_path_factory.mktemp("faults") / "processes_straight"
-    done = subprocess.run(processes_run(data, run), env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        processes_run(data, run),
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rank,moment,step,resumes_from", [(1, "step", 5, 4), (0, "write", 4, 2)],
-                         ids=["rank 1 before step 5", "rank 0 writing step 4's checkpoint"])
+@pytest.mark.parametrize(
+    "rank,moment,step,resumes_from",
+    [(1, "step", 5, 4), (0, "write", 4, 2)],
+    ids=["rank 1 before step 5", "rank 0 writing step 4's checkpoint"],
+)
 def test_a_process_killed_mid_epoch_stops_the_other_within_seconds_and_the_run_resumes_exactly(
-        data, processes_straight, tmp_path, rank, moment, step, resumes_from):
+    data, processes_straight, tmp_path, rank, moment, step, resumes_from
+):
     """kill -9 of one process (here: it kills itself at a chosen moment, through a sitecustomize
     module): the other is not left waiting in a collective (gloo's own timeout is 30 minutes);
     the launcher's line names the killed one and the command that continues; the checkpoint
@@ -308,8 +374,14 @@ def test_a_process_killed_mid_epoch_stops_the_other_within_seconds_and_the_run_r
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(HOOK)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    killed = {**env, "PYTHONPATH": str(hook), "KILL_RANK": str(rank), "KILL_AT_STEP": str(step), "KILL_IN": moment,
-              "KILL_MARK": str(mark)}
+    killed = {
+        **env,
+        "PYTHONPATH": str(hook),
+        "KILL_RANK": str(rank),
+        "KILL_AT_STEP": str(step),
+        "KILL_IN": moment,
+        "KILL_MARK": str(mark),
+    }
     done = subprocess.run(processes_run(data, run), env=killed, capture_output=True, text=True, timeout=120)
     assert time.time() - float(mark.read_text()) < 30  # the other ended within seconds of the kill
     printed = done.stderr
@@ -318,8 +390,13 @@ def test_a_process_killed_mid_epoch_stops_the_other_within_seconds_and_the_run_r
     assert f"continue from the last checkpoint with: graphformer train --processes 2 --out {run} --resume" in printed
     assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == resumes_from
     assert bool(list(run.glob(".*.tmp-*"))) == (moment == "write")  # the half-written one, never renamed
-    resumed = subprocess.run([sys.executable, "-m", "graphformer", "train", "--processes", "2", "--out", str(run),
-                              "--resume", "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "graphformer", "train", "--processes", "2", "--out", str(run), "--resume", "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not list(run.glob(".*.tmp-*"))
     assert_same_last_weights(processes_straight, run)
@@ -356,10 +433,16 @@ def test_a_truncated_or_altered_file_in_the_multi30k_cache_is_named_and_fetched_
 
 
 # ---- a checkpoint of another format version --------------------------------------------------------
-@pytest.mark.parametrize("version,why", [(checkpoint.VERSION + 1, "a newer graphformer wrote it: upgrade"),
-                                         (checkpoint.VERSION - 1, "an older graphformer wrote it")])
+@pytest.mark.parametrize(
+    "version,why",
+    [
+        (checkpoint.VERSION + 1, "a newer graphformer wrote it: upgrade"),
+        (checkpoint.VERSION - 1, "an older graphformer wrote it"),
+    ],
+)
 def test_a_checkpoint_of_another_format_version_is_named_with_both_versions(straight, tmp_path, capsys, version, why):
     from graphformer import __version__
+
     run = tmp_path / "run"
     shutil.copytree(straight, run)
     state = torch.load(run / checkpoint.LAST, weights_only=True)
@@ -367,8 +450,12 @@ def test_a_checkpoint_of_another_format_version_is_named_with_both_versions(stra
     del state["model"]  # what a change of format may do: a reader of this version must not reach for it
     torch.save(state, run / checkpoint.LAST)
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    needles = (str(run / checkpoint.LAST), f"format version {version}", f"({__version__}) reads version "
-               f"{checkpoint.VERSION}", why)
+    needles = (
+        str(run / checkpoint.LAST),
+        f"format version {version}",
+        f"({__version__}) reads version {checkpoint.VERSION}",
+        why,
+    )
     for command in (["evaluate", str(run), "--checkpoint", "last"], ["train", "--out", str(run), "--resume"]):
         assert main(command) == 2
         one_line(capsys.readouterr().err, *needles)
@@ -379,8 +466,14 @@ def test_a_checkpoint_of_another_format_version_is_named_with_both_versions(stra
 class FakeCuda:
     """Stand-ins for torch.cuda's device and RNG functions that record every call."""
 
-    NAMES = ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "device_count",
-             "current_device")
+    NAMES = (
+        "get_rng_state",
+        "set_rng_state",
+        "get_rng_state_all",
+        "set_rng_state_all",
+        "device_count",
+        "current_device",
+    )
 
     def __init__(self, monkeypatch, states=None):
         self.calls, self.states = [], states or {}
@@ -395,6 +488,7 @@ class FakeCuda:
             if name == "get_rng_state":
                 return self.states[str(args[0] if args else kwargs["device"])]
             return 2 if name == "device_count" else None
+
         return record
 
 
@@ -406,8 +500,11 @@ def test_a_cpu_run_on_a_gpu_host_reads_and_restores_no_gpu_state(data, tmp_path,
     assert state["rng"]["cuda_by_rank"] is None and "cuda" not in state["rng"]
     assert len(state["rng"]["torch_by_rank"]) == 1
     # An earlier graphformer's checkpoint (rank 0's CPU state, and every visible GPU's) resumes on the CPU too.
-    state["rng"] = {"torch": state["rng"]["torch"], "python": state["rng"]["python"],
-                    "cuda": [torch.zeros(16, dtype=torch.uint8)] * 2}
+    state["rng"] = {
+        "torch": state["rng"]["torch"],
+        "python": state["rng"]["python"],
+        "cuda": [torch.zeros(16, dtype=torch.uint8)] * 2,
+    }
     checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"}, run / checkpoint.LAST)
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "3", "--quiet"]) == 0
     assert cuda.calls == []
@@ -416,6 +513,7 @@ def test_a_cpu_run_on_a_gpu_host_reads_and_restores_no_gpu_state(data, tmp_path,
 def gpu_rank(rank: int, world: int, device: str = "cuda"):
     """A trainer of rank ``rank`` of ``world``, on that rank's GPU (or the CPU), with nothing else set up."""
     from graphformer.training.trainer import Trainer
+
     trainer = Trainer.__new__(Trainer)
     where = torch.device("cuda", rank) if device == "cuda" else torch.device("cpu")
     trainer.ctx = distributed.Context(rank=rank, world=world, device=where)
@@ -440,6 +538,7 @@ def test_each_rank_saves_and_restores_its_own_gpus_random_state_only(monkeypatch
         cuda.calls.clear()
         gpu_rank(rank, world, device)._restore_rng(states)
         return cuda.calls
+
     own = [("set_rng_state", mine, torch.device("cuda", 1))]
     assert restored(rng(cuda_by_rank=[rank0s, mine])) == own
     smaller = [("set_rng_state", rank0s, torch.device("cuda", 1))]

@@ -1,17 +1,18 @@
 """No way to lose a run: resume continues the configured run, crashes at any point leave a
 consistent run directory, and bad input is one line on stderr with exit status 2 and nothing
 changed."""
+
 import json
 import shutil
 
 import pytest
 import torch
+from helpers import TINY_MODEL, read_jsonl, small_copy_data
 
 from graphformer.cli import main
 from graphformer.errors import UserError
 from graphformer.training import checkpoint
 from graphformer.training.run_dir import RunDir
-from helpers import TINY_MODEL, read_jsonl, small_copy_data
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +25,9 @@ def train(*argv) -> int:
 
 
 def fresh(data, run, *extra):
-    return train("--task", "parallel", "--data-dir", str(data), "--out", str(run), "--batch-size", "16",
-                 *TINY_MODEL, *extra)
+    return train(
+        "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", *TINY_MODEL, *extra
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +93,27 @@ def test_a_time_budget_stops_after_the_step_that_exhausts_it_and_resume_gives_a_
     assert len(read_jsonl(run / "steps.jsonl")) == 2 * 96 // 16
 
 
-@pytest.mark.parametrize("flag,value,name", [("--lr-factor", "0.3", "--lr-factor"), ("--d-model", "64", "--d-model"),
-                                             ("--enc-attention", "window:1", "--enc-attention")])
+@pytest.mark.parametrize(
+    "flag,value,name",
+    [
+        ("--lr-factor", "0.3", "--lr-factor"),
+        ("--d-model", "64", "--d-model"),
+        ("--enc-attention", "window:1", "--enc-attention"),
+    ],
+)
 def test_resume_refuses_options_that_would_make_another_run(trained, tmp_path, capsys, flag, value, name):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     before = snapshot(run)
-    one_line_error(capsys, ["train", "--out", str(run), "--resume", flag, value], name, "start a new run",
-                   "in this run; you gave")
+    one_line_error(
+        capsys, ["train", "--out", str(run), "--resume", flag, value], name, "start a new run", "in this run; you gave"
+    )
     assert snapshot(run) == before
-    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--init-from", str(trained)],
-                   "--init-from is not set in this run; you gave")
+    one_line_error(
+        capsys,
+        ["train", "--out", str(run), "--resume", "--init-from", str(trained)],
+        "--init-from is not set in this run; you gave",
+    )
 
 
 def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys):
@@ -114,21 +126,35 @@ def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys)
     assert state["processes"] == 1 and state["train_config"]["accumulate"] == 1
     checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 2}, run / checkpoint.LAST)
     before = snapshot(run)
-    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"],
-                   "takes 2 batches per optimizer step (--accumulate 1 x 2 process(es)), this would take 1 (1 x 1)",
-                   "--resume --accumulate 2")
+    one_line_error(
+        capsys,
+        ["train", "--out", str(run), "--resume", "--epochs", "2"],
+        "takes 2 batches per optimizer step (--accumulate 1 x 2 process(es)), this would take 1 (1 x 1)",
+        "--resume --accumulate 2",
+    )
     assert snapshot(run) == before
-    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "3"],
-                   "this would take 3 (3 x 1)", "--resume --accumulate 2")
+    one_line_error(
+        capsys,
+        ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "3"],
+        "this would take 3 (3 x 1)",
+        "--resume --accumulate 2",
+    )
     assert snapshot(run) == before
     checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 3}, run / checkpoint.LAST)
-    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
-                   "takes 3 batches per optimizer step (--accumulate 1 x 3 process(es)), this would take 2 (2 x 1)",
-                   "--resume --accumulate 3")
+    one_line_error(
+        capsys,
+        ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
+        "takes 3 batches per optimizer step (--accumulate 1 x 3 process(es)), this would take 2 (2 x 1)",
+        "--resume --accumulate 3",
+    )
     # A checkpoint written before the count was recorded: taken as this count.
     checkpoint.save_atomic({k: v for k, v in state.items() if k not in ("format", "processes")}, run / checkpoint.LAST)
-    one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
-                   "this would take 2 (2 x 1)", "--resume --accumulate 1")
+    one_line_error(
+        capsys,
+        ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
+        "this would take 2 (2 x 1)",
+        "--resume --accumulate 1",
+    )
     assert main(["train", "--out", str(run), "--resume", "--epochs", "2"]) == 0
 
 
@@ -144,51 +170,73 @@ def test_batches_per_step_that_processes_cannot_share_evenly_name_the_original_c
 
     from graphformer.errors import UserError
     from graphformer.training.trainer import Trainer
+
     trainer = Trainer.__new__(Trainer)
     trainer.run_dir, trainer.cfg, trainer.ctx = tmp_path, SimpleNamespace(accumulate=1), SimpleNamespace(world=2)
-    with pytest.raises(UserError, match=r"takes 3 batches per optimizer step \(--accumulate 3 x 1 process\(es\)\), "
-                                        r"this would take 2 \(1 x 2\); 2 process\(es\) cannot share 3 batches evenly: "
-                                        r"resume it on 1 process\(es\) \(graphformer train --out"):
+    with pytest.raises(
+        UserError,
+        match=r"takes 3 batches per optimizer step \(--accumulate 3 x 1 process\(es\)\), "
+        r"this would take 2 \(1 x 2\); 2 process\(es\) cannot share 3 batches evenly: "
+        r"resume it on 1 process\(es\) \(graphformer train --out",
+    ):
         trainer._check_batches_per_step({"train_config": {"accumulate": 3}, "processes": 1})
     trainer.cfg.accumulate = 3
-    with pytest.raises(UserError, match=r"resume it with graphformer train --processes 2 --out .* --resume "
-                                        r"--accumulate 1"):  # 3 x 2 = 6 batches
+    with pytest.raises(
+        UserError,
+        match=r"resume it with graphformer train --processes 2 --out .* --resume "
+        r"--accumulate 1",
+    ):  # 3 x 2 = 6 batches
         trainer._check_batches_per_step({"train_config": {"accumulate": 1}, "processes": 2})
     trainer._check_batches_per_step({"train_config": {"accumulate": 6}, "processes": 1})  # 3 x 2: accepted
 
 
 def test_processes_under_torchrun_of_another_count_is_one_line_and_starts_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")  # this process is one of torchrun's 3
-    one_line_error(capsys, ["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2"],
-                   "--processes 2 starts its own processes, but this one is already one of 3 (torchrun)")
+    one_line_error(
+        capsys,
+        ["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2"],
+        "--processes 2 starts its own processes, but this one is already one of 3 (torchrun)",
+    )
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("device,gpus,needles", [
-    ("cuda:0", 2, ["--device cuda:0 names one GPU, and each of the 2 processes takes its own: use --device cuda"]),
-    ("cuda", 1, ["--device cuda: 2 processes take one GPU each, and 1 is visible"]),
-    ("auto", 1, ["--device auto: 2 processes take one GPU each, and 1 is visible", "or use --device cpu"]),
-    ("cuda", 0, ["--device cuda: no CUDA device is visible here; use cpu"])])
-def test_processes_that_the_gpus_cannot_serve_one_each_are_refused_before_any_starts(tmp_path, capsys, monkeypatch,
-                                                                                    device, gpus, needles):
+@pytest.mark.parametrize(
+    "device,gpus,needles",
+    [
+        ("cuda:0", 2, ["--device cuda:0 names one GPU, and each of the 2 processes takes its own: use --device cuda"]),
+        ("cuda", 1, ["--device cuda: 2 processes take one GPU each, and 1 is visible"]),
+        ("auto", 1, ["--device auto: 2 processes take one GPU each, and 1 is visible", "or use --device cpu"]),
+        ("cuda", 0, ["--device cuda: no CUDA device is visible here; use cpu"]),
+    ],
+)
+def test_processes_that_the_gpus_cannot_serve_one_each_are_refused_before_any_starts(
+    tmp_path, capsys, monkeypatch, device, gpus, needles
+):
     from graphformer.training import launch
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     monkeypatch.setattr(launch, "run_processes", lambda *args: pytest.fail("processes were started"))
-    one_line_error(capsys, ["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2",
-                            "--device", device], *needles)
+    one_line_error(
+        capsys,
+        ["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2", "--device", device],
+        *needles,
+    )
     assert not (tmp_path / "run").exists()
 
 
 def test_processes_on_the_cpu_or_on_enough_gpus_start(tmp_path, monkeypatch):
     from graphformer.training import launch
+
     started = []
     monkeypatch.setattr(launch, "run_processes", lambda argv, processes, resume: started.append(processes) or 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     for device in ("cpu", "auto", "cuda"):
-        assert main(["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2",
-                     "--device", device]) == 0
+        assert (
+            main(["train", "--task", "copy", "--out", str(tmp_path / "run"), "--processes", "2", "--device", device])
+            == 0
+        )
     assert started == [2, 2, 2]
 
 
@@ -199,6 +247,7 @@ def test_only_a_second_ctrl_c_aborts_a_stopping_run_a_repeated_sigterm_asks_agai
     from types import SimpleNamespace
 
     from graphformer.training.trainer import Trainer
+
     trainer = Trainer.__new__(Trainer)
     trainer._stop_requested, trainer.ctx = False, SimpleNamespace(is_main=True)
     trainer._on_interrupt(signal.SIGTERM, None)
@@ -220,6 +269,7 @@ def test_a_processes_run_blames_a_process_killed_from_outside_before_the_ones_th
         launch = Launch()
         launch.ranks, launch.passed_on = [SimpleNamespace(returncode=c) for c in codes], set(passed_on)
         return launch.first_failure()
+
     assert first_failure(1, -9) == 1
     assert first_failure(3, 2) == 1  # 3: rank 0 only lost rank 1, whose own error is 2
     assert first_failure(1, -15, passed_on=[15]) == 0
@@ -234,6 +284,7 @@ def _launch_of(*scripts: str):
     import sys
 
     from graphformer.training.launch import Launch
+
     launch = Launch()
     launch.ranks = [subprocess.Popen([sys.executable, "-c", script]) for script in scripts]
     return launch
@@ -244,27 +295,33 @@ def test_the_launcher_stops_the_others_at_once_when_a_process_is_killed_from_out
     is stopped at once, without the grace period an error gets (an hour here: waiting it out,
     rank 0 would end by itself, with status 0)."""
     from graphformer.training import launch as launcher
+
     monkeypatch.setattr(launcher, "GRACE_SECONDS", 3600.0)
     launch = _launch_of("import time; time.sleep(60)", "import os; os.kill(os.getpid(), 9)")
     assert launch.wait("RESUME") == 128 + 9
     assert launch.ranks[0].returncode == -9
-    assert capsys.readouterr().err == ("graphformer: process 1 was killed by SIGKILL; the other processes were "
-                                       "stopped; continue from the last checkpoint with: RESUME\n")
+    assert capsys.readouterr().err == (
+        "graphformer: process 1 was killed by SIGKILL; the other processes were "
+        "stopped; continue from the last checkpoint with: RESUME\n"
+    )
 
 
 def test_the_launcher_gives_the_others_time_to_exit_after_an_error_then_stops_them(capsys, monkeypatch):
     """A process that fails with its own message (status 2) leaves the others a grace period to
     report theirs; one still running after it is killed, and the status is the failed one's."""
     from graphformer.training import launch as launcher
+
     monkeypatch.setattr(launcher, "GRACE_SECONDS", 1.0)
-    launch = _launch_of("import time; time.sleep(60)", "import sys, time; time.sleep(1); sys.exit(2)",
-                        "import sys; sys.exit(0)")  # done long before the failure
+    launch = _launch_of(
+        "import time; time.sleep(60)", "import sys, time; time.sleep(1); sys.exit(2)", "import sys; sys.exit(0)"
+    )  # done long before the failure
     assert launch.wait("RESUME") == 2
     assert [p.returncode for p in launch.ranks] == [-9, 2, 0] and capsys.readouterr().err == ""
 
 
 def test_the_command_that_continues_a_run_names_how_it_is_launched(tmp_path):
     from graphformer.training.run_dir import resume_command
+
     assert resume_command("runs/a") == "graphformer train --out runs/a --resume"
     assert resume_command("runs/a", 2) == "graphformer train --processes 2 --out runs/a --resume"
     assert resume_command("runs/a", 4, 2).startswith("torchrun --nnodes=2 --nproc_per_node=2 ... -m graphformer train")
@@ -272,9 +329,11 @@ def test_the_command_that_continues_a_run_names_how_it_is_launched(tmp_path):
 
 def test_a_start_refused_by_the_lock_removes_nothing(data, tmp_path, capsys, monkeypatch):
     """Two trainings started on one new --out: the one refused must not remove what the other made."""
+
     def held(self):  # the other trainer made the folder a moment ago, holds it, and writes into it
         (self.path / "the other trainer's file").write_text("mine\n")
         raise UserError(f"{self.path} is being trained by process 1; wait for it to finish or choose another --out")
+
     monkeypatch.setattr(RunDir, "lock", held)
     assert fresh(data, tmp_path / "run", "--epochs", "1") == 2
     assert (tmp_path / "run" / "the other trainer's file").read_text() == "mine\n"
@@ -282,9 +341,24 @@ def test_a_start_refused_by_the_lock_removes_nothing(data, tmp_path, capsys, mon
 
 def test_an_epoch_too_small_for_one_step_is_refused(tmp_path, capsys):
     data = small_copy_data(tmp_path / "data", n_train=6)
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "run"),
-                            "--batch-size", "8", "--accumulate", "2", *TINY_MODEL],
-                   "fewer batches than one optimizer step takes (--accumulate 2 x 1 process(es))")
+    one_line_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(tmp_path / "run"),
+            "--batch-size",
+            "8",
+            "--accumulate",
+            "2",
+            *TINY_MODEL,
+        ],
+        "fewer batches than one optimizer step takes (--accumulate 2 x 1 process(es))",
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -297,8 +371,10 @@ def test_resume_accepts_the_saved_value_given_again(trained, tmp_path):
 
 def test_config_file_then_flags(data, tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text(f"model:\n  d_model: 32\n  heads: 2\n  d_ff: 64\n  layers: 1\n"
-                      f"train:\n  task: parallel\n  data_dir: {data}\n  epochs: 1\n  batch_size: 32\n")
+    config.write_text(
+        f"model:\n  d_model: 32\n  heads: 2\n  d_ff: 64\n  layers: 1\n"
+        f"train:\n  task: parallel\n  data_dir: {data}\n  epochs: 1\n  batch_size: 32\n"
+    )
     run = tmp_path / "run"
     assert train("--config", str(config), "--heads", "4", "--out", str(run), "--quiet") == 0
     saved = json.loads((run / "config.json").read_text())
@@ -308,11 +384,16 @@ def test_config_file_then_flags(data, tmp_path):
     assert json.loads((again / "config.json").read_text())["model"] == saved["model"]
 
 
-@pytest.mark.parametrize("section,line,flag,kind", [("model", "layers: two", "--layers", "a whole number"),
-                                                     ("model", "layers: 1.5", "--layers", "a whole number"),
-                                                     ("train", "epochs: three", "--epochs", "a whole number"),
-                                                     ("train", "lr_factor: [1]", "--lr-factor", "a number"),
-                                                     ("model", "norm_first: 'yes'", "--norm-first", "true or false")])
+@pytest.mark.parametrize(
+    "section,line,flag,kind",
+    [
+        ("model", "layers: two", "--layers", "a whole number"),
+        ("model", "layers: 1.5", "--layers", "a whole number"),
+        ("train", "epochs: three", "--epochs", "a whole number"),
+        ("train", "lr_factor: [1]", "--lr-factor", "a number"),
+        ("model", "norm_first: 'yes'", "--norm-first", "true or false"),
+    ],
+)
 def test_a_config_file_value_of_the_wrong_kind_is_a_one_line_error(tmp_path, capsys, section, line, flag, kind):
     config = tmp_path / "run.yaml"
     config.write_text(f"{section}:\n  {line}\n")
@@ -389,10 +470,15 @@ def _put_another_models_checkpoint(run):
 
 
 @pytest.mark.parametrize("lock", [b"process 424242\n", None], ids=["lock of an earlier trainer", "no lock"])
-@pytest.mark.parametrize("damage,needle", [(_damage_checkpoint, "checkpoint_last.pt is"),
-                                           (_damage_vocab, "vocab.json is not valid JSON"),
-                                           (_put_another_models_checkpoint, "holds another model")],
-                         ids=["damaged checkpoint", "garbage vocabulary", "another model's checkpoint"])
+@pytest.mark.parametrize(
+    "damage,needle",
+    [
+        (_damage_checkpoint, "checkpoint_last.pt is"),
+        (_damage_vocab, "vocab.json is not valid JSON"),
+        (_put_another_models_checkpoint, "holds another model"),
+    ],
+    ids=["damaged checkpoint", "garbage vocabulary", "another model's checkpoint"],
+)
 def test_a_refused_resume_leaves_the_run_directory_as_it_was(trained, tmp_path, capsys, lock, damage, needle):
     """The run is not locked (which writes this process's id into .lock) before it is known to resume."""
     run = tmp_path / "run"
@@ -421,9 +507,28 @@ def test_resuming_a_run_still_training_before_its_first_checkpoint_names_the_tra
 
 def test_overflowing_loss_stops_with_a_usable_checkpoint(data, tmp_path, capsys):
     run = tmp_path / "run"
-    err = one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run),
-                                  "--batch-size", "16", "--lr-factor", "1e30", "--warmup", "1", "--epochs", "3",
-                                  *TINY_MODEL], "the loss became")
+    err = one_line_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(run),
+            "--batch-size",
+            "16",
+            "--lr-factor",
+            "1e30",
+            "--warmup",
+            "1",
+            "--epochs",
+            "3",
+            *TINY_MODEL,
+        ],
+        "the loss became",
+    )
     assert "checkpoint_last.pt holds the weights before that step" in err
     state = checkpoint.load(run / checkpoint.LAST)
     assert all(torch.isfinite(t).all() for t in state["model"].values())
@@ -433,18 +538,21 @@ def test_overflowing_loss_stops_with_a_usable_checkpoint(data, tmp_path, capsys)
 
 
 # ---- bad input: one line, exit 2, nothing changed --------------------------------------------
-@pytest.mark.parametrize("argv,needle", [
-    (["--lr-factor", "-1"], "--lr-factor must be above 0, got -1"),
-    (["--lr-factor", "0"], "--lr-factor must be above 0, got 0"),
-    (["--lr-factor", "nan"], "--lr-factor must be a finite number"),
-    (["--warmup", "inf"], "invalid int value"),
-    (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1)"),
-    (["--threads", "-1"], "--threads must be at least 1"),
-    (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
-    (["--dec-attention", "window:2"], "causal"),
-    (["--d-model", "30", "--heads", "4"], "--d-model (30) must be divisible by the number of heads (4)"),
-    (["--epoch", "2"], "unrecognized arguments: --epoch 2"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--lr-factor", "-1"], "--lr-factor must be above 0, got -1"),
+        (["--lr-factor", "0"], "--lr-factor must be above 0, got 0"),
+        (["--lr-factor", "nan"], "--lr-factor must be a finite number"),
+        (["--warmup", "inf"], "invalid int value"),
+        (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1)"),
+        (["--threads", "-1"], "--threads must be at least 1"),
+        (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+        (["--dec-attention", "window:2"], "causal"),
+        (["--d-model", "30", "--heads", "4"], "--d-model (30) must be divisible by the number of heads (4)"),
+        (["--epoch", "2"], "unrecognized arguments: --epoch 2"),
+    ],
+)
 def test_bad_training_options_write_nothing(data, tmp_path, capsys, argv, needle):
     run = tmp_path / "fresh"
     code = None
@@ -459,8 +567,11 @@ def test_bad_training_options_write_nothing(data, tmp_path, capsys, argv, needle
 
 def test_out_naming_a_file(data, tmp_path, capsys):
     (tmp_path / "file").write_text("mine")
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "file"),
-                            *TINY_MODEL], "is a file, not a directory")
+    one_line_error(
+        capsys,
+        ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "file"), *TINY_MODEL],
+        "is a file, not a directory",
+    )
     assert (tmp_path / "file").read_text() == "mine"
 
 
@@ -480,7 +591,7 @@ def test_damaged_run_files_are_named(trained, tmp_path, capsys):
     run = tmp_path / "no_model"
     shutil.copytree(trained, run)
     (run / "config.json").write_text(json.dumps({"train": {}}))
-    one_line_error(capsys, ["evaluate", str(run)], "config.json", "\"model\"")
+    one_line_error(capsys, ["evaluate", str(run)], "config.json", '"model"')
     (run / "config.json").write_text("{not json")
     one_line_error(capsys, ["evaluate", str(run)], "config.json is not valid JSON")
     one_line_error(capsys, ["train", "--out", str(run), "--resume"], "config.json is not valid JSON")
@@ -514,8 +625,7 @@ def test_a_damaged_attention_record_is_named(data, tmp_path, capsys):
 
 
 # ---- found by a review of the training code ----------------------------------------------
-def test_a_run_with_a_relative_data_dir_is_evaluated_and_resumed_from_any_folder(data, tmp_path, monkeypatch,
-                                                                                capsys):
+def test_a_run_with_a_relative_data_dir_is_evaluated_and_resumed_from_any_folder(data, tmp_path, monkeypatch, capsys):
     shutil.copytree(data, tmp_path / "mine")
     monkeypatch.chdir(tmp_path)
     assert fresh("mine", "run", "--epochs", "1") == 0
@@ -537,8 +647,22 @@ def test_samples_longer_than_max_len_are_refused_in_one_line_at_start_and_at_eva
     with open(long / "test.src", "a") as src, open(long / "test.tgt", "a") as tgt:
         src.write(" ".join(["a"] * 30) + "\n")
         tgt.write("a\n")
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(long), "--out", str(tmp_path / "run"),
-                            "--max-len", "24", *TINY_MODEL], "test.src line 41 has 30 tokens")
+    one_line_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(long),
+            "--out",
+            str(tmp_path / "run"),
+            "--max-len",
+            "24",
+            *TINY_MODEL,
+        ],
+        "test.src line 41 has 30 tokens",
+    )
     assert not (tmp_path / "run").exists()
     run = tmp_path / "fits"
     assert fresh(data, run, "--epochs", "1", "--max-len", "24") == 0
@@ -581,25 +705,43 @@ def test_a_runs_config_json_with_the_other_batch_option_or_task(trained, tmp_pat
     assert (saved["batch_size"], saved["batch_tokens"]) == (None, 300)
     assert json.loads((trained / "config.json").read_text())["train"]["select_by"] == "loss"  # parallel's
     copy = tmp_path / "copy"
-    assert train("--config", str(trained / "config.json"), "--task", "copy", "--data-dir", str(tmp_path / "gen"),
-                 "--max-steps", "1", "--out", str(copy)) == 0
+    assert (
+        train(
+            "--config",
+            str(trained / "config.json"),
+            "--task",
+            "copy",
+            "--data-dir",
+            str(tmp_path / "gen"),
+            "--max-steps",
+            "1",
+            "--out",
+            str(copy),
+        )
+        == 0
+    )
     assert json.loads((copy / "config.json").read_text())["train"]["select_by"] == "exact_match"  # copy's
 
 
-@pytest.mark.parametrize("text,section", [("model: 5\n", "'model' must be a mapping"),
-                                          ("train: [epochs]\n", "'train' must be a mapping")])
+@pytest.mark.parametrize(
+    "text,section", [("model: 5\n", "'model' must be a mapping"), ("train: [epochs]\n", "'train' must be a mapping")]
+)
 def test_a_config_section_that_is_not_a_mapping_is_a_one_line_error(tmp_path, capsys, text, section):
     (tmp_path / "bad.yaml").write_text(text)
     one_line_error(capsys, ["train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "run")], section)
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("text", ["foo:\n  layers: 1\nmodel:\n  layers: 1\n", "foo:\n  layers: 1\n"],
-                         ids=["beside model", "instead of model"])
+@pytest.mark.parametrize(
+    "text",
+    ["foo:\n  layers: 1\nmodel:\n  layers: 1\n", "foo:\n  layers: 1\n"],
+    ids=["beside model", "instead of model"],
+)
 def test_an_unknown_config_section_is_named(tmp_path, capsys, text):
     (tmp_path / "bad.yaml").write_text(text)
-    err = one_line_error(capsys, ["train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "run")],
-                         "'foo'")
+    err = one_line_error(
+        capsys, ["train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "run")], "'foo'"
+    )
     assert "'model'" in err and "'train'" in err, err  # the sections it may hold
     assert not (tmp_path / "run").exists()
 
@@ -611,22 +753,56 @@ def test_tie_all_needs_one_vocabulary_not_two_of_one_size(tmp_path, capsys):
         lines = ["a b c", "c b a", "b c"] * 8
         (data / f"{split}.src").write_text("\n".join(lines) + "\n")
         (data / f"{split}.tgt").write_text("\n".join(x.upper() for x in lines) + "\n")
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--no-shared-vocab", "--tie",
-                            "all", "--out", str(tmp_path / "run"), *TINY_MODEL], "--tie 'all' shares one embedding")
+    one_line_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--no-shared-vocab",
+            "--tie",
+            "all",
+            "--out",
+            str(tmp_path / "run"),
+            *TINY_MODEL,
+        ],
+        "--tie 'all' shares one embedding",
+    )
     assert not (tmp_path / "run").exists()
 
 
 def test_generated_data_of_another_seed_is_used_with_a_warning(tmp_path, capsys):
     small_copy_data(tmp_path / "gen", n_train=48, seed=1)
     before = (tmp_path / "gen" / "train.src").read_text()
-    assert train("--task", "copy", "--data-dir", str(tmp_path / "gen"), "--seed", "2", "--max-steps", "1",
-                 "--out", str(tmp_path / "run"), *TINY_MODEL) == 0
+    assert (
+        train(
+            "--task",
+            "copy",
+            "--data-dir",
+            str(tmp_path / "gen"),
+            "--seed",
+            "2",
+            "--max-steps",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+            *TINY_MODEL,
+        )
+        == 0
+    )
     assert "was generated with seed 1; training on it as it is" in capsys.readouterr().err
     assert (tmp_path / "gen" / "train.src").read_text() == before
 
 
-@pytest.mark.parametrize("flag,value,needle", [("--epochs", "1", "--epochs 1 is fewer than the 2 epochs"),
-                                               ("--max-steps", "5", "--max-steps 5 is fewer than the 12 steps")])
+@pytest.mark.parametrize(
+    "flag,value,needle",
+    [
+        ("--epochs", "1", "--epochs 1 is fewer than the 2 epochs"),
+        ("--max-steps", "5", "--max-steps 5 is fewer than the 12 steps"),
+    ],
+)
 def test_resume_refuses_limits_below_what_the_run_has_done(data, tmp_path, capsys, flag, value, needle):
     run = tmp_path / "run"
     assert fresh(data, run, "--epochs", "2") == 0
@@ -658,14 +834,32 @@ def test_a_generated_tasks_folder_of_files_no_generator_made_is_used_with_a_warn
     mine = tmp_path / "mine"
     shutil.copytree(data, mine)
     (mine / "generated.json").unlink()
-    assert train("--task", "copy", "--data-dir", str(mine), "--max-steps", "1", "--out", str(tmp_path / "run"),
-                 *TINY_MODEL) == 0
+    assert (
+        train(
+            "--task", "copy", "--data-dir", str(mine), "--max-steps", "1", "--out", str(tmp_path / "run"), *TINY_MODEL
+        )
+        == 0
+    )
     assert "has no record of a generator (generated.json)" in capsys.readouterr().err
 
 
 def test_a_min_count_that_leaves_no_word_is_a_one_line_error(data, tmp_path, capsys):
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "run"),
-                            "--min-count", "100000", *TINY_MODEL], "--min-count (100000) is more than any")
+    one_line_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(tmp_path / "run"),
+            "--min-count",
+            "100000",
+            *TINY_MODEL,
+        ],
+        "--min-count (100000) is more than any",
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -677,8 +871,11 @@ def test_a_new_run_in_a_folder_of_the_users_removes_nothing(data, tmp_path, caps
     (out / "tensorboard" / "events.other").write_text("x")
     (out / "checkpoints").mkdir()
     (out / "checkpoints" / "model.bin").write_text("y")
-    one_line_error(capsys, ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(out),
-                            "--max-len", "5", *TINY_MODEL], "--max-len (5) is shorter")
+    one_line_error(
+        capsys,
+        ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(out), "--max-len", "5", *TINY_MODEL],
+        "--max-len (5) is shorter",
+    )
     assert fresh(data, out, "--epochs", "1") == 0
     assert (out / "tensorboard" / "events.other").read_text() == "x"
     assert (out / "checkpoints" / "model.bin").read_text() == "y"
@@ -697,8 +894,22 @@ def test_a_run_whose_saved_epochs_are_below_its_progress_still_resumes(data, tmp
 def test_a_hand_written_config_keeps_its_select_by_whatever_the_task(data, tmp_path):
     (tmp_path / "sel.yaml").write_text("train:\n  select_by: exact_match\n  epochs: 1\n")
     run = tmp_path / "run"
-    assert train("--config", str(tmp_path / "sel.yaml"), "--task", "parallel", "--data-dir", str(data),
-                 "--out", str(run), "--batch-size", "16", *TINY_MODEL) == 0
+    assert (
+        train(
+            "--config",
+            str(tmp_path / "sel.yaml"),
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(run),
+            "--batch-size",
+            "16",
+            *TINY_MODEL,
+        )
+        == 0
+    )
     assert json.loads((run / "config.json").read_text())["train"]["select_by"] == "exact_match"
 
 
@@ -716,12 +927,14 @@ def test_a_run_stopped_after_an_epochs_last_step_validates_it_on_resume(data, tm
     """A signal (or a kill after a --save-every checkpoint) on the last step of an epoch that is
     also the last of --max-steps: the resumed run validates that epoch, as the uninterrupted one."""
     import graphformer.training.trainer as trainer_module
+
     run = tmp_path / "run"
     original = trainer_module.Trainer._should_stop
 
     def signal_at_step_6(self):
         self._stop_requested = self._stop_requested or self.progress["step"] == 6
         return original(self)
+
     monkeypatch.setattr(trainer_module.Trainer, "_should_stop", signal_at_step_6)
     assert fresh(data, run, "--epochs", "3", "--max-steps", "6") == 130  # 6 steps an epoch: interrupted on its last
     monkeypatch.setattr(trainer_module.Trainer, "_should_stop", original)
@@ -743,6 +956,7 @@ def test_resume_removes_temporaries_in_the_runs_subfolders(data, tmp_path):
 
 def test_tensorboard_drops_steps_logged_after_the_checkpoint_a_run_resumes_from(data, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     run = tmp_path / "run"
     assert fresh(data, run, "--epochs", "2", "--max-steps", "3", "--tensorboard") == 0
     at_step_3 = (run / checkpoint.LAST).read_bytes()
@@ -758,6 +972,7 @@ def test_a_crash_between_the_epoch_checkpoint_and_the_last_one_leaves_no_gap(dat
     """The epoch's own checkpoint is written first: a crash before checkpoint_last.pt resumes from
     the epoch before and writes it again, so `average --last` never meets a missing epoch."""
     from graphformer.training.run_dir import RunDir
+
     run = tmp_path / "run"
     original = RunDir.save_checkpoint
 
@@ -765,6 +980,7 @@ def test_a_crash_between_the_epoch_checkpoint_and_the_last_one_leaves_no_gap(dat
         if state["progress"]["epoch"] == 2:
             raise OSError(28, "No space left on device")
         return original(self, state, best)
+
     monkeypatch.setattr(RunDir, "save_checkpoint", disk_full_at_epoch_2)
     assert fresh(data, run, "--epochs", "3", "--keep-last", "5") == 2
     assert (run / "checkpoints" / "epoch_0002.pt").exists()
@@ -779,16 +995,43 @@ def test_a_checkpoint_that_cannot_be_written_at_a_stop_is_the_only_line(data, tm
     import errno
 
     from graphformer.training.trainer import Trainer
+
     run = tmp_path / "run"
     options = [t for t in TINY_MODEL if t != "--quiet"]
-    assert train("--task", "parallel", "--data-dir", str(data), "--out", str(run), "--batch-size", "8",
-                 "--max-steps", "2", *options) == 0
+    assert (
+        train(
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(run),
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "2",
+            *options,
+        )
+        == 0
+    )
     assert "step 2/" in capsys.readouterr().err
 
     def full_disk(self):
         raise OSError(errno.ENOSPC, "No space left on device", str(self.run_dir / "checkpoint_last.pt"))
+
     monkeypatch.setattr(Trainer, "save", full_disk)
-    code = train("--task", "parallel", "--data-dir", str(data), "--out", str(tmp_path / "run2"), "--batch-size", "8",
-                 "--max-steps", "2", *options)
+    code = train(
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(tmp_path / "run2"),
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "2",
+        *options,
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("graphformer: error: ") and "No space left" in err, err

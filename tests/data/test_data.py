@@ -1,4 +1,5 @@
 """Synthetic tasks, parallel text, vocabularies and batching."""
+
 import json
 import random
 
@@ -25,6 +26,7 @@ def test_tasks_are_reproducible_from_the_seed(tmp_path):
 
 def test_a_folder_of_one_generated_task_is_never_read_as_another(tmp_path, capsys):
     from graphformer.cli import main
+
     data = synthetic.write_task("copy", tmp_path / "data", seed=1, sizes={"train": 20, "valid": 5, "test": 5})
     synthetic.write_task("copy", data, seed=2)  # the same task: its files are reused
     with pytest.raises(UserError, match="holds data generated for task 'copy', not 'sort'"):
@@ -82,11 +84,14 @@ def test_vocab_round_trip(tmp_path):
     assert v.decode(v.encode(["y", "z"]) + [2, 5]) == ["y", "z"]
 
 
-@pytest.mark.parametrize("src,tgt,msg", [
-    (b"a b\nc\n", b"x\n", "has 2 lines but"),
-    (b"", b"", "is empty"),
-    (b"a\n\xff\xfe\n", b"x\ny\n", "line 2 is not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "src,tgt,msg",
+    [
+        (b"a b\nc\n", b"x\n", "has 2 lines but"),
+        (b"", b"", "is empty"),
+        (b"a\n\xff\xfe\n", b"x\ny\n", "line 2 is not valid UTF-8"),
+    ],
+)
 def test_bad_parallel_files(tmp_path, src, tgt, msg):
     (tmp_path / "s").write_bytes(src)
     (tmp_path / "t").write_bytes(tgt)
@@ -132,7 +137,7 @@ def test_shards_partition_the_global_batches():
     ranks = [shard(plan, r, 3) for r in range(3)]
     assert len({len(r) for r in ranks}) == 1 and len(ranks[0]) == len(plan) // 3
     taken = [b for step in zip(*ranks) for b in step]  # step by step, rank by rank
-    assert taken == plan[:len(taken)]  # every batch once, in order; only the short tail is dropped
+    assert taken == plan[: len(taken)]  # every batch once, in order; only the short tail is dropped
 
 
 def test_parallel_files_split_at_newlines_only(tmp_path):
@@ -157,7 +162,7 @@ def test_decoding_batches_sort_by_length_within_chunks_and_keep_to_the_budget():
     assert all(len({chunk_of[i] for i in batch}) == 1 for batch in batches)  # a batch never spans two chunks
     start = 0
     for chunk in chunks:  # chunk after chunk, each sorted by length
-        within = order[start:start + len(chunk)]
+        within = order[start : start + len(chunk)]
         assert sorted(within) == list(chunk)
         assert [lengths[i] for i in within] == sorted(lengths[i] for i in chunk)
         start += len(chunk)

@@ -1,5 +1,6 @@
 """reverse and addition, and lengths chosen per split (train short, test long), against checkers
 written here from the tasks' definitions."""
+
 import random
 
 import pytest
@@ -26,7 +27,7 @@ def test_addition_targets_are_the_sums_of_the_two_lower_endian_numbers():
         tokens = src.split()
         assert tokens.count("+") == 1 and tokens[0] != "+" and tokens[-1] != "+"
         plus = tokens.index("+")
-        a, b, total = tokens[:plus], tokens[plus + 1:], tgt.split()
+        a, b, total = tokens[:plus], tokens[plus + 1 :], tgt.split()
         assert number(total) == number(a) + number(b)
         assert total == ["0"] or total[-1] != "0"  # no leading zeros (the last digit is the most significant)
 
@@ -62,8 +63,10 @@ def test_lengths_parse(text, expected):
     assert synthetic.parse_lengths(text, "copy", "train_lengths") == expected
 
 
-@pytest.mark.parametrize("text, task", [("40-1", "copy"), ("0-5", "copy"), ("2", "addition"), ("a-b", "copy"),
-                                        ("1-2-3", "copy"), ("", "copy")])
+@pytest.mark.parametrize(
+    "text, task",
+    [("40-1", "copy"), ("0-5", "copy"), ("2", "addition"), ("a-b", "copy"), ("1-2-3", "copy"), ("", "copy")],
+)
 def test_bad_lengths_name_the_option(text, task):
     with pytest.raises(ConfigError, match="test_lengths"):
         synthetic.parse_lengths(text, task, "test_lengths")

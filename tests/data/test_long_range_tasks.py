@@ -1,6 +1,7 @@
 """The long-range tasks: answers agree with evaluators written here from the task definitions,
 lengths and vocabularies are as documented, the data is reproducible from the seed, the answers
 are spread out, and bad options get a one-line error naming the option."""
+
 import random
 import statistics
 from collections import Counter
@@ -18,14 +19,14 @@ SMALL = {"train": 40, "valid": 10, "test": 10}
 
 # ListOps --------------------------------------------------------------------------------------
 
+
 def evaluate_listops(tokens: list[str]) -> tuple[int, int, int]:
     """(value, operators nested at most, arguments of an operator at most), with an explicit stack.
 
     [MED follows LRA's `int(np.median(args))`: statistics.median averages the two middle values
     of an even count, and int() drops the fraction (all values are non-negative).
     """
-    operations = {"[MAX": max, "[MIN": min, "[MED": lambda a: int(statistics.median(a)),
-                  "[SM": lambda a: sum(a) % 10}
+    operations = {"[MAX": max, "[MIN": min, "[MED": lambda a: int(statistics.median(a)), "[SM": lambda a: sum(a) % 10}
     stack: list[tuple[str, list[int]]] = [("root", [])]
     deepest = widest = 0
     for token in tokens:
@@ -100,15 +101,18 @@ def test_listops_vocabulary_and_answers_cover_every_symbol():
     assert max(answers.values()) < 0.4 * len(pairs)  # no answer a model could bet on
 
 
-@pytest.mark.parametrize("options,name", [
-    (dict(min_length=600, max_length=500), "min_length"),
-    (dict(min_length=3, max_length=10), "min_length"),
-    (dict(max_length=20000), "max_length"),
-    (dict(min_length=10, max_length=100, max_depth=3, max_args=4), "max_length"),
-    (dict(max_args=3), "max_args"),
-    (dict(max_depth=1), "max_depth"),
-    (dict(max_length=2000.5), "max_length"),
-])
+@pytest.mark.parametrize(
+    "options,name",
+    [
+        (dict(min_length=600, max_length=500), "min_length"),
+        (dict(min_length=3, max_length=10), "min_length"),
+        (dict(max_length=20000), "max_length"),
+        (dict(min_length=10, max_length=100, max_depth=3, max_args=4), "max_length"),
+        (dict(max_args=3), "max_args"),
+        (dict(max_depth=1), "max_depth"),
+        (dict(max_length=2000.5), "max_length"),
+    ],
+)
 def test_listops_bad_options_name_the_option(options, name, tmp_path):
     with pytest.raises(ConfigError) as err:
         listops.write_listops(tmp_path / "data", **options)
@@ -122,6 +126,7 @@ def test_bad_split_sizes_are_refused(tmp_path):
 
 
 # Recall ---------------------------------------------------------------------------------------
+
 
 def answer_recall(tokens: list[str]) -> tuple[str, int]:
     """(the queried key's value, its pair's distance back from the query), from a dict built here."""
@@ -143,7 +148,7 @@ def test_recall_answers_match_a_dict_lookup(seed):
 
 
 def test_recall_reaches_the_longest_length():
-    (source, target), = recall.generate_recall(1, random.Random(0), min_length=8192, max_length=8192)
+    ((source, target),) = recall.generate_recall(1, random.Random(0), min_length=8192, max_length=8192)
     tokens = source.split()
     assert len(tokens) == 8192 and target == answer_recall(tokens)[0]
     assert len(set(tokens[0:-2:2])) == (8192 - 2) // 2
@@ -182,15 +187,18 @@ def test_recall_is_reproducible_from_the_seed(tmp_path):
     assert len(src) == 10 and all(t == [answer_recall(s)[0]] for s, t in zip(src, tgt))
 
 
-@pytest.mark.parametrize("options,name", [
-    (dict(min_length=2, max_length=2), "min_length"),
-    (dict(min_length=101, max_length=200), "min_length"),
-    (dict(min_length=100, max_length=201), "max_length"),
-    (dict(min_length=300, max_length=200), "min_length"),
-    (dict(min_length=1024, max_length=16384), "max_length"),
-    (dict(min_length=100, max_length=100, num_keys=40), "num_keys"),
-    (dict(num_values=1), "num_values"),
-])
+@pytest.mark.parametrize(
+    "options,name",
+    [
+        (dict(min_length=2, max_length=2), "min_length"),
+        (dict(min_length=101, max_length=200), "min_length"),
+        (dict(min_length=100, max_length=201), "max_length"),
+        (dict(min_length=300, max_length=200), "min_length"),
+        (dict(min_length=1024, max_length=16384), "max_length"),
+        (dict(min_length=100, max_length=100, num_keys=40), "num_keys"),
+        (dict(num_values=1), "num_values"),
+    ],
+)
 def test_recall_bad_options_name_the_option(options, name, tmp_path):
     with pytest.raises(ConfigError) as err:
         recall.write_recall(tmp_path / "data", **options)

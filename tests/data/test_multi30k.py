@@ -1,4 +1,5 @@
 """Multi30k: download with checksums (from a local HTTP server), tokenization, BLEU, training."""
+
 import functools
 import http.server
 import json
@@ -12,12 +13,12 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
+from helpers import TINY_MODEL, read_jsonl
 
 from graphformer.cli import main, read_config_file
 from graphformer.data import multi30k
 from graphformer.errors import UserError
 from graphformer.training.bleu import bleu_scores
-from helpers import TINY_MODEL, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR = ROOT.parent / "shared" / "data" / "multi30k"
@@ -74,13 +75,17 @@ def test_unreachable_server_is_a_clear_error(tmp_path):
         multi30k.fetch(cache=tmp_path / "cache", base_url="http://127.0.0.1:9")
 
 
-@pytest.mark.parametrize("reply,error", [
-    (b"garbage\r\n\r\n", "could not download train.en.gz"),  # no HTTP at all: http.client's own errors
-    (b"HTTP/1.0 200 OK\r\nContent-Length: 12abc\r\n\r\nnot gzip", "train.en.gz is corrupt or truncated"),
-])
+@pytest.mark.parametrize(
+    "reply,error",
+    [
+        (b"garbage\r\n\r\n", "could not download train.en.gz"),  # no HTTP at all: http.client's own errors
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 12abc\r\n\r\nnot gzip", "train.en.gz is corrupt or truncated"),
+    ],
+)
 def test_a_garbled_reply_is_a_clear_error(tmp_path, reply, error):
     """A broken proxy's reply: a one-line error, and no partial file kept."""
     import socket
+
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -90,6 +95,7 @@ def test_a_garbled_reply_is_a_clear_error(tmp_path, reply, error):
         connection.recv(65536)
         connection.sendall(reply)
         connection.close()
+
     threading.Thread(target=answer, daemon=True).start()
     with pytest.raises(UserError, match=error):
         multi30k.fetch(cache=tmp_path / "cache", base_url=f"http://127.0.0.1:{listener.getsockname()[1]}")
@@ -129,8 +135,31 @@ def test_bleu_equals_sacrebleu():
 def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GRAPHFORMER_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "run"
-    assert main(["train", "--task", "multi30k", "--data-dir", str(MIRROR), "--train-limit", "400", "--out", str(run),
-                 "--epochs", "3", "--batch-size", "32", "--min-count", "2", "--warmup", "50", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "multi30k",
+                "--data-dir",
+                str(MIRROR),
+                "--train-limit",
+                "400",
+                "--out",
+                str(run),
+                "--epochs",
+                "3",
+                "--batch-size",
+                "32",
+                "--min-count",
+                "2",
+                "--warmup",
+                "50",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     metrics = read_jsonl(run / "metrics.jsonl")
     assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
     (tmp_path / "in.txt").write_text("A man is riding a bike.\n\nTwo dogs play in the snow.\n")
@@ -143,10 +172,20 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     assert scores["n"] == 1000 and {"bleu", "bleu_tokenized", "bleu_signature"} <= set(scores)
     assert 0.0 <= scores["bleu"] <= 100.0
     # the recipe's tuning step: every candidate scored on val, the best one printed as flags
-    env = {**os.environ, "BIN": str(Path(sys.executable).parent), "CHECKPOINTS": "best last", "BEAMS": "2",
-           "ALPHAS": "0.0 2.0"}
-    tuned = subprocess.run(["bash", str(ROOT / "examples" / "multi30k" / "tune.sh"), str(run)], env=env,
-                           capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "BIN": str(Path(sys.executable).parent),
+        "CHECKPOINTS": "best last",
+        "BEAMS": "2",
+        "ALPHAS": "0.0 2.0",
+    }
+    tuned = subprocess.run(
+        ["bash", str(ROOT / "examples" / "multi30k" / "tune.sh"), str(run)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert tuned.returncode == 0, tuned.stderr[-2000:]
     *rows, winner = tuned.stdout.splitlines()
     rows = [json.loads(row) for row in rows]
@@ -154,15 +193,35 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     best = max(rows, key=lambda r: r["valid_bleu_tokenized"])  # the first of equals, as the script keeps
     assert winner.startswith(f"best on valid: --checkpoint {best['checkpoint']} --beam 2 --alpha {best['alpha']} ")
     # the precision benchmark: both precisions, greedy and the beam, each against float32's outputs
-    bench = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "precision.py"), "--run", str(run), "--beam", "2",
-                            "--rounds", "1", "--sentences", "200", "--out", str(tmp_path / "bench")],
-                           capture_output=True, text=True, timeout=900)
+    bench = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "precision.py"),
+            "--run",
+            str(run),
+            "--beam",
+            "2",
+            "--rounds",
+            "1",
+            "--sentences",
+            "200",
+            "--out",
+            str(tmp_path / "bench"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert bench.returncode == 0, bench.stderr[-2000:]
     result = json.loads((tmp_path / "bench" / "precision.json").read_text())
     rows = result["rows"]
     assert result["sentences"] == 200
-    assert [(r["precision"], r["beam"]) for r in rows] == [("float32", 1), ("bfloat16", 1), ("float32", 2),
-                                                           ("bfloat16", 2)]
+    assert [(r["precision"], r["beam"]) for r in rows] == [
+        ("float32", 1),
+        ("bfloat16", 1),
+        ("float32", 2),
+        ("bfloat16", 2),
+    ]
     for row in rows:
         assert 0.0 <= row["bleu"] <= 100.0 and 0.0 <= row["identical_to_float32"] <= 1.0
         if row["precision"] == "float32":
@@ -179,8 +238,29 @@ def test_subword_vocabulary_learned_on_training_text(tmp_path, capsys, monkeypat
     learn = subwords.learn
     monkeypatch.setattr(subwords, "learn", lambda lines, *a: learned_from.append(len(lines)) or learn(lines, *a))
     run = tmp_path / "run"
-    assert main(["train", "--task", "multi30k", "--data-dir", str(MIRROR), "--bpe", "1000", "--train-limit", "300",
-                 "--out", str(run), "--epochs", "1", "--batch-size", "32", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "multi30k",
+                "--data-dir",
+                str(MIRROR),
+                "--bpe",
+                "1000",
+                "--train-limit",
+                "300",
+                "--out",
+                str(run),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     assert learned_from == [600]  # the 300 training pairs the run trains on, English and German
     pieces = SubwordPipeline(run / "subwords.model")
     assert pieces.model.get_piece_size() == 1000
@@ -219,10 +299,25 @@ def test_subwords_are_for_raw_text_tasks_only(tmp_path, capsys):
 
 def test_a_killed_runs_subword_model_of_other_options_is_learned_anew(tmp_path, monkeypatch):
     from graphformer.data.subwords import SubwordPipeline
+
     monkeypatch.setenv("GRAPHFORMER_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "run"
-    common = ["train", "--task", "multi30k", "--data-dir", str(MIRROR), "--train-limit", "100", "--max-steps", "1",
-              "--batch-size", "32", "--out", str(run), *TINY_MODEL]
+    common = [
+        "train",
+        "--task",
+        "multi30k",
+        "--data-dir",
+        str(MIRROR),
+        "--train-limit",
+        "100",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "32",
+        "--out",
+        str(run),
+        *TINY_MODEL,
+    ]
     assert main([*common, "--bpe", "300"]) == 0
     (run / "checkpoint_last.pt").unlink()  # killed before its first epoch ended
     assert main([*common, "--bpe", "400"]) == 0
@@ -241,20 +336,32 @@ def test_the_cpu_recipe_script_trains_with_its_config_averages_tunes_and_resumes
     tune.sh's choice, and run again with more epochs it resumes the run."""
     run = tmp_path / "run"
     shrink = "--train-limit 200 --layers 1 --d-model 16 --heads 2 --d-ff 32 --batch-tokens 1000 --quiet"
-    env = {**os.environ, "BIN": str(Path(sys.executable).parent), "RUN": str(run), "BEAMS": "1", "ALPHAS": "0.6",
-           "GRAPHFORMER_CACHE": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "BIN": str(Path(sys.executable).parent),
+        "RUN": str(run),
+        "BEAMS": "1",
+        "ALPHAS": "0.6",
+        "GRAPHFORMER_CACHE": str(tmp_path / "cache"),
+    }
 
     def cpu_sh(epochs: int) -> list[str]:
-        done = subprocess.run(["bash", str(ROOT / "examples" / "multi30k" / "cpu.sh"), str(MIRROR)],
-                              env={**env, "TRAIN_FLAGS": f"{shrink} --epochs {epochs}"}, capture_output=True, text=True,
-                              timeout=900)
+        done = subprocess.run(
+            ["bash", str(ROOT / "examples" / "multi30k" / "cpu.sh"), str(MIRROR)],
+            env={**env, "TRAIN_FLAGS": f"{shrink} --epochs {epochs}"},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         valid, test = (json.loads(line) for line in done.stdout.splitlines()[-2:])
         choice = done.stderr.splitlines()[-1]  # tune.sh's winner, also on stderr
         for split, scores in (("valid", valid), ("test", test)):
             assert scores["split"] == split
-            assert choice.startswith(f"best on valid: --checkpoint {Path(scores['checkpoint']).stem.split('_')[1]} "
-                                     f"--beam {scores['beam']} --alpha {scores['alpha']} ")
+            assert choice.startswith(
+                f"best on valid: --checkpoint {Path(scores['checkpoint']).stem.split('_')[1]} "
+                f"--beam {scores['beam']} --alpha {scores['alpha']} "
+            )
         return sorted(p.name for p in (run / "checkpoints").iterdir())
 
     assert cpu_sh(epochs=6) == [f"epoch_{e:04d}.pt" for e in range(1, 7)]
@@ -262,8 +369,9 @@ def test_the_cpu_recipe_script_trains_with_its_config_averages_tunes_and_resumes
     saved = json.loads((run / "config.json").read_text())
     assert saved["model"]["layers"] == 1 and saved["train"]["epochs"] == 6  # TRAIN_FLAGS win
     for section, recipe in (("model", model), ("train", train)):
-        kept = {name: value for name, value in recipe.items()
-                if f"--{name.replace('_', '-')} " not in f"{shrink} --epochs "}
+        kept = {
+            name: value for name, value in recipe.items() if f"--{name.replace('_', '-')} " not in f"{shrink} --epochs "
+        }
         assert {name: saved[section][name] for name in kept} == kept  # the recipe's, for the rest
     averaged = torch.load(run / "checkpoint_averaged.pt", map_location="cpu", weights_only=False)
     assert len(averaged["averaged_from"]) == 5

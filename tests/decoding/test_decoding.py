@@ -1,13 +1,14 @@
 """Incremental graph decoding gives exactly what recomputing the whole prefix gives."""
+
 import pytest
 import torch
+from helpers import backends, random_pairs, runnable
 
 from graphformer import GraphPool, make_model
 from graphformer.attention.padded import SHORT_SPAN
 from graphformer.data.batching import decoding_batches
 from graphformer.decoding import translate_ids
 from graphformer.decoding.search import length_penalty
-from helpers import backends, random_pairs, runnable
 
 VOCAB = 23
 
@@ -19,8 +20,9 @@ def random_model(norm_first=True, seed=0):
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-@pytest.mark.parametrize("norm_first,backend",
-                         [(True, "auto"), (False, "auto"), *[(True, b) for b in runnable(["dgl", "torch"])]])
+@pytest.mark.parametrize(
+    "norm_first,backend", [(True, "auto"), (False, "auto"), *[(True, b) for b in runnable(["dgl", "torch"])]]
+)
 def test_incremental_equals_recompute(beam, norm_first, backend):
     model = random_model(norm_first)
     model.attention_backend = backend
@@ -49,6 +51,7 @@ def test_greedy_score_is_the_sequence_log_probability():
     src, _ = random_pairs(5, VOCAB, max_len=10, seed=4)
     hyps = translate_ids(model, src, beam=1, extra_len=5)
     from graphformer.graphs import make_batch
+
     with torch.no_grad():
         for s, h in zip(src, hyps):
             batch = make_batch(GraphPool(), [s], [h.tokens])
@@ -65,6 +68,7 @@ def test_wide_beam_finds_the_exhaustive_optimum(alpha):
     from graphformer.decoding import IncrementalStepper, beam_search
     from graphformer.graphs import make_batch
     from graphformer.vocab import EOS, PAD, SOS
+
     model = random_model(seed=1)
     src, _ = random_pairs(3, VOCAB, max_len=8, seed=5)
     batch = make_batch(GraphPool(), src)
@@ -89,6 +93,7 @@ def test_beam_of_one_is_greedy():
     greedy = translate_ids(model, src, beam=1, extra_len=6)
     from graphformer.decoding import IncrementalStepper, beam_search
     from graphformer.graphs import make_batch
+
     batch = make_batch(GraphPool(), src)
     limits = batch.src_lengths + 6
     with torch.no_grad():
@@ -117,6 +122,7 @@ def test_an_ended_hypothesis_pushed_out_of_the_beam_is_not_lost():
     hypothesis and push it out of a beam of 2. Then every token costs 3: both end far worse."""
     from graphformer.decoding import beam_search
     from graphformer.vocab import EOS
+
     A, B = 4, 5
 
     def script(t, rows):
@@ -126,9 +132,12 @@ def test_an_ended_hypothesis_pushed_out_of_the_beam_is_not_lost():
         elif t == 1:
             log_probs[:, A], log_probs[:, B], log_probs[:, EOS] = -0.05, -0.1, -9.0
         return log_probs
+
     for check_every in (1, 3):
         found = beam_search(ScriptedStepper(2, script), torch.tensor([6]), beam=2, alpha=0.0, check_every=check_every)
-        assert found[0].tokens == [] and found[0].score == pytest.approx(-0.5) and found[0].log_prob == pytest.approx(-0.5)
+        assert (
+            found[0].tokens == [] and found[0].score == pytest.approx(-0.5) and found[0].log_prob == pytest.approx(-0.5)
+        )
 
 
 def test_beam_of_one_takes_the_first_of_tied_tokens_as_greedy_does():
@@ -139,6 +148,7 @@ def test_beam_of_one_takes_the_first_of_tied_tokens_as_greedy_does():
         log_probs = torch.tensor([[-9.0, -9.0, -9.0, -1.0, -1.0, -1.0, -1.0, -2.0]]).repeat(len(rows), 1)
         log_probs[:, EOS] = -9.0 if t < 3 else 0.0
         return log_probs
+
     limits = torch.tensor([5])
     greedy = greedy_search(ScriptedStepper(1, script), limits)
     beamed = beam_search(ScriptedStepper(1, script), limits, beam=1, alpha=0.0)
@@ -157,7 +167,7 @@ class PrefixStepper:
 
     @classmethod
     def log_probs(cls, sentence, prefix):
-        generator = torch.Generator().manual_seed(hash(sentence + prefix) % 2 ** 31)  # ints hash alike in every run
+        generator = torch.Generator().manual_seed(hash(sentence + prefix) % 2**31)  # ints hash alike in every run
         return torch.log_softmax(3 * torch.randn(cls.VOCAB, generator=generator, dtype=torch.float64), 0)
 
     def step(self, tokens):
@@ -178,6 +188,7 @@ class EarlyEndStepper(PrefixStepper):
     @classmethod
     def log_probs(cls, sentence, prefix):
         from graphformer.vocab import EOS
+
         out = torch.full((cls.VOCAB,), -5.0, dtype=torch.float64)
         out[EOS], out[4] = (-0.1, -1.0) if not prefix else (-0.5, -0.001)
         return out
@@ -188,6 +199,7 @@ def reference_beam_search(sentence, k, alpha, limit, model=PrefixStepper):
     scored (a live one by each token, an ended one as it is); the beam keeps the k best; the answer
     is the best ended hypothesis the beam ever held."""
     from graphformer.vocab import EOS, NEVER_EMITTED
+
     beam, best = [((), 0.0, None)], (float("-inf"), None)  # (tokens, log P, length if ended)
     for t in range(limit):
         candidates = []
@@ -199,11 +211,13 @@ def reference_beam_search(sentence, k, alpha, limit, model=PrefixStepper):
             for token, value in enumerate(step):
                 if token in NEVER_EMITTED or (t + 1 == limit and token != EOS):
                     continue
-                candidates.append((tokens, log_p + value, t + 1) if token == EOS else
-                                  (tokens + (token,), log_p + value, None))
+                candidates.append(
+                    (tokens, log_p + value, t + 1) if token == EOS else (tokens + (token,), log_p + value, None)
+                )
 
         def score(candidate):  # GNMT: log P / ((5 + |Y|) / 6) ** alpha, |Y| counting </s>
             return candidate[1] / ((5.0 + (candidate[2] or t + 1)) / 6.0) ** alpha
+
         beam = sorted(candidates, key=score, reverse=True)[:k]
         for candidate in beam:
             if candidate[2] is not None and score(candidate) > best[0]:
@@ -219,6 +233,7 @@ def test_beam_search_equals_scoring_every_candidate(k, alpha):
     """Search scores only each hypothesis's best k tokens (the others cannot enter the beam); the
     result must be that of scoring all of them, with 40 tokens and a beam of 2 or 5."""
     from graphformer.decoding import beam_search
+
     limits = [7, 4, 6]
     found = beam_search(PrefixStepper(len(limits), k), torch.tensor(limits), beam=k, alpha=alpha)
     for sentence, (hyp, limit) in enumerate(zip(found, limits)):
@@ -229,6 +244,7 @@ def test_beam_search_equals_scoring_every_candidate(k, alpha):
 
 def test_an_ended_hypothesis_takes_one_slot_of_the_beam():
     from graphformer.decoding import beam_search
+
     found = beam_search(EarlyEndStepper(1, 2), torch.tensor([10]), beam=2, alpha=3.0)
     score, tokens = reference_beam_search(0, 2, 3.0, 10, EarlyEndStepper)
     assert len(tokens) > 0, "the long output should win: the test needs it"
@@ -248,6 +264,7 @@ def test_tiled_relation_is_its_edges(backend, lengths, queries):
     edges listed row by row, on every backend, weights and restriction to some queries included."""
     from graphformer.attention import graph_attention
     from graphformer.graphs.relation import Relation
+
     torch.manual_seed(0)
     tiles, width = 3, SHORT_SPAN + 3
     tiled = Relation.of_tiles(tiles, queries, width, lengths)
@@ -255,7 +272,7 @@ def test_tiled_relation_is_its_edges(backend, lengths, queries):
     rows = torch.full((tiles * queries, max(counts)), -1)
     for i in range(tiles * queries):
         b = i // queries
-        rows[i, :counts[b]] = b * width + torch.arange(counts[b])
+        rows[i, : counts[b]] = b * width + torch.arange(counts[b])
     listed = Relation.of_rows(rows, tiles * width)
     assert torch.equal(tiled.u, listed.u) and torch.equal(tiled.v, listed.v)
     assert tiled.num_edges == listed.num_edges == queries * sum(counts)
@@ -266,13 +283,17 @@ def test_tiled_relation_is_its_edges(backend, lengths, queries):
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(weights, ref_weights)
     active = torch.arange(tiles * queries) % 3 != 1
-    torch.testing.assert_close(graph_attention(tiled.restrict_to_destinations(active), q[active], k, v, backend),
-                               ref_out[active])
+    torch.testing.assert_close(
+        graph_attention(tiled.restrict_to_destinations(active), q[active], k, v, backend), ref_out[active]
+    )
     torch.testing.assert_close(graph_attention(tiled, q, k, v, backend), ref_out)  # without weights
 
 
-@pytest.mark.parametrize("backend,dec", [(b, "causal") for b in runnable(["auto", "padded", "dgl", "torch", "blocked"])]
-                         + [(b, "causal-window:2") for b in ("auto", "padded", "blocked")])
+@pytest.mark.parametrize(
+    "backend,dec",
+    [(b, "causal") for b in runnable(["auto", "padded", "dgl", "torch", "blocked"])]
+    + [(b, "causal-window:2") for b in ("auto", "padded", "blocked")],
+)
 @pytest.mark.parametrize("beam", [1, 3])
 def test_cache_slots_past_the_step_are_never_read(backend, dec, beam):
     """The key/value cache is allocated unwritten, not zeroed: a slot past the current step must
@@ -281,6 +302,7 @@ def test_cache_slots_past_the_step_are_never_read(backend, dec, beam):
     decoder pattern other than causal attention (its keys are listed row by row)."""
     from graphformer.decoding import IncrementalStepper, RecomputeStepper, beam_search, greedy_search
     from graphformer.graphs import make_batch
+
     model = random_model(seed=5)
     model.attention_backend = backend
     src, _ = random_pairs(6, VOCAB, max_len=9, seed=2)
@@ -306,6 +328,7 @@ def test_decoding_in_lower_precision_stays_near_float32(kind, precision):
     log-probabilities stay within bfloat16's error of float32's, far below how much they change
     from one target position to the next (so reading a wrong key would show)."""
     from helpers import low_precision_drift
+
     drift, step_change, cache_dtype = low_precision_drift(kind, precision)
     assert cache_dtype == torch.bfloat16
     assert drift < 0.1 < step_change / 2
@@ -330,6 +353,7 @@ def test_finished_hypotheses_leave_the_computation(beam):
     """Dropping finished hypotheses (greedy) and sentences (beam) changes the work, not the result."""
     from graphformer.decoding import IncrementalStepper, beam_search, greedy_search
     from graphformer.graphs import make_batch
+
     model = random_model(seed=4)
     src, _ = random_pairs(8, VOCAB, max_len=9, seed=8)
     batch = make_batch(GraphPool(), src)
@@ -355,6 +379,7 @@ def decode_with(model, src, beam, limits, **options):
     """The hypotheses of one batch, and the rows each step computed."""
     from graphformer.decoding import IncrementalStepper, beam_search, greedy_search
     from graphformer.graphs import make_batch
+
     batch = make_batch(GraphPool(), src)
     copy_moved_only = options.pop("copy_moved_only", None)
     stepper = RowCounter(IncrementalStepper(model, batch, beam, int(limits.max()), copy_moved_only=copy_moved_only))
@@ -397,9 +422,12 @@ def test_between_checks_search_and_stepper_read_nothing_back_from_the_device(bea
     src, _ = random_pairs(8, VOCAB, max_len=9, seed=8)
     limits = torch.tensor([len(s) for s in src]) + 4
     from graphformer.decoding import IncrementalStepper
+
     original_step = IncrementalStepper.step
     seen = []  # reads so far at each step
-    monkeypatch.setattr(IncrementalStepper, "step", lambda self, tokens: seen.append(len(reads)) or original_step(self, tokens))
+    monkeypatch.setattr(
+        IncrementalStepper, "step", lambda self, tokens: seen.append(len(reads)) or original_step(self, tokens)
+    )
     decode_with(model, src, beam, limits, check_every=3, copy_moved_only=False)
     between = [seen[t + 1] - seen[t] for t in range(len(seen) - 1)]  # step t and the search work after it
     assert all(n == 0 for t, n in enumerate(between) if (t + 1) % 3), between

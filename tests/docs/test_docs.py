@@ -1,5 +1,6 @@
 """The documentation site builds with warnings as errors (broken links, bad docstrings), every
 public module has a reference page, and the pages show docstrings as Markdown."""
+
 import importlib.util
 import os
 import pkgutil
@@ -26,8 +27,11 @@ def cli_page() -> str:
 
 def public_modules() -> list[str]:
     """Every module a user may import: not a package's __init__, no part starting with '_'."""
-    return sorted(m.name for m in pkgutil.walk_packages(graphformer.__path__, "graphformer.")
-                  if not m.ispkg and not any(part.startswith("_") for part in m.name.split(".")))
+    return sorted(
+        m.name
+        for m in pkgutil.walk_packages(graphformer.__path__, "graphformer.")
+        if not m.ispkg and not any(part.startswith("_") for part in m.name.split("."))
+    )
 
 
 def test_every_public_module_has_a_reference_page():
@@ -48,9 +52,14 @@ def test_cli_page_is_generated_from_the_parser():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     site = tmp_path_factory.mktemp("docs") / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return site
 

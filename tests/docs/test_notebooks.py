@@ -1,5 +1,6 @@
 """Every notebook runs top to bottom (small settings: GRAPHFORMER_QUICK=1), shows every figure it
 promises, and leaves no files in the repository."""
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,14 +16,18 @@ PICTURES = {"figure": "image/png", "player": "text/html"}
 
 
 def untracked_files() -> set[str]:
-    proc = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True
+    )
     return set(proc.stdout.splitlines()) if proc.returncode == 0 else set()
 
 
 def test_the_notebooks_are_there_and_tag_their_figures():
-    assert [p.name for p in NOTEBOOKS] == ["01_attention_animation.ipynb", "02_sparse_patterns.ipynb",
-                                           "03_universal_transformer.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_attention_animation.ipynb",
+        "02_sparse_patterns.ipynb",
+        "03_universal_transformer.ipynb",
+    ]
     for path in NOTEBOOKS:
         tags = [t for cell in nbformat.read(path, as_version=4).cells for t in cell.metadata.get("tags", [])]
         assert len(tags) >= 2 and set(tags) <= set(PICTURES), path.name
@@ -40,8 +45,9 @@ def test_notebook_runs_and_shows_its_figures(path, tmp_path, monkeypatch):
     notebook = nbformat.read(path, as_version=4)
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), "stored with outputs"
     # run from notebooks/, as JupyterLab does
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     errors = [o for cell in code for o in cell.outputs if o.output_type == "error"]
     assert not errors

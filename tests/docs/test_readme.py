@@ -1,4 +1,5 @@
 """The README's Python examples run as written (a user copies them first)."""
+
 import re
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def test_the_defaults_the_readme_states_are_the_codes():
     model = re.search(r"\(defaults: (\d+) layers, d_model (\d+), (\d+) heads, d_ff (\d+), (pre|post)-norm", text)
     defaults = ModelConfig.defaults()
     assert model and tuple(int(x) for x in model.groups()[:4]) == tuple(
-        defaults[name] for name in ("layers", "d_model", "heads", "d_ff"))
+        defaults[name] for name in ("layers", "d_model", "heads", "d_ff")
+    )
     assert (model.group(5) == "pre") == defaults["norm_first"]
     assert int(re.search(r"`--epochs` \(default (\d+)\)", text).group(1)) == TrainConfig.defaults()["epochs"]
     beam, alpha = re.search(r"decode with beam (\d+) and GNMT length penalty ([\d.]+) by default", text).groups()

@@ -1,4 +1,5 @@
 """The long-range pattern sweep (examples/long_range/sweep.py) on a tiny recall task."""
+
 import json
 import subprocess
 import sys
@@ -13,10 +14,33 @@ SWEEP = Path(__file__).resolve().parents[2] / "examples" / "long_range" / "sweep
 @pytest.mark.slow
 def test_sweep_tabulates_every_pattern(tmp_path):
     out = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16",
-                           "--patterns", "full,narrow=window:1", "--steps", "4", "--minutes", "30", "--sizes", "48,16,16",
-                           "--batch-tokens", "256", "--train-options", "--layers 1 --d-model 32 --heads 4 --d-ff 64",
-                           "--out", str(out)], capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SWEEP),
+            "--task",
+            "recall",
+            "--length",
+            "16",
+            "--patterns",
+            "full,narrow=window:1",
+            "--steps",
+            "4",
+            "--minutes",
+            "30",
+            "--sizes",
+            "48,16,16",
+            "--batch-tokens",
+            "256",
+            "--train-options",
+            "--layers 1 --d-model 32 --heads 4 --d-ff 64",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "sweep.json").read_text())
     rows = {r["name"]: r for r in result["rows"]}
@@ -37,11 +61,19 @@ def test_sweep_tabulates_every_pattern(tmp_path):
     assert "| narrow | `window:1` |" in table and "| full | `full` |" in table
     assert "4 steps or 30 minutes, whichever ends first," in table and result["minutes"] == 30
     assert (out / "sweep.png").stat().st_size > 1000
-    again = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "16", "--patterns", "nothing",
-                            "--out", str(out)], capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        [sys.executable, str(SWEEP), "--task", "recall", "--length", "16", "--patterns", "nothing", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode != 0 and "unknown pattern 'nothing'" in again.stderr
-    longer = subprocess.run([sys.executable, str(SWEEP), "--task", "recall", "--length", "32", "--patterns", "full",
-                             "--out", str(out)], capture_output=True, text=True, timeout=600)
+    longer = subprocess.run(
+        [sys.executable, str(SWEEP), "--task", "recall", "--length", "32", "--patterns", "full", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert longer.returncode != 0 and "holds a sweep with other options (length: 16 there, 32 here" in longer.stderr
     assert json.loads((out / "sweep.json").read_text())["length"] == 16  # the finished sweep is kept
 
@@ -62,11 +94,27 @@ def test_step_memory_grows_with_the_patterns_edges(tmp_path):
     for spec in ("full", "window:1"):
         run = RunDir(tmp_path / spec.replace(":", "-"))
         run.create()
-        run.write_config(ModelConfig(src_vocab=40, tgt_vocab=14, model="encoder", pooling="mean", layers=1,
-                                     d_model=32, heads=4, d_ff=64, max_len=1100, enc_attention=spec),
-                         TrainConfig(task="recall", threads=1, attention_backend=reference_backend()))
-        proc = subprocess.run([sys.executable, str(STEP_MEMORY), str(run.path), "--length", "1024",
-                               "--batch-tokens", "2048"], capture_output=True, text=True, timeout=600)
+        run.write_config(
+            ModelConfig(
+                src_vocab=40,
+                tgt_vocab=14,
+                model="encoder",
+                pooling="mean",
+                layers=1,
+                d_model=32,
+                heads=4,
+                d_ff=64,
+                max_len=1100,
+                enc_attention=spec,
+            ),
+            TrainConfig(task="recall", threads=1, attention_backend=reference_backend()),
+        )
+        proc = subprocess.run(
+            [sys.executable, str(STEP_MEMORY), str(run.path), "--length", "1024", "--batch-tokens", "2048"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         result = json.loads(proc.stdout)
         assert result["samples"] == 2 and result["length"] == 1024
@@ -87,8 +135,21 @@ def test_reach_is_read_where_the_pooling_reads_the_label(tmp_path):
     sweep = _import_sweep()
     run = RunDir(tmp_path / "run")
     run.create()
-    run.write_config(ModelConfig(src_vocab=40, tgt_vocab=14, model="encoder", pooling="mean", layers=1, d_model=32,
-                                 heads=4, d_ff=64, max_len=20, enc_attention="window:1"), TrainConfig(task="recall"))
+    run.write_config(
+        ModelConfig(
+            src_vocab=40,
+            tgt_vocab=14,
+            model="encoder",
+            pooling="mean",
+            layers=1,
+            d_model=32,
+            heads=4,
+            d_ff=64,
+            max_len=20,
+            enc_attention="window:1",
+        ),
+        TrainConfig(task="recall"),
+    )
     assert sweep.reach("window:1", 16, "mean", run.path) == pytest.approx(2 / 15, abs=1e-6)
     assert sweep.reach("window:1", 16, "last", run.path) == 0.0
     assert sweep.reach("window:1", 16, "cls", run.path) == 1.0
@@ -97,8 +158,12 @@ def test_reach_is_read_where_the_pooling_reads_the_label(tmp_path):
 def test_patterns_split_at_commas_but_not_inside_a_specs_numbers():
     sweep = _import_sweep()
     specs = sweep.pattern_specs("full,dilated=window:2+dilated:4,8,mine=block:8,tree")
-    assert specs == {"full": "full", "dilated": "window:2+dilated:4,8", "mine": "block:8",
-                     "tree": sweep.PATTERNS["tree"]}
+    assert specs == {
+        "full": "full",
+        "dilated": "window:2+dilated:4,8",
+        "mine": "block:8",
+        "tree": sweep.PATTERNS["tree"],
+    }
 
 
 def _import_sweep():

@@ -2,18 +2,20 @@
 the edge-wise kernels on the CPU (DGL's where it is installed; the relations carry everything
 to the GPU, so no CUDA build of DGL is needed).
 ``make gpu-check`` runs these and benchmarks/gpu_check.py."""
+
 import pytest
 import torch
+from helpers import TINY_MODEL, random_pairs, reference_backend, small_copy_data
 
 from graphformer import make_model
 from graphformer.attention import BACKENDS, dgl_ops, unavailable
 from graphformer.decoding import translate_ids
 from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
-from helpers import TINY_MODEL, random_pairs, reference_backend, small_copy_data
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")]
-GPU_BACKENDS = ["auto", "torch", "padded", "blocked"] + (["dgl"] if torch.cuda.is_available()
-                                                         and dgl_ops.runs_on(torch.device("cuda")) else [])
+GPU_BACKENDS = ["auto", "torch", "padded", "blocked"] + (
+    ["dgl"] if torch.cuda.is_available() and dgl_ops.runs_on(torch.device("cuda")) else []
+)
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
@@ -25,8 +27,10 @@ def test_attention_on_the_gpu_equals_the_edgewise_kernels_on_the_cpu(backend, en
     for etype in (ENC, DEC, CROSS):
         rel_cpu, rel_gpu = cpu.relation(etype), gpu.relation(etype)
         gen = torch.Generator().manual_seed(0)
-        q, k, v = (torch.randn(n, 2, 8, dtype=torch.float64, generator=gen) for n in
-                   (rel_cpu.num_queries, rel_cpu.num_keys, rel_cpu.num_keys))
+        q, k, v = (
+            torch.randn(n, 2, 8, dtype=torch.float64, generator=gen)
+            for n in (rel_cpu.num_queries, rel_cpu.num_keys, rel_cpu.num_keys)
+        )
         ref = BACKENDS[reference_backend()](rel_cpu, q, k, v)
         out = BACKENDS[backend](rel_gpu, q.cuda(), k.cuda(), v.cuda())
         torch.testing.assert_close(out.cpu(), ref, atol=1e-10, rtol=0)
@@ -47,8 +51,13 @@ def test_training_step_and_decoding_on_the_gpu_equal_the_cpu(kind, backend):
         out = model(batch)
         (-out.gather(1, batch.gold[:, None]).sum()).backward()
         hyps = translate_ids(model, src, beam=2, extra_len=3)
-        results.append((out.detach().cpu(), [p.grad.cpu() for p in model.parameters() if p.grad is not None],
-                        [h.tokens for h in hyps]))
+        results.append(
+            (
+                out.detach().cpu(),
+                [p.grad.cpu() for p in model.parameters() if p.grad is not None],
+                [h.tokens for h in hyps],
+            )
+        )
     (out_cpu, grads_cpu, hyps_cpu), (out_gpu, grads_gpu, hyps_gpu) = results
     torch.testing.assert_close(out_gpu, out_cpu, atol=1e-9, rtol=0)
     for a, b in zip(grads_gpu, grads_cpu):
@@ -61,6 +70,7 @@ def test_training_step_and_decoding_on_the_gpu_equal_the_cpu(kind, backend):
 def test_decoding_in_lower_precision_on_the_gpu_stays_near_float32(kind, precision):
     """As on the CPU (tests/decoding/test_decoding.py), with float16 too."""
     from helpers import low_precision_drift
+
     drift, step_change, cache_dtype = low_precision_drift(kind, precision, device="cuda")
     assert cache_dtype == getattr(torch, precision.split("-")[-1])
     assert drift < 0.1 < step_change / 2
@@ -68,10 +78,30 @@ def test_decoding_in_lower_precision_on_the_gpu_stays_near_float32(kind, precisi
 
 def test_cli_trains_and_translates_on_cuda(tmp_path, capsys):
     from graphformer.cli import main
+
     data = small_copy_data(tmp_path / "data", n_train=64)
     run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--device", "cuda",
-                 "--epochs", "1", "--batch-size", "16", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--device",
+                "cuda",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     assert main(["evaluate", str(run), "--split", "test", "--device", "cuda", "--json"]) == 0
     assert main(["evaluate", str(run), "--split", "test", "--device", "cuda", "--precision", "float16", "--json"]) == 0
     assert '"precision": "float16"' in capsys.readouterr().out
@@ -87,6 +117,7 @@ def _training_step(model, batch, precision: str, device: str):
     """(loss, gradients) of one label-smoothed step of ``model`` on ``batch``, on ``device``."""
     from graphformer.precision import autocast
     from graphformer.training.loss import label_smoothed_nll
+
     model.zero_grad()
     batch = batch.to(device)
     with autocast(precision, device):
@@ -115,12 +146,25 @@ def test_training_steps_in_float32_and_bfloat16_on_the_gpu_stay_near_float64(bac
 
 @pytest.mark.parametrize("resume_on", ["cuda", "cpu"])
 def test_a_run_stopped_on_the_gpu_resumes_on_the_gpu_exactly_and_on_the_cpu(tmp_path, resume_on):
+    from helpers import assert_same_last_weights, read_jsonl, train_straight_and_interrupted
+
     from graphformer.cli import main
     from graphformer.training import checkpoint
-    from helpers import assert_same_last_weights, read_jsonl, train_straight_and_interrupted
+
     data = small_copy_data(tmp_path / "data", n_train=64)
-    common = ["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16",
-              "--device", "cuda", *TINY_MODEL]
+    common = [
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--device",
+        "cuda",
+        *TINY_MODEL,
+    ]
     if resume_on == "cuda":  # the same device: the resumed run is the straight one, bit for bit
         straight, stopped = train_straight_and_interrupted(tmp_path, common, stop_at=3)
         assert_same_last_weights(straight, stopped)
@@ -147,9 +191,31 @@ def test_incremental_decoding_on_the_gpu_equals_recomputing_the_prefix(kind):
 
 def test_viz_every_records_attention_while_training_on_the_gpu(tmp_path):
     from graphformer.cli import main
+
     data = small_copy_data(tmp_path / "data", n_train=64)
     run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--device", "cuda",
-                 "--epochs", "2", "--batch-size", "16", "--viz-every", "1", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--device",
+                "cuda",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "16",
+                "--viz-every",
+                "1",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     assert len(list((run / "attention").glob("epoch_*.pt"))) == 3  # the untrained model, then each epoch
     assert main(["heatmap", str(run), "--relation", "cross", "-o", str(tmp_path / "cross.png")]) == 0

@@ -3,16 +3,17 @@
 On the current stack DGL is absent; on the reference stack ``sys.modules['dgl'] = None`` makes
 ``import dgl`` fail the same way, so both stacks run these.
 """
+
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
+from helpers import TINY_MODEL, import_dgl, refused_training, small_copy_data
 
 from graphformer import GraphPool, make_model
 from graphformer.graphs import ENC, heterograph, make_batch
-from helpers import TINY_MODEL, import_dgl, refused_training, small_copy_data
 
 # Train two steps from the command line, beam-decode and draw an attention map, with DGL blocked.
 WITHOUT_DGL = textwrap.dedent("""
@@ -42,8 +43,12 @@ WITHOUT_DGL = textwrap.dedent("""
 
 def test_training_beam_decoding_and_maps_run_with_dgl_unimportable(tmp_path):
     data = small_copy_data(tmp_path / "data", n_train=40)
-    proc = subprocess.run([sys.executable, "-c", WITHOUT_DGL, str(data), str(tmp_path / "run"), *TINY_MODEL],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_DGL, str(data), str(tmp_path / "run"), *TINY_MODEL],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok auto"
 
@@ -97,10 +102,18 @@ def test_a_batch_graph_is_what_dgl_batch_makes_of_the_samples_graphs():
 
 
 def test_batching_offsets_every_relation_by_its_own_node_types():
-    graphs = [heterograph.HeteroGraph({"a": 2, "b": 3}, {("a", "x", "b"): (torch.tensor([0, 1]), torch.tensor([2, 0]))},
-                                      {"a": torch.arange(2), "b": torch.arange(3)}),
-              heterograph.HeteroGraph({"a": 1, "b": 1}, {("a", "x", "b"): (torch.tensor([0]), torch.tensor([0]))},
-                                      {"a": torch.arange(1), "b": torch.arange(1)})]
+    graphs = [
+        heterograph.HeteroGraph(
+            {"a": 2, "b": 3},
+            {("a", "x", "b"): (torch.tensor([0, 1]), torch.tensor([2, 0]))},
+            {"a": torch.arange(2), "b": torch.arange(3)},
+        ),
+        heterograph.HeteroGraph(
+            {"a": 1, "b": 1},
+            {("a", "x", "b"): (torch.tensor([0]), torch.tensor([0]))},
+            {"a": torch.arange(1), "b": torch.arange(1)},
+        ),
+    ]
     joined = heterograph.batch(graphs)
     assert joined.edges("x")[0].tolist() == [0, 1, 2] and joined.edges("x")[1].tolist() == [2, 0, 3]
     assert joined.num_nodes("a") == 3 and joined.in_degrees("x").tolist() == [1, 0, 1, 1]
@@ -113,9 +126,11 @@ def test_batching_offsets_every_relation_by_its_own_node_types():
 
 def test_a_pool_with_dgl_blocked_builds_the_graphs_a_pool_with_dgl_builds():
     """One structure on both stacks: the graphs do not depend on whether DGL imports."""
-    probe = ("import sys; sys.modules['dgl'] = None\nimport torch\nfrom graphformer import GraphPool\n"
-             "g = GraphPool('window:2+global:1').batch([(4, 2), (3, 3)])\n"
-             "print([torch.cat(g.edges(e)).tolist() for e in g.canonical_etypes])")
+    probe = (
+        "import sys; sys.modules['dgl'] = None\nimport torch\nfrom graphformer import GraphPool\n"
+        "g = GraphPool('window:2+global:1').batch([(4, 2), (3, 3)])\n"
+        "print([torch.cat(g.edges(e)).tolist() for e in g.canonical_etypes])"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     here = GraphPool("window:2+global:1").batch([(4, 2), (3, 3)])

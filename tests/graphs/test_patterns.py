@@ -1,16 +1,17 @@
 """Sparse attention patterns: structure (property tests), parsing, and equality with dense masks."""
+
 import networkx as nx
 import pytest
 import torch
+from helpers import random_pairs, runnable
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import dense_copy, dense_log_probs, pattern_mask
 
 from graphformer import GraphPool, make_model
+from graphformer.decoding import translate_ids
 from graphformer.errors import UserError
 from graphformer.graphs import ENC, make_batch, patterns
-from graphformer.decoding import translate_ids
-from helpers import random_pairs, runnable
-from reference import dense_copy, dense_log_probs, pattern_mask
 
 lengths = st.integers(min_value=1, max_value=40)
 sizes = st.integers(min_value=1, max_value=12)
@@ -63,8 +64,9 @@ def test_block_and_global_edges_are_their_definitions_over_all_pairs(nk, nq, siz
     A query past the last key (cross-attention to a shorter source) sits at the last key."""
     pairs = [(i, j) for j in range(nq) for i in range(nk)]
     centre = [min(j, nk - 1) for j in range(nq)]
-    assert edge_set(patterns.parse(f"block:{size}"), nk, nq) == {(i, j) for i, j in pairs
-                                                                if i // size == centre[j] // size}
+    assert edge_set(patterns.parse(f"block:{size}"), nk, nq) == {
+        (i, j) for i, j in pairs if i // size == centre[j] // size
+    }
     assert edge_set(patterns.parse(f"global:{size}"), nk, nq) == {(i, j) for i, j in pairs if i < size or j < size}
     for spec in (f"block:{size}", f"global:{size}"):  # and no edge twice
         assert len(patterns.parse(spec)(nk, nq)[0]) == len(edge_set(patterns.parse(spec), nk, nq))
@@ -96,7 +98,9 @@ def test_cross_patterns_give_every_query_keys_when_the_target_is_longer(n, m, sp
     u, v = patterns.parse(spec)(n, m)
     assert set(v.tolist()) == set(range(m))
     if m <= n:  # inside the source the pattern is the plain one
-        assert edge_set(patterns.parse(spec), n, m) == {(i, j) for i, j in edge_set(patterns.parse(spec), max(n, m), max(n, m)) if i < n and j < m}
+        assert edge_set(patterns.parse(spec), n, m) == {
+            (i, j) for i, j in edge_set(patterns.parse(spec), max(n, m), max(n, m)) if i < n and j < m
+        }
 
 
 def test_causal_forms_made_in_python_are_prefix_stable_as_parsed_ones():
@@ -133,8 +137,13 @@ def test_repeated_edges_count_once_on_every_backend():
     outs = []
     for backend in runnable(["dgl", "torch", "padded"]):
         with torch.no_grad():
-            outs.append(model.encoder(make_batch(pool, [[4, 5]]).relation(ENC), torch.randn(3, 8, dtype=torch.float64,
-                                      generator=torch.Generator().manual_seed(0)), backend))
+            outs.append(
+                model.encoder(
+                    make_batch(pool, [[4, 5]]).relation(ENC),
+                    torch.randn(3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)),
+                    backend,
+                )
+            )
     for other in outs[1:]:
         torch.testing.assert_close(outs[0], other, atol=1e-12, rtol=0)
 
@@ -146,21 +155,24 @@ def test_query_without_keys_is_a_clear_error():
         GraphPool(dec="window:2").graph(2, 5)
 
 
-@pytest.mark.parametrize("spec,msg", [
-    ("windw:3", "unknown attention pattern 'windw:3'"),
-    ("full:3", "full takes no argument"),
-    ("causal-causal:1", "causal takes no argument"),
-    ("window:0", "must be a positive integer"),
-    ("window:-2", "must be a positive integer"),
-    ("window", "takes 1 integer argument"),
-    ("window:a", "arguments must be integers"),
-    ("window:2++full", "empty term"),
-    ("", "empty attention pattern"),
-    ("causal-tree:1", "no causal form"),
-    ("tree:0", "must be a positive integer"),
-    ("tree:1+tree:2", "one tree pattern at most"),
-    ("tree", "takes 1 integer argument"),
-])
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ("windw:3", "unknown attention pattern 'windw:3'"),
+        ("full:3", "full takes no argument"),
+        ("causal-causal:1", "causal takes no argument"),
+        ("window:0", "must be a positive integer"),
+        ("window:-2", "must be a positive integer"),
+        ("window", "takes 1 integer argument"),
+        ("window:a", "arguments must be integers"),
+        ("window:2++full", "empty term"),
+        ("", "empty attention pattern"),
+        ("causal-tree:1", "no causal form"),
+        ("tree:0", "must be a positive integer"),
+        ("tree:1+tree:2", "one tree pattern at most"),
+        ("tree", "takes 1 integer argument"),
+    ],
+)
 def test_bad_specs(spec, msg):
     with pytest.raises(UserError, match=msg):
         patterns.parse(spec)
@@ -171,20 +183,39 @@ def test_full_pattern_is_the_core_model():
     model = make_model(19, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0).double().eval()
     explicit = GraphPool("full", "causal-full", "full")
     with torch.no_grad():
-        torch.testing.assert_close(model(make_batch(explicit, src, tgt)), model(make_batch(GraphPool(), src, tgt)),
-                                   atol=0, rtol=0)
+        torch.testing.assert_close(
+            model(make_batch(explicit, src, tgt)), model(make_batch(GraphPool(), src, tgt)), atol=0, rtol=0
+        )
 
 
-@pytest.mark.parametrize("enc,dec,cross", [("window:2", "causal-window:3", "window:4"),
-                                           ("dilated:2,2+global:1", "causal-block:3", "block:5")])
+@pytest.mark.parametrize(
+    "enc,dec,cross",
+    [("window:2", "causal-window:3", "window:4"), ("dilated:2,2+global:1", "causal-block:3", "block:5")],
+)
 def test_sparse_model_equals_dense_masked_transformer(enc, dec, cross):
-    model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0,
-                       enc_attention=enc, dec_attention=dec, cross_attention=cross).double().eval()
+    model = (
+        make_model(
+            21,
+            layers=2,
+            d_model=16,
+            heads=2,
+            d_ff=32,
+            dropout=0.0,
+            enc_attention=enc,
+            dec_attention=dec,
+            cross_attention=cross,
+        )
+        .double()
+        .eval()
+    )
     dense = dense_copy(model)
     src, tgt = [[5 + i % 13 for i in range(11)]] * 2, [[4 + i % 9 for i in range(8)], [7] * 8]
     n, m = 12, 9  # 11 source tokens and </s>
-    masks = (pattern_mask(patterns.parse(enc), n, n), pattern_mask(patterns.parse(dec), m, m),
-             pattern_mask(patterns.parse(cross), n, m))
+    masks = (
+        pattern_mask(patterns.parse(enc), n, n),
+        pattern_mask(patterns.parse(dec), m, m),
+        pattern_mask(patterns.parse(cross), n, m),
+    )
     with torch.no_grad():
         graph_out = model(make_batch(model.make_pool(), src, tgt))
         torch.testing.assert_close(graph_out, dense_log_probs(model, dense, src, tgt, masks), atol=1e-10, rtol=0)
@@ -192,8 +223,17 @@ def test_sparse_model_equals_dense_masked_transformer(enc, dec, cross):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_incremental_decoding_with_sparse_patterns(beam):
-    model = make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="window:2",
-                       dec_attention="causal-window:2+causal-random:1,3", cross_attention="window:3+global:1")
+    model = make_model(
+        21,
+        layers=2,
+        d_model=16,
+        heads=2,
+        d_ff=32,
+        dropout=0.0,
+        enc_attention="window:2",
+        dec_attention="causal-window:2+causal-random:1,3",
+        cross_attention="window:3+global:1",
+    )
     model = model.double().eval()
     src, _ = random_pairs(7, 21, max_len=10, seed=9)
     kw = dict(beam=beam, extra_len=5, batch_tokens=20)
@@ -202,13 +242,20 @@ def test_incremental_decoding_with_sparse_patterns(beam):
     assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)
 
 
-@pytest.mark.parametrize("huge, same", [
-    ("window:{big}", "window:{n}"), ("block:{big}", "block:{n}"), ("dilated:{big},{big}", "dilated:1,{n}"),
-    ("dilated:{big},1", "full"), ("global:{big}", "full"), ("causal-window:{big}", "causal"),
-])
+@pytest.mark.parametrize(
+    "huge, same",
+    [
+        ("window:{big}", "window:{n}"),
+        ("block:{big}", "block:{n}"),
+        ("dilated:{big},{big}", "dilated:1,{n}"),
+        ("dilated:{big},1", "full"),
+        ("global:{big}", "full"),
+        ("causal-window:{big}", "causal"),
+    ],
+)
 def test_sizes_beyond_the_sequence_give_its_edges_without_allocating_for_them(huge, same):
     """A window of 10^20 reaches no further than one of n (it used to allocate for every offset)."""
-    n, big = 17, 10 ** 20
+    n, big = 17, 10**20
     got = patterns.parse(huge.format(big=big, n=n))(n, n)
     want = patterns.parse(same.format(n=n))(n, n)
     assert sorted(zip(*[t.tolist() for t in got])) == sorted(zip(*[t.tolist() for t in want]))

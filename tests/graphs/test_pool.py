@@ -1,4 +1,5 @@
 """Graph pool and batch structure."""
+
 import pytest
 import torch
 
@@ -62,13 +63,13 @@ def test_graphs_are_built_lazily_and_cached():
 def test_the_graph_cache_keeps_the_most_recently_used_graphs_within_its_edge_budget():
     """Full attention, no targets: n tokens give n * n edges."""
     pool = GraphPool(cache_edges=100)
-    first = pool.graph(5, 0)   # 25 edges
-    pool.graph(6, 0)           # 36: 61 in all
+    first = pool.graph(5, 0)  # 25 edges
+    pool.graph(6, 0)  # 36: 61 in all
     assert pool.graph(5, 0) is first  # used again: now the most recent
-    pool.graph(7, 0)           # 49: 110 > 100, the least recently used (6) goes
+    pool.graph(7, 0)  # 49: 110 > 100, the least recently used (6) goes
     assert list(pool.graph.graphs) == [(5, 0), (7, 0)] and pool.graph.edges == 74
     assert pool.graph(5, 0) is first
-    big = pool.graph(11, 0)    # 121 edges alone exceed the budget: only the newest stays
+    big = pool.graph(11, 0)  # 121 edges alone exceed the budget: only the newest stays
     assert list(pool.graph.graphs) == [(11, 0)] and pool.graph(11, 0) is big
 
 

@@ -1,4 +1,5 @@
 """How far information travels through a pattern (graphformer.graphs.reach), against networkx."""
+
 import networkx as nx
 import pytest
 
@@ -25,8 +26,10 @@ def networkx_meeting_share(pool, n_tokens, layers, readout=None):
     return sum(j in met for j in range(first, query)) / (n_tokens - 1)
 
 
-@pytest.mark.parametrize("spec", ["window:3", "dilated:2,3", "block:8", "window:1+random:3", "window:2+global:1",
-                                  "full", "window:1+dilated:4,8"])
+@pytest.mark.parametrize(
+    "spec",
+    ["window:3", "dilated:2,3", "block:8", "window:1+random:3", "window:2+global:1", "full", "window:1+dilated:4,8"],
+)
 @pytest.mark.parametrize("layers", [1, 3])
 @pytest.mark.parametrize("cls_node", [False, True])
 def test_meeting_share_equals_a_breadth_first_search(spec, layers, cls_node):
@@ -41,7 +44,8 @@ def test_meeting_in_the_readout_node_equals_a_breadth_first_search(spec, layers,
     pool = GraphPool(spec, targets=False, cls_node=pooling == "cls")
     node = readout_node(pool, 60, pooling)
     assert meeting_share(pool, 60, layers, node) == pytest.approx(
-        networkx_meeting_share(pool, 60, layers, node), abs=1e-6)
+        networkx_meeting_share(pool, 60, layers, node), abs=1e-6
+    )
 
 
 def test_the_readout_node_is_the_cls_node_or_the_end_of_sentence_node():
@@ -58,7 +62,8 @@ def test_a_window_read_at_the_end_hears_half_of_what_meets_anywhere():
     n, w, layers = 200, 4, 2
     pool = GraphPool(f"window:{w}", targets=False)
     assert meeting_share(pool, n, layers, readout_node(pool, n, "last")) == pytest.approx(
-        (layers * w - 1) / (n - 1), abs=1e-6)  # l w nodes before </s>: the query and l w - 1 tokens
+        (layers * w - 1) / (n - 1), abs=1e-6
+    )  # l w nodes before </s>: the query and l w - 1 tokens
     assert meeting_share(pool, n, layers) == pytest.approx(2 * layers * w / (n - 1), abs=1e-6)
 
 

@@ -1,8 +1,11 @@
 """The BP-Transformer tree pattern: span nodes, the edges' structure, and the model on them."""
+
 import pytest
 import torch
+from helpers import random_pairs
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import dense_copy
 
 from graphformer import GraphPool, make_model
 from graphformer.decoding import translate_ids
@@ -10,8 +13,6 @@ from graphformer.errors import UserError
 from graphformer.graphs import make_batch, patterns, tree
 from graphformer.viz.maps import attention_maps
 from graphformer.vocab import EOS, SOS
-from helpers import random_pairs
-from reference import dense_copy
 
 
 def keys_of(u, v, query):
@@ -40,7 +41,7 @@ def test_each_token_sees_the_whole_sequence_once_through_few_keys(n, k):
 def test_span_nodes_attend_to_exactly_the_tokens_they_hold(n):
     u, v = tree.edges(n, 2)
     spans = tree.span_count(n)
-    counts = [-(-n // 2 ** level) for level in range(1, n.bit_length() + 1)]
+    counts = [-(-n // 2**level) for level in range(1, n.bit_length() + 1)]
     assert spans == sum(c for c in counts if c >= 2)  # every level up to, not including, the root
     for node in range(n, n + spans):
         assert sorted(keys_of(u, v, node)) == tokens_held(n, node)
@@ -71,8 +72,11 @@ def test_tree_only_serves_the_encoder():
 
 
 def tree_model(**kw):
-    return make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1+window:1",
-                      **kw).double().eval()
+    return (
+        make_model(21, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1+window:1", **kw)
+        .double()
+        .eval()
+    )
 
 
 def test_tree_model_equals_dense_transformer_over_tokens_and_spans():
@@ -139,14 +143,36 @@ def test_attention_maps_show_span_nodes_as_keys():
 
 
 def test_tree_from_the_command_line_trains_records_and_plots(tmp_path, capsys):
+    from helpers import TINY_MODEL, small_copy_data
     from PIL import Image
 
     from graphformer.cli import main
-    from helpers import TINY_MODEL, small_copy_data
+
     data = small_copy_data(tmp_path / "data", n_train=80)
     run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "1",
-                 "--viz-every", "1", "--batch-size", "16", "--enc-attention", "tree:1", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--epochs",
+                "1",
+                "--viz-every",
+                "1",
+                "--batch-size",
+                "16",
+                "--enc-attention",
+                "tree:1",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     record = torch.load(run / "attention" / "epoch_0001.pt", weights_only=True)
     n = len(record["src_labels"])
     assert len(record["enc_labels"]) == n + tree.span_count(n) and record["enc_labels"][n] == "L1[0:2)"

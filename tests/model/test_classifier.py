@@ -1,20 +1,28 @@
 """The encoder-only classifier (``--model encoder``): batches, pooling, the dense reference,
 backends, learning, resume, evaluate/translate and its bad-input errors."""
+
 import json
 import random
 
 import pytest
 import torch
+from helpers import (
+    TINY_MODEL,
+    assert_same_last_weights,
+    read_jsonl,
+    reference_backend,
+    runnable,
+    small_recall_data,
+    train_straight_and_interrupted,
+)
+from reference import pad, pattern_mask
 from torch import nn
 
-from graphformer.attention import BACKENDS
 from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.model import make_model
 from graphformer.training import checkpoint
 from graphformer.vocab import EOS, SOS, UNK
-from helpers import TINY_MODEL, reference_backend, runnable, assert_same_last_weights, read_jsonl, small_recall_data, train_straight_and_interrupted
-from reference import pad, pattern_mask
 
 TINY = dict(layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0)
 
@@ -22,8 +30,13 @@ TINY = dict(layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0)
 def classifier(pattern="full", pooling="cls", src_vocab=20, labels=9, **hyper):
     torch.manual_seed(0)
     sizes = {k: v for k, v in TINY.items() if k != "layers" or hyper.get("model") != "universal-encoder"}
-    return make_model(src_vocab, labels, **{"model": "encoder", "enc_attention": pattern, "pooling": pooling,
-                                            **sizes, **hyper}).double().eval()
+    return (
+        make_model(
+            src_vocab, labels, **{"model": "encoder", "enc_attention": pattern, "pooling": pooling, **sizes, **hyper}
+        )
+        .double()
+        .eval()
+    )
 
 
 def test_a_batch_has_a_cls_node_first_one_label_per_sample_and_no_target_nodes():
@@ -45,7 +58,7 @@ def test_mean_pooling_has_no_cls_node_and_averages_the_token_nodes_only():
     assert batch.src_tokens[:4].tolist() == [5, 6, 7, EOS] and int(batch.src_nodes[0]) > 4  # span nodes follow
     h = model.encode(batch)
     first, second = int(batch.src_nodes[0]), int(batch.src_lengths[1])
-    expected = torch.stack([h[:4].mean(0), h[first:first + second].mean(0)])
+    expected = torch.stack([h[:4].mean(0), h[first : first + second].mean(0)])
     torch.testing.assert_close(model.summarize(batch, h), expected)
 
 
@@ -106,11 +119,15 @@ class DenseClassifier(nn.Module):
         super().__init__()
         cfg = model.cfg
         self.universal = cfg.model == "universal-encoder"
-        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, dropout=0.0, batch_first=True,
-                                           norm_first=cfg.norm_first)
+        layer = nn.TransformerEncoderLayer(
+            cfg.d_model, cfg.heads, cfg.d_ff, dropout=0.0, batch_first=True, norm_first=cfg.norm_first
+        )
         depth = cfg.max_depth if self.universal else cfg.layers
-        self.encoder = nn.TransformerEncoder(layer, depth, norm=nn.LayerNorm(cfg.d_model),
-                                             enable_nested_tensor=False).double().eval()
+        self.encoder = (
+            nn.TransformerEncoder(layer, depth, norm=nn.LayerNorm(cfg.d_model), enable_nested_tensor=False)
+            .double()
+            .eval()
+        )
         mine = [model.encoder.layer] * depth if self.universal else model.encoder.layers
         for graph_layer, torch_layer in zip(mine, self.encoder.layers):
             copy_layer(graph_layer, torch_layer)
@@ -190,13 +207,14 @@ def test_without_positions_order_reaches_the_classifier_only_through_a_causal_pa
         pool = model.make_pool()
         return (model(make_batch(pool, src)) - model(make_batch(pool, permuted))).abs().max()
 
-    assert moved("full", "none") < 1e-12                   # a bag of tokens: order is invisible
-    assert moved("full", "sinusoidal") > 1e-3              # positions show it
-    assert moved("causal-window:1", "none") > 1e-3         # so does a pattern that knows who came before
+    assert moved("full", "none") < 1e-12  # a bag of tokens: order is invisible
+    assert moved("full", "sinusoidal") > 1e-3  # positions show it
+    assert moved("causal-window:1", "none") > 1e-3  # so does a pattern that knows who came before
     model = classifier("causal-window:1", positions="none")  # and the graph equals the masked dense encoder
     mask = pattern_mask(model.make_pool().enc, 8, 8)
-    torch.testing.assert_close(model(make_batch(model.make_pool(), src)), DenseClassifier(model)(src, mask),
-                               atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        model(make_batch(model.make_pool(), src)), DenseClassifier(model)(src, mask), atol=1e-10, rtol=0
+    )
 
 
 @pytest.mark.parametrize("pattern", ["window:2", "dilated:2,3", "block:8", "random:2", "tree:2"])
@@ -222,8 +240,9 @@ def test_the_classifier_learns_which_token_comes_first():
         return src, [[s[0] - 2] for s in src]  # labels 2..11 of a 12-entry label vocabulary; the head masks specials
 
     torch.manual_seed(0)
-    model = make_model(14, 12, model="encoder", layers=1, d_model=32, heads=4, d_ff=64, dropout=0.0,
-                       enc_attention="window:1")
+    model = make_model(
+        14, 12, model="encoder", layers=1, d_model=32, heads=4, d_ff=64, dropout=0.0, enc_attention="window:1"
+    )
     pool = model.make_pool()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(150):
@@ -244,6 +263,7 @@ def test_token_accuracy_of_a_classifier_scores_the_labels_it_predicts():
     predict answers: the best label."""
     from graphformer.data.corpus import Split
     from graphformer.training.evaluate import teacher_forced
+
     model = classifier()
     with torch.no_grad():
         model.head.proj.bias[EOS] = 50.0  # the raw argmax of every sample
@@ -262,6 +282,7 @@ def test_token_accuracy_of_a_classifier_scores_the_labels_it_predicts():
 
 # ---- through the command line ----------------------------------------------------------------
 
+
 def test_min_count_thins_the_words_not_the_labels(tmp_path):
     """A label seen once is still a class: read as <unk>, it would be one the classifier never answers."""
     data = tmp_path / "data"
@@ -269,11 +290,31 @@ def test_min_count_thins_the_words_not_the_labels(tmp_path):
     for split in ("train", "valid", "test"):
         (data / f"{split}.src").write_text("a b c\na b\nrare word\n" * 4 + "once only\n")
         (data / f"{split}.tgt").write_text("yes\nno\nyes\n" * 4 + "seldom\n")
-    assert main(["train", "--task", "classify", "--data-dir", str(data), "--model", "encoder", "--min-count", "2",
-                 "--epochs", "1", "--batch-size", "8", "--out", str(tmp_path / "run"), *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "classify",
+                "--data-dir",
+                str(data),
+                "--model",
+                "encoder",
+                "--min-count",
+                "2",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--out",
+                str(tmp_path / "run"),
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     vocab = json.loads((tmp_path / "run" / "vocab.json").read_text())
     assert "seldom" in vocab["tgt"] and "once" not in vocab["src"]
-
 
 
 def train(args):
@@ -284,8 +325,25 @@ def train(args):
 def recall_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("recall")
     data = small_recall_data(tmp / "data")
-    train(["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--enc-attention", "window:2",
-           "--epochs", "2", "--batch-size", "16", "--out", str(tmp / "run"), *TINY_MODEL])
+    train(
+        [
+            "--task",
+            "recall",
+            "--data-dir",
+            str(data),
+            "--model",
+            "encoder",
+            "--enc-attention",
+            "window:2",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "16",
+            "--out",
+            str(tmp / "run"),
+            *TINY_MODEL,
+        ]
+    )
     return tmp / "run", data
 
 
@@ -319,20 +377,32 @@ def test_evaluate_json_accuracy_is_the_share_of_translated_labels_that_are_right
 def test_evaluate_scores_another_folder_of_the_task_with_the_runs_vocabulary(recall_run, tmp_path, capsys):
     run, data = recall_run
     from graphformer.data import recall
-    longer = recall.write_recall(tmp_path / "longer", seed=5, sizes={"train": 4, "valid": 4, "test": 12},
-                                 min_length=20, max_length=20, num_keys=9, num_values=4)
+
+    longer = recall.write_recall(
+        tmp_path / "longer",
+        seed=5,
+        sizes={"train": 4, "valid": 4, "test": 12},
+        min_length=20,
+        max_length=20,
+        num_keys=9,
+        num_values=4,
+    )
     assert main(["evaluate", str(run), "--data-dir", str(longer), "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 12 and scores["data_dir"] == str(longer)  # that folder's test split, not the run's 30
     assert main(["evaluate", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n"] == 30
-    too_long = recall.write_recall(tmp_path / "too-long", seed=5, sizes={"train": 2, "valid": 2, "test": 2},
-                                   min_length=300, max_length=300)
+    too_long = recall.write_recall(
+        tmp_path / "too-long", seed=5, sizes={"train": 2, "valid": 2, "test": 2}, min_length=300, max_length=300
+    )
     raw = tmp_path / "raw"  # raw corpus files (a Multi30k mirror, say) are what train reads, not evaluate
     raw.mkdir()
     (raw / "test.en").write_text("a b\n")
-    for folder, message in ((tmp_path / "nowhere", "does not exist"), (too_long, "is shorter than the data"),
-                            (raw, "has no test.src and test.tgt; --data-dir takes a folder laid out as the run's own")):
+    for folder, message in (
+        (tmp_path / "nowhere", "does not exist"),
+        (too_long, "is shorter than the data"),
+        (raw, "has no test.src and test.tgt; --data-dir takes a folder laid out as the run's own"),
+    ):
         assert main(["evaluate", str(run), "--data-dir", str(folder)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("graphformer: error: ") and message in err and err.count("\n") == 1
@@ -340,8 +410,23 @@ def test_evaluate_scores_another_folder_of_the_task_with_the_runs_vocabulary(rec
 
 def test_resume_of_an_encoder_run_continues_exactly(tmp_path):
     data = small_recall_data(tmp_path / "data")
-    common = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--pooling", "mean",
-              "--epochs", "2", "--batch-size", "16", "--dropout", "0.1", *TINY_MODEL]
+    common = [
+        "--task",
+        "recall",
+        "--data-dir",
+        str(data),
+        "--model",
+        "encoder",
+        "--pooling",
+        "mean",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--dropout",
+        "0.1",
+        *TINY_MODEL,
+    ]
     straight_run, stopped_run = train_straight_and_interrupted(tmp_path, common)
     straight = read_jsonl(straight_run / "steps.jsonl")
     resumed = read_jsonl(stopped_run / "steps.jsonl")
@@ -352,16 +437,25 @@ def test_resume_of_an_encoder_run_continues_exactly(tmp_path):
     assert_same_last_weights(straight_run, stopped_run)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--task", "copy", "--model", "encoder"], "--model 'encoder' is a classifier (one label per sample) and task "
-                                               "'copy' asks for sequences; use it with listops or recall"),
-    (["--task", "recall", "--model", "transformer"], "--model 'transformer' generates sequences and task 'recall' "
-                                                     "is classification (one label per sample); choose model encoder"),
-    (["--task", "listops", "--model", "universal"], "--model 'universal' generates sequences"),
-    (["--task", "recall", "--model", "encoder", "--tie", "decoder"], "--tie applies to models with a decoder"),
-    (["--task", "recall", "--model", "encoder", "--dec-attention", "causal-window:2"], "--dec-attention applies"),
-    (["--task", "copy", "--pooling", "mean"], "--pooling applies only to the encoder classifier"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--task", "copy", "--model", "encoder"],
+            "--model 'encoder' is a classifier (one label per sample) and task "
+            "'copy' asks for sequences; use it with listops or recall",
+        ),
+        (
+            ["--task", "recall", "--model", "transformer"],
+            "--model 'transformer' generates sequences and task 'recall' "
+            "is classification (one label per sample); choose model encoder",
+        ),
+        (["--task", "listops", "--model", "universal"], "--model 'universal' generates sequences"),
+        (["--task", "recall", "--model", "encoder", "--tie", "decoder"], "--tie applies to models with a decoder"),
+        (["--task", "recall", "--model", "encoder", "--dec-attention", "causal-window:2"], "--dec-attention applies"),
+        (["--task", "copy", "--pooling", "mean"], "--pooling applies only to the encoder classifier"),
+    ],
+)
 def test_a_model_that_does_not_fit_the_task_is_a_one_line_error(tmp_path, capsys, args, message):
     assert main(["train", *args, "--out", str(tmp_path / "run"), "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -371,10 +465,20 @@ def test_a_model_that_does_not_fit_the_task_is_a_one_line_error(tmp_path, capsys
 
 def test_a_sample_longer_than_the_positional_table_is_a_one_line_error(tmp_path, capsys):
     data = small_recall_data(tmp_path / "data")
-    longest = max(len(line.split()) for split in ("train", "valid") for line in
-                  (data / f"{split}.src").read_text().splitlines())
-    args = ["--task", "recall", "--data-dir", str(data), "--model", "encoder", "--out", str(tmp_path / "run"),
-            *TINY_MODEL]
+    longest = max(
+        len(line.split()) for split in ("train", "valid") for line in (data / f"{split}.src").read_text().splitlines()
+    )
+    args = [
+        "--task",
+        "recall",
+        "--data-dir",
+        str(data),
+        "--model",
+        "encoder",
+        "--out",
+        str(tmp_path / "run"),
+        *TINY_MODEL,
+    ]
     assert main(["train", *args, "--max-len", str(longest + 1)]) == 2  # <cls> and </s> need two more
     err = capsys.readouterr().err
     assert f"--max-len ({longest + 1}) is shorter than the data" in err and f"at least {longest + 2}" in err
@@ -398,8 +502,23 @@ def write_label_files(folder, bad_line=None):
 
 def test_the_classify_task_trains_on_the_users_own_label_files(tmp_path, capsys):
     data = write_label_files(tmp_path / "mine")
-    train(["--task", "classify", "--data-dir", str(data), "--model", "encoder", "--epochs", "1",
-           "--batch-size", "16", "--out", str(tmp_path / "run"), *TINY_MODEL])
+    train(
+        [
+            "--task",
+            "classify",
+            "--data-dir",
+            str(data),
+            "--model",
+            "encoder",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--out",
+            str(tmp_path / "run"),
+            *TINY_MODEL,
+        ]
+    )
     vocab = json.loads((tmp_path / "run" / "vocab.json").read_text())
     assert sorted(vocab["tgt"][4:]) == ["starts-a", "starts-b", "starts-c", "starts-d"]
     capsys.readouterr()
@@ -410,20 +529,31 @@ def test_the_classify_task_trains_on_the_users_own_label_files(tmp_path, capsys)
 
 def test_a_label_line_of_two_tokens_is_a_one_line_error(tmp_path, capsys):
     data = write_label_files(tmp_path / "mine", bad_line=7)
-    args = ["--task", "classify", "--data-dir", str(data), "--model", "encoder", "--out", str(tmp_path / "run"),
-            *TINY_MODEL]
+    args = [
+        "--task",
+        "classify",
+        "--data-dir",
+        str(data),
+        "--model",
+        "encoder",
+        "--out",
+        str(tmp_path / "run"),
+        *TINY_MODEL,
+    ]
     assert main(["train", *args]) == 2
     err = capsys.readouterr().err
-    assert err == ("graphformer: error: train.tgt line 7 holds 2 tokens; a classification task needs exactly "
-                   "one label per line\n")
+    assert err == (
+        "graphformer: error: train.tgt line 7 holds 2 tokens; a classification task needs exactly one label per line\n"
+    )
     assert not (tmp_path / "run" / checkpoint.LAST).exists()
 
 
 def test_the_layers_warning_is_for_the_flag_given_not_for_a_config_file(tmp_path, capsys):
     data = small_recall_data(tmp_path / "data")
     config = tmp_path / "run.yaml"
-    config.write_text("model:\n  model: universal-encoder\n  layers: 1\n  d_model: 32\n  heads: 4\n  d_ff: 64\n"
-                      "  max_depth: 2\n")
+    config.write_text(
+        "model:\n  model: universal-encoder\n  layers: 1\n  d_model: 32\n  heads: 4\n  d_ff: 64\n  max_depth: 2\n"
+    )
     args = ["train", "--task", "recall", "--data-dir", str(data), "--max-steps", "1", "--quiet"]
     assert main([*args, "--config", str(config), "--out", str(tmp_path / "a")]) == 0
     assert "warning: --layers" not in capsys.readouterr().err
@@ -433,8 +563,23 @@ def test_the_layers_warning_is_for_the_flag_given_not_for_a_config_file(tmp_path
 
 def test_a_universal_encoder_run_trains_resumes_exactly_and_reports_its_pondering(tmp_path, capsys):
     data = small_recall_data(tmp_path / "data")
-    common = ["--task", "recall", "--data-dir", str(data), "--model", "universal-encoder", "--max-depth", "3",
-              "--enc-attention", "window:2", "--epochs", "2", "--batch-size", "16", *TINY_MODEL]
+    common = [
+        "--task",
+        "recall",
+        "--data-dir",
+        str(data),
+        "--model",
+        "universal-encoder",
+        "--max-depth",
+        "3",
+        "--enc-attention",
+        "window:2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        *TINY_MODEL,
+    ]
     straight_run, stopped_run = train_straight_and_interrupted(tmp_path, common)
     # TINY_MODEL gives --layers, which a universal model has no use for: it says so (once per fresh run)
     assert capsys.readouterr().err.count("warning: --layers does not apply to model 'universal-encoder'") == 2
@@ -451,24 +596,32 @@ def test_a_universal_encoder_run_trains_resumes_exactly_and_reports_its_ponderin
 def test_a_classifier_run_counts_its_source_nodes_for_tokens_per_second(tmp_path, monkeypatch):
     """The progress line's tokens/s counts what a step reads: a classifier's source nodes, not its
     one label per sample."""
+    from helpers import small_recall_data
+
     from graphformer.model import ModelConfig
     from graphformer.training import progress
     from graphformer.training.config import TrainConfig
     from graphformer.training.trainer import Trainer
-    from helpers import small_recall_data
 
     counted = []
     step = progress.Progress.step
-    monkeypatch.setattr(progress.Progress, "step", lambda self, tokens, **kw: counted.append(tokens) or step(self, tokens, **kw))
+    monkeypatch.setattr(
+        progress.Progress, "step", lambda self, tokens, **kw: counted.append(tokens) or step(self, tokens, **kw)
+    )
     data = small_recall_data(tmp_path / "data")
-    trainer = Trainer(tmp_path / "run", ModelConfig(src_vocab=1, tgt_vocab=1, model="encoder", **TINY),
-                      TrainConfig(task="recall", data_dir=str(data), batch_size=16, epochs=1), show_progress=False)
+    trainer = Trainer(
+        tmp_path / "run",
+        ModelConfig(src_vocab=1, tgt_vocab=1, model="encoder", **TINY),
+        TrainConfig(task="recall", data_dir=str(data), batch_size=16, epochs=1),
+        show_progress=False,
+    )
     trainer.run()
     steps, _ = trainer.epoch_plan(0)
     train = trainer.splits["train"]
     samples = [j for batches in steps for batch in batches for j in batch]
     assert sum(counted) == sum(len(train.src[j]) + 2 for j in samples)  # tokens, </s> and <cls>
     from helpers import read_jsonl
+
     assert [s["tokens"] for s in read_jsonl(tmp_path / "run" / "steps.jsonl")] == counted  # one count for both
 
 

@@ -1,11 +1,12 @@
 """The graph model equals torch.nn.Transformer with the same weights, values and gradients."""
+
 import pytest
 import torch
+from helpers import backends, random_pairs, why_not
+from reference import dense_copy, dense_log_probs, gold_of
 
 from graphformer import GraphPool, make_model
 from graphformer.graphs import make_batch
-from helpers import backends, random_pairs, why_not
-from reference import dense_copy, dense_log_probs, gold_of
 
 VOCAB = 29
 
@@ -14,8 +15,17 @@ NAMES = ("auto", "dgl", "torch", "padded", "blocked", "flex")
 
 
 def build(norm_first, dtype, tie="none", backend="auto"):
-    model = make_model(VOCAB, layers=2, d_model=32, heads=4, d_ff=64, dropout=0.0,
-                       norm_first=norm_first, tie=tie, attention_backend=backend).to(dtype)
+    model = make_model(
+        VOCAB,
+        layers=2,
+        d_model=32,
+        heads=4,
+        d_ff=64,
+        dropout=0.0,
+        norm_first=norm_first,
+        tie=tie,
+        attention_backend=backend,
+    ).to(dtype)
     return model, dense_copy(model)
 
 
@@ -26,6 +36,7 @@ def test_the_dense_twin_is_made_without_warnings(norm_first):
     import warnings
 
     from graphformer.model.dense import to_torch_transformer
+
     model = make_model(VOCAB, layers=2, d_model=32, heads=4, d_ff=64, dropout=0.0, norm_first=norm_first)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

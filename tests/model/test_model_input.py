@@ -1,12 +1,13 @@
 """Bad input to the core raises ValueError naming the problem."""
+
 import re
 
 import pytest
+from helpers import runnable
 
 from graphformer import GraphPool, make_model
 from graphformer.graphs import make_batch
 from graphformer.graphs.heterograph import HeteroGraph
-from helpers import runnable
 
 
 def tiny(**kw):
@@ -36,16 +37,19 @@ def test_d_model_not_divisible_by_heads():
         make_model(10, d_model=10, heads=3)
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"positions": "rotary"}, "positions must be one of sinusoidal, learned, none, got 'rotary'"),
-    ({"tie": "some"}, "tie must be one of none, decoder, all"),
-    ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1"),
-    ({"act_threshold": float("nan")}, "act_threshold must be a finite number"),
-    ({"layers": 0}, "layers must be at least 1"),
-    ({"max_len": 10**12}, "max_len must be at most 131072 with a table of sinusoidal positions"),
-    ({"layers": 2.5}, "layers must be a whole number, got 2.5"),
-    ({"layers": "2"}, r"layers must be a whole number, got '2' \(text: write the number without quotes\)"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"positions": "rotary"}, "positions must be one of sinusoidal, learned, none, got 'rotary'"),
+        ({"tie": "some"}, "tie must be one of none, decoder, all"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1"),
+        ({"act_threshold": float("nan")}, "act_threshold must be a finite number"),
+        ({"layers": 0}, "layers must be at least 1"),
+        ({"max_len": 10**12}, "max_len must be at most 131072 with a table of sinusoidal positions"),
+        ({"layers": 2.5}, "layers must be a whole number, got 2.5"),
+        ({"layers": "2"}, r"layers must be a whole number, got '2' \(text: write the number without quotes\)"),
+    ],
+)
 def test_bad_hyper_parameters(kw, msg):
     with pytest.raises(ValueError, match=msg):
         tiny(**kw)
@@ -54,7 +58,9 @@ def test_bad_hyper_parameters(kw, msg):
 def test_config_values_are_read_as_the_kind_their_option_declares():
     """What a config file or an older run may hold: 2.0 for a whole number, 1 for true."""
     import numpy as np
+
     from graphformer.model.config import ModelConfig
+
     cfg = ModelConfig(src_vocab=10, tgt_vocab=10, layers=2.0, d_model=np.int64(8), heads=2, norm_first=1)
     assert (cfg.layers, cfg.d_model, cfg.norm_first) == (2, 8, True)
     assert type(cfg.layers) is int and type(cfg.d_model) is int and cfg.norm_first is True
@@ -77,6 +83,7 @@ def test_library_misuse_is_a_value_error_that_names_it(tmp_path):
     from graphformer.decoding import translate_ids
     from graphformer.model.dense import to_torch_transformer
     from graphformer.viz import attention_maps
+
     model = tiny()
     pool = model.make_pool()
     classifier = make_model(10, 6, model="encoder", layers=1, d_model=8, heads=2, d_ff=16, max_len=16)
@@ -124,6 +131,7 @@ def test_python_api_misuse_found_by_a_users_review(tmp_path):
     from graphformer.graphs.relation import Relation
     from graphformer.viz.plots import animate, ponder_map
     from graphformer.vocab import Vocab
+
     model = tiny()
     pool = model.make_pool()
     q = k = v = torch.randn(3, 2, 4)
@@ -140,21 +148,48 @@ def test_python_api_misuse_found_by_a_users_review(tmp_path):
         (lambda: ponder_map([1, 2, 3], ["a", "b"], tmp_path / "p.png"), "3 step counts but 2 labels"),
         (lambda: greedy_search(None, torch.tensor([], dtype=torch.int64)), "max_lengths must hold"),
         (lambda: IncrementalStepper(tiny().train(), make_batch(pool, [[4, 5]]), 1, 4), "in training mode"),
-        (lambda: beam_search(IncrementalStepper(tiny().eval(), make_batch(pool, [[4, 5]]), 1, 4), [4], beam=3),
-         "the stepper holds 1 hypotheses, the search needs 3"),
-        (lambda: graph_attention(Relation(torch.tensor([0, 1]), torch.tensor([0, 1]), 3, 3), q, k, v),
-         "query node 2 has no in-edges"),
-        (lambda: graph_attention(Relation(torch.tensor([0, 0, 1, 2]), torch.tensor([0, 0, 1, 2]), 3, 3), q, k, v),
-         "lists 1 edge(s) twice"),
-        (lambda: graph_attention(HeteroGraph({"n": 3}, {("n", "e", "n"): (torch.arange(3), torch.arange(3))}, {}),
-                                 q.double(), k, v), "one floating-point dtype"),
-        (lambda: graph_attention(HeteroGraph({"a": 1, "b": 1}, {("a", "x", "b"): (torch.tensor([0]), torch.tensor([0])),
-                                                                ("a", "y", "b"): (torch.tensor([0]), torch.tensor([0]))},
-                                             {}), q[:1], k[:1], v[:1]), "the graph has 2 relations"),
-        (lambda: GraphPool(enc=lambda nk, nq: (torch.arange(nk).float(), torch.arange(nq).float())).graph(3, 2),
-         "must return integer node ids"),
-        (lambda: GraphPool(enc=lambda nk, nq: (torch.tensor([0]), torch.arange(nq))).graph(3, 2),
-         "two 1-D tensors of one length"),
+        (
+            lambda: beam_search(IncrementalStepper(tiny().eval(), make_batch(pool, [[4, 5]]), 1, 4), [4], beam=3),
+            "the stepper holds 1 hypotheses, the search needs 3",
+        ),
+        (
+            lambda: graph_attention(Relation(torch.tensor([0, 1]), torch.tensor([0, 1]), 3, 3), q, k, v),
+            "query node 2 has no in-edges",
+        ),
+        (
+            lambda: graph_attention(Relation(torch.tensor([0, 0, 1, 2]), torch.tensor([0, 0, 1, 2]), 3, 3), q, k, v),
+            "lists 1 edge(s) twice",
+        ),
+        (
+            lambda: graph_attention(
+                HeteroGraph({"n": 3}, {("n", "e", "n"): (torch.arange(3), torch.arange(3))}, {}), q.double(), k, v
+            ),
+            "one floating-point dtype",
+        ),
+        (
+            lambda: graph_attention(
+                HeteroGraph(
+                    {"a": 1, "b": 1},
+                    {
+                        ("a", "x", "b"): (torch.tensor([0]), torch.tensor([0])),
+                        ("a", "y", "b"): (torch.tensor([0]), torch.tensor([0])),
+                    },
+                    {},
+                ),
+                q[:1],
+                k[:1],
+                v[:1],
+            ),
+            "the graph has 2 relations",
+        ),
+        (
+            lambda: GraphPool(enc=lambda nk, nq: (torch.arange(nk).float(), torch.arange(nq).float())).graph(3, 2),
+            "must return integer node ids",
+        ),
+        (
+            lambda: GraphPool(enc=lambda nk, nq: (torch.tensor([0]), torch.arange(nq))).graph(3, 2),
+            "two 1-D tensors of one length",
+        ),
         (lambda: GraphPool(enc=lambda nk, nq: None).graph(3, 2), "must return (u, v), two tensors"),
         (lambda: patterns.from_edges([(0, 1, 2), (1, 2, 3)]), "is no (key, query) pair"),
         (lambda: patterns.from_edges([(-1, 0)]), "is no (key, query) pair"),

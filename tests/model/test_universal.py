@@ -1,6 +1,8 @@
 """The Adaptive Universal Transformer: ACT invariants, shrinking steps, decoding, bad input."""
+
 import pytest
 import torch
+from helpers import TINY_MODEL, random_pairs, small_copy_data
 from torch import nn
 
 from graphformer import GraphPool, make_model
@@ -9,15 +11,23 @@ from graphformer.decoding import translate_ids
 from graphformer.graphs import ENC, make_batch
 from graphformer.model.universal import timing_signal
 from graphformer.training.loss import label_smoothed_nll
-from helpers import TINY_MODEL, random_pairs, small_copy_data
 
 VOCAB = 17
 
 
 def universal(max_depth=4, threshold=0.99, **kw):
     torch.manual_seed(0)
-    return make_model(VOCAB, model="universal", d_model=16, heads=2, d_ff=32, dropout=0.0,
-                      max_depth=max_depth, act_threshold=threshold, **kw).double()
+    return make_model(
+        VOCAB,
+        model="universal",
+        d_model=16,
+        heads=2,
+        d_ff=32,
+        dropout=0.0,
+        max_depth=max_depth,
+        act_threshold=threshold,
+        **kw,
+    ).double()
 
 
 def batch(n=7, seed=0, max_len=12):
@@ -47,6 +57,7 @@ def test_halting_probabilities_keep_the_states_dtype_under_autocast():
     """Halting sums them and compares the sum with 1 - eps: the bfloat16 that autocast's
     projection gives would round them to about 3 digits and move halting steps."""
     from graphformer.model.act import HaltingUnit
+
     unit, h = HaltingUnit(16), torch.randn(5, 16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         p = unit(h)
@@ -92,13 +103,19 @@ def test_halting_disabled_is_a_fixed_depth_shared_weight_transformer():
         # reference: the shared layers applied `depth` times on the full graphs, no ACT
         h = model.src_embed(b.src_tokens, b.src_pos)
         for s in range(depth):
-            h = model.encoder.layer(b.relation(ENC), h + timing_signal(model.encoder.depth, model.src_embed, b.src_pos, s))
+            h = model.encoder.layer(
+                b.relation(ENC), h + timing_signal(model.encoder.depth, model.src_embed, b.src_pos, s)
+            )
         memory = model.encoder.norm(h)
         mem_kv = model.memory_kv(memory)
         x = model.tgt_embed(b.tgt_tokens, b.tgt_pos)
         for s in range(depth):
-            x = model.decoder_layer(b.relation(("tgt", "dec", "tgt")), b.relation(("src", "cross", "tgt")),
-                                    x + timing_signal(model.encoder.depth, model.tgt_embed, b.tgt_pos, s), mem_kv)
+            x = model.decoder_layer(
+                b.relation(("tgt", "dec", "tgt")),
+                b.relation(("src", "cross", "tgt")),
+                x + timing_signal(model.encoder.depth, model.tgt_embed, b.tgt_pos, s),
+                mem_kv,
+            )
         expected = model.generator(model.decoder_norm(x))
     assert out.stats["src"].steps.tolist() == [depth] * len(b.src_tokens)
     torch.testing.assert_close(out.log_probs, expected, atol=1e-12, rtol=0)
@@ -152,15 +169,18 @@ def test_incremental_decoding_equals_recompute(beam):
     assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"model": "universal", "max_depth": 0}, "max_depth must be at least 1"),
-    ({"model": "universal", "act_threshold": 0.0}, r"act_threshold must be in \(0, 1\]"),
-    ({"model": "universal", "act_threshold": 1.5}, r"act_threshold must be in \(0, 1\]"),
-    ({"max_depth": 4}, "max_depth and the other adaptive computation time options apply only to the universal"),
-    ({"act_threshold": 0.5}, "act_threshold and the other adaptive computation time options apply only"),
-    ({"model": "universal", "layers": 4}, "layers does not apply to model 'universal'"),
-    ({"model": "universal-encoder", "layers": 2, "tgt_vocab": 8}, "layers does not apply to model 'universal-enc"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"model": "universal", "max_depth": 0}, "max_depth must be at least 1"),
+        ({"model": "universal", "act_threshold": 0.0}, r"act_threshold must be in \(0, 1\]"),
+        ({"model": "universal", "act_threshold": 1.5}, r"act_threshold must be in \(0, 1\]"),
+        ({"max_depth": 4}, "max_depth and the other adaptive computation time options apply only to the universal"),
+        ({"act_threshold": 0.5}, "act_threshold and the other adaptive computation time options apply only"),
+        ({"model": "universal", "layers": 4}, "layers does not apply to model 'universal'"),
+        ({"model": "universal-encoder", "layers": 2, "tgt_vocab": 8}, "layers does not apply to model 'universal-enc"),
+    ],
+)
 def test_bad_act_options(kw, msg):
     with pytest.raises(ValueError, match=msg):
         make_model(VOCAB, d_model=16, heads=2, **kw)
@@ -169,20 +189,45 @@ def test_bad_act_options(kw, msg):
 def test_cli_trains_a_universal_model_and_rejects_act_options_elsewhere(tmp_path, capsys):
     data = small_copy_data(tmp_path / "data")
     run = tmp_path / "run"
-    assert main(["train", "--model", "universal", "--max-depth", "3", "--task", "parallel", "--data-dir", str(data),
-                 "--out", str(run), "--epochs", "1", "--batch-size", "16", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "universal",
+                "--max-depth",
+                "3",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     from helpers import read_jsonl
+
     metrics = read_jsonl(run / "metrics.jsonl")[0]
     assert len(metrics["valid_src_step_fraction"]) == 3 and metrics["valid_src_step_fraction"][0] == 1.0
     assert 1.0 <= metrics["valid_tgt_mean_ponder"] <= 3.0
     assert main(["train", "--max-depth", "3", "--out", str(tmp_path / "r2"), *TINY_MODEL]) == 2
-    assert "--max-depth and the other adaptive computation time options apply only to the universal model" \
+    assert (
+        "--max-depth and the other adaptive computation time options apply only to the universal model"
         in capsys.readouterr().err
+    )
 
 
 def test_universal_transformer_with_a_sparse_pattern_decodes_like_recompute():
-    model = universal(max_depth=4, enc_attention="window:2", dec_attention="causal-window:2",
-                      cross_attention="window:3+global:1").eval()
+    model = universal(
+        max_depth=4, enc_attention="window:2", dec_attention="causal-window:2", cross_attention="window:3+global:1"
+    ).eval()
     src, _ = random_pairs(5, VOCAB, max_len=9, seed=8)
     kw = dict(beam=2, extra_len=4, batch_tokens=20)
     fast, slow = translate_ids(model, src, incremental=True, **kw), translate_ids(model, src, incremental=False, **kw)
@@ -195,8 +240,12 @@ def test_universal_transformer_with_a_sparse_pattern_decodes_like_recompute():
 
 def test_weights_saved_with_the_first_releases_flat_encoder_names_still_load():
     model = universal().eval()
-    flat = {key.replace("encoder.layer.", "encoder_layer.").replace("encoder.halt.", "encoder_halt.")
-               .replace("encoder.norm.", "encoder_norm."): value for key, value in model.state_dict().items()}
+    flat = {
+        key.replace("encoder.layer.", "encoder_layer.")
+        .replace("encoder.halt.", "encoder_halt.")
+        .replace("encoder.norm.", "encoder_norm."): value
+        for key, value in model.state_dict().items()
+    }
     assert "encoder_layer.self_attn.in_proj.weight" in flat
     again = universal().eval()
     with torch.no_grad():

@@ -1,4 +1,5 @@
 """Two gloo processes on CPU train like one process on the same global batches."""
+
 import json
 import os
 import signal
@@ -8,14 +9,18 @@ import time
 
 import pytest
 import torch
-
-from graphformer.training import checkpoint
 from helpers import TINY_MODEL, read_jsonl, small_copy_data, small_recall_data
 
-TASKS = {"transformer": (small_copy_data, ["--task", "parallel"]),
-         "encoder": (small_recall_data, ["--task", "recall", "--model", "encoder"]),
-         "universal": (small_copy_data, ["--task", "parallel", "--model", "universal", "--max-depth", "3",
-                                         "--ponder-weight", "0.05"])}
+from graphformer.training import checkpoint
+
+TASKS = {
+    "transformer": (small_copy_data, ["--task", "parallel"]),
+    "encoder": (small_recall_data, ["--task", "recall", "--model", "encoder"]),
+    "universal": (
+        small_copy_data,
+        ["--task", "parallel", "--model", "universal", "--max-depth", "3", "--ponder-weight", "0.05"],
+    ),
+}
 
 
 @pytest.mark.slow
@@ -23,16 +28,35 @@ TASKS = {"transformer": (small_copy_data, ["--task", "parallel"]),
 def test_two_processes_match_single_process(tmp_path, model):
     write_data, task = TASKS[model]
     data = write_data(tmp_path / "data")
-    common = ["train", *task, "--data-dir", str(data), "--batch-size", "8", "--dropout", "0",
-              "--max-steps", "5", "--device", "cpu", *TINY_MODEL]
+    common = [
+        "train",
+        *task,
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "8",
+        "--dropout",
+        "0",
+        "--max-steps",
+        "5",
+        "--device",
+        "cpu",
+        *TINY_MODEL,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # --processes meets on the loopback itself
-    ddp = _run([sys.executable, "-m", "graphformer", *common, "--processes", "2", "--out", str(tmp_path / "ddp")], env,
-               tmp_path / "ddp.log")
+    ddp = _run(
+        [sys.executable, "-m", "graphformer", *common, "--processes", "2", "--out", str(tmp_path / "ddp")],
+        env,
+        tmp_path / "ddp.log",
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert "Traceback" not in ddp.stderr and "--processes 2 --out" in ddp.stderr  # how to go on, as it was started
     # One process, two batches accumulated per step: the same global batch as the two ranks together.
-    single = _run([sys.executable, "-m", "graphformer", *common, "--accumulate", "2", "--out", str(tmp_path / "single")],
-                  env, tmp_path / "single.log")
+    single = _run(
+        [sys.executable, "-m", "graphformer", *common, "--accumulate", "2", "--out", str(tmp_path / "single")],
+        env,
+        tmp_path / "single.log",
+    )
     assert single.returncode == 0, single.stderr[-3000:]
 
     digests = json.loads((tmp_path / "ddp" / "ranks.json").read_text())["parameter_sha256"]
@@ -54,24 +78,86 @@ def test_a_two_process_run_resumes_on_one_process_accumulating_two_batches(tmp_p
     """Stopped after 3 steps on 2 processes, resumed on 1 with --accumulate 2 (the same 2 batches
     per step): the run ends where one process accumulating 2 batches from the start ends."""
     data = small_copy_data(tmp_path / "data")
-    common = ["train", "--task", "parallel", "--data-dir", str(data), "--batch-size", "8", "--dropout", "0",
-              "--device", "cpu", *TINY_MODEL]
+    common = [
+        "train",
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "8",
+        "--dropout",
+        "0",
+        "--device",
+        "cpu",
+        *TINY_MODEL,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    ddp = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-                "--nproc_per_node=2", "-m", "graphformer", *common, "--max-steps", "3", "--out", str(tmp_path / "run")],
-               env, tmp_path / "ddp.log")
+    ddp = _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--local-addr",
+            "127.0.0.1",
+            "--nproc_per_node=2",
+            "-m",
+            "graphformer",
+            *common,
+            "--max-steps",
+            "3",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        env,
+        tmp_path / "ddp.log",
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    refused = _run([sys.executable, "-m", "graphformer", "train", "--out", str(tmp_path / "run"), "--resume",
-                    "--max-steps", "6"], env, tmp_path / "refused.log")
+    refused = _run(
+        [sys.executable, "-m", "graphformer", "train", "--out", str(tmp_path / "run"), "--resume", "--max-steps", "6"],
+        env,
+        tmp_path / "refused.log",
+    )
     assert refused.returncode != 0 and "train --out " in refused.stderr and "--resume --accumulate 2" in refused.stderr
-    resumed = _run([sys.executable, "-m", "graphformer", "train", "--out", str(tmp_path / "run"), "--resume",
-                    "--max-steps", "6", "--accumulate", "2"], env, tmp_path / "resumed.log")
+    resumed = _run(
+        [
+            sys.executable,
+            "-m",
+            "graphformer",
+            "train",
+            "--out",
+            str(tmp_path / "run"),
+            "--resume",
+            "--max-steps",
+            "6",
+            "--accumulate",
+            "2",
+        ],
+        env,
+        tmp_path / "resumed.log",
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    single = _run([sys.executable, "-m", "graphformer", *common, "--accumulate", "2", "--max-steps", "6",
-                   "--out", str(tmp_path / "single")], env, tmp_path / "single.log")
+    single = _run(
+        [
+            sys.executable,
+            "-m",
+            "graphformer",
+            *common,
+            "--accumulate",
+            "2",
+            "--max-steps",
+            "6",
+            "--out",
+            str(tmp_path / "single"),
+        ],
+        env,
+        tmp_path / "single.log",
+    )
     assert single.returncode == 0, single.stderr[-3000:]
-    assert [s["tokens"] for s in read_jsonl(tmp_path / "run" / "steps.jsonl")] == \
-        [s["tokens"] for s in read_jsonl(tmp_path / "single" / "steps.jsonl")]
+    assert [s["tokens"] for s in read_jsonl(tmp_path / "run" / "steps.jsonl")] == [
+        s["tokens"] for s in read_jsonl(tmp_path / "single" / "steps.jsonl")
+    ]
     a = checkpoint.load(tmp_path / "run" / checkpoint.LAST)
     b = checkpoint.load(tmp_path / "single" / checkpoint.LAST)
     assert a["processes"] == 1 and a["train_config"]["accumulate"] == 2
@@ -86,11 +172,34 @@ def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
     data = small_copy_data(tmp_path / "data")
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-               "--nproc_per_node=2", "-m", "graphformer", "train", "--task", "parallel", "--data-dir", str(data),
-               "--batch-size", "8", "--epochs", "1000", "--device", "cpu", *TINY_MODEL, "--out", str(run)]
-    printed, code = _signal_after_steps(command, env, run, tmp_path / "ddp.log",
-                                        lambda agent: os.kill(_worker(agent, local_rank=1), signal.SIGTERM))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--local-addr",
+        "127.0.0.1",
+        "--nproc_per_node=2",
+        "-m",
+        "graphformer",
+        "train",
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1000",
+        "--device",
+        "cpu",
+        *TINY_MODEL,
+        "--out",
+        str(run),
+    ]
+    printed, code = _signal_after_steps(
+        command, env, run, tmp_path / "ddp.log", lambda agent: os.kill(_worker(agent, local_rank=1), signal.SIGTERM)
+    )
     steps = read_jsonl(run / "steps.jsonl")
     assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"], printed[-3000:]
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in printed, printed[-3000:]
@@ -100,8 +209,27 @@ def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
 
 
 def _processes_run(data, run) -> list[str]:
-    return [sys.executable, "-m", "graphformer", "train", "--processes", "2", "--task", "parallel", "--data-dir",
-            str(data), "--batch-size", "8", "--epochs", "1000", "--device", "cpu", *TINY_MODEL, "--out", str(run)]
+    return [
+        sys.executable,
+        "-m",
+        "graphformer",
+        "train",
+        "--processes",
+        "2",
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1000",
+        "--device",
+        "cpu",
+        *TINY_MODEL,
+        "--out",
+        str(run),
+    ]
 
 
 @pytest.mark.slow
@@ -113,8 +241,9 @@ def test_ctrl_c_stops_a_processes_run_after_one_step_with_a_checkpoint_and_no_tr
     data = small_copy_data(tmp_path / "data")
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    printed, code = _signal_after_steps(_processes_run(data, run), env, run, tmp_path / "ddp.log",
-                                        lambda launcher: os.kill(launcher, signal.SIGINT))
+    printed, code = _signal_after_steps(
+        _processes_run(data, run), env, run, tmp_path / "ddp.log", lambda launcher: os.kill(launcher, signal.SIGINT)
+    )
     steps = read_jsonl(run / "steps.jsonl")
     assert code == 130 and "Traceback" not in printed, printed[-3000:]
     assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"]
@@ -135,8 +264,13 @@ def test_a_killed_process_of_a_processes_run_stops_the_other_and_the_launcher_sa
     data = small_copy_data(tmp_path / "data")
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    printed, code = _signal_after_steps(_processes_run(data, run), env, run, tmp_path / "ddp.log",
-                                        lambda launcher: os.kill(_worker(launcher, local_rank=1), signal.SIGKILL))
+    printed, code = _signal_after_steps(
+        _processes_run(data, run),
+        env,
+        run,
+        tmp_path / "ddp.log",
+        lambda launcher: os.kill(_worker(launcher, local_rank=1), signal.SIGKILL),
+    )
     assert code == 128 + signal.SIGKILL and "Traceback" not in printed, printed[-3000:]
     # Rank 0 is stopped at once, or ends by itself first on the lost connection, with one line.
     assert "graphformer: process 1 was killed by SIGKILL; " in printed, printed[-3000:]
@@ -156,6 +290,7 @@ def test_processes_whose_launcher_is_killed_stop_after_their_step_with_a_checkpo
     def kill_launcher(launcher: int) -> None:
         workers.extend(_worker(launcher, local_rank=rank) for rank in (0, 1))
         os.kill(launcher, signal.SIGKILL)
+
     try:
         _signal_after_steps(_processes_run(data, run), env, run, log, kill_launcher)
         deadline = time.monotonic() + 120
@@ -223,14 +358,39 @@ def test_two_processes_resume_exactly_with_dropout(tmp_path):
     This guards that: a stopped and resumed run takes the uninterrupted run's steps."""
     data = small_copy_data(tmp_path / "data")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-              "--nproc_per_node=2", "-m", "graphformer", "train"]
-    common = ["--task", "parallel", "--data-dir", str(data), "--batch-size", "8", "--dropout", "0.3",
-              "--device", "cpu", *TINY_MODEL]
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--local-addr",
+        "127.0.0.1",
+        "--nproc_per_node=2",
+        "-m",
+        "graphformer",
+        "train",
+    ]
+    common = [
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "8",
+        "--dropout",
+        "0.3",
+        "--device",
+        "cpu",
+        *TINY_MODEL,
+    ]
     for out, steps in (("whole", "8"), ("parts", "4")):
-        done = _run([*launch, *common, "--max-steps", steps, "--out", str(tmp_path / out)], env, tmp_path / f"{out}.log")
+        done = _run(
+            [*launch, *common, "--max-steps", steps, "--out", str(tmp_path / out)], env, tmp_path / f"{out}.log"
+        )
         assert done.returncode == 0, done.stderr[-3000:]
-    done = _run([*launch, "--out", str(tmp_path / "parts"), "--resume", "--max-steps", "8"], env, tmp_path / "resume.log")
+    done = _run(
+        [*launch, "--out", str(tmp_path / "parts"), "--resume", "--max-steps", "8"], env, tmp_path / "resume.log"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     whole, parts = (read_jsonl(tmp_path / out / "steps.jsonl") for out in ("whole", "parts"))
     assert [s["loss"] for s in parts] == [s["loss"] for s in whole] and len(whole) == 8
@@ -249,11 +409,33 @@ def test_an_error_on_one_rank_ends_the_job_with_its_message(tmp_path):
         "def full(self, state, best):\n"
         "    raise OSError(28, 'No space left on device')\n"
         "RunDir.save_checkpoint = full\n"
-        "sys.exit(main(sys.argv[1:]))\n")
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-               "--nproc_per_node=2", str(script), "train", "--task", "parallel", "--data-dir", str(data),
-               "--batch-size", "8", "--epochs", "3", "--device", "cpu", *TINY_MODEL, "--out", str(tmp_path / "run")]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--local-addr",
+        "127.0.0.1",
+        "--nproc_per_node=2",
+        str(script),
+        "train",
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "8",
+        "--epochs",
+        "3",
+        "--device",
+        "cpu",
+        *TINY_MODEL,
+        "--out",
+        str(tmp_path / "run"),
+    ]
     done = _run(command, env, tmp_path / "ddp.log")  # fails the test if it hangs for 240 s
     assert done.returncode != 0
     assert "graphformer: error: " in done.stderr and "No space left on device" in done.stderr, done.stderr[-3000:]

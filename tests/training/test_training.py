@@ -1,17 +1,24 @@
 """Loss, schedule, checkpoints and exact resume."""
+
 import math
 
 import pytest
 import torch
+from helpers import (
+    TINY_MODEL,
+    assert_same_last_weights,
+    read_jsonl,
+    small_copy_data,
+    small_recall_data,
+    train_straight_and_interrupted,
+)
 
 from graphformer.cli import main
+from graphformer.graphs import make_batch
 from graphformer.training import checkpoint
 from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.training.schedule import make_optimizer, noam_rate
 from graphformer.vocab import NEVER_EMITTED, PAD, SOS
-from graphformer.graphs import make_batch
-from helpers import (TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy_data, small_recall_data,
-                     train_straight_and_interrupted)
 
 
 def test_label_smoothing_matches_its_definition():
@@ -35,9 +42,10 @@ def test_padding_gold_is_ignored():
 
 def test_token_accuracy_skips_what_decoding_never_outputs():
     # Node 0 puts most mass on <s> (search never emits it): its prediction is the best other token.
-    logp = torch.log_softmax(torch.tensor([[0.0, 5.0, 0.0, 0.0, 3.0, 1.0],
-                                           [0.0, 0.0, 0.0, 0.0, 1.0, 4.0],
-                                           [9.0, 0.0, 0.0, 0.0, 1.0, 0.0]]), dim=1)
+    logp = torch.log_softmax(
+        torch.tensor([[0.0, 5.0, 0.0, 0.0, 3.0, 1.0], [0.0, 0.0, 0.0, 0.0, 1.0, 4.0], [9.0, 0.0, 0.0, 0.0, 1.0, 0.0]]),
+        dim=1,
+    )
     gold = torch.tensor([4, 5, PAD])
     assert token_accuracy_counts(logp, gold) == (1, 2)  # the raw argmax of node 0 is <s>
     assert token_accuracy_counts(logp, gold, NEVER_EMITTED) == (2, 2)
@@ -46,16 +54,23 @@ def test_token_accuracy_skips_what_decoding_never_outputs():
 
 def test_the_console_line_rounds_every_number_lists_included():
     from graphformer.training.progress import format_metrics
-    line = format_metrics({"epoch": 3, "step": 60, "valid_loss": 0.123456789,
-                           "valid_src_step_fraction": [1.0, 0.6666666666666666, 0.1234567]})
+
+    line = format_metrics(
+        {
+            "epoch": 3,
+            "step": 60,
+            "valid_loss": 0.123456789,
+            "valid_src_step_fraction": [1.0, 0.6666666666666666, 0.1234567],
+        }
+    )
     assert line == "epoch 3 (step 60): valid loss 0.1235, src step fraction [1, 0.6667, 0.1235]"
 
 
 def test_noam_schedule():
     d, warm = 512, 4000
-    assert noam_rate(warm, d, warm, 1.0) == pytest.approx(d ** -0.5 * warm ** -0.5)
-    assert noam_rate(100, d, warm, 2.0) == pytest.approx(2 * d ** -0.5 * 100 * warm ** -1.5)
-    assert noam_rate(16000, d, warm, 1.0) == pytest.approx(d ** -0.5 / math.sqrt(16000))
+    assert noam_rate(warm, d, warm, 1.0) == pytest.approx(d**-0.5 * warm**-0.5)
+    assert noam_rate(100, d, warm, 2.0) == pytest.approx(2 * d**-0.5 * 100 * warm**-1.5)
+    assert noam_rate(16000, d, warm, 1.0) == pytest.approx(d**-0.5 / math.sqrt(16000))
     opt, sched = make_optimizer([torch.nn.Parameter(torch.zeros(1))], d, warm, 1.0)
     assert opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
     for _ in range(9):
@@ -86,8 +101,21 @@ def train(args):
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_resume_continues_exactly(tmp_path, precision):
     data = small_copy_data(tmp_path / "data")
-    common = ["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16",
-              "--dropout", "0.1", "--precision", precision, *TINY_MODEL]
+    common = [
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--dropout",
+        "0.1",
+        "--precision",
+        precision,
+        *TINY_MODEL,
+    ]
     straight_run, stopped_run = train_straight_and_interrupted(tmp_path, common)
 
     straight = read_jsonl(straight_run / "steps.jsonl")
@@ -101,16 +129,33 @@ def test_resume_continues_exactly(tmp_path, precision):
 def test_training_in_bfloat16_autocasts_its_steps_and_validates_in_float32(tmp_path, capsys, monkeypatch):
     import graphformer.precision
     from graphformer.model.layers import Generator
+
     seen, forward = [], Generator.forward
 
     def spy(self, h):  # (a training step?, under autocast?)
         seen.append((torch.is_grad_enabled(), torch.is_autocast_cpu_enabled()))
         return forward(self, h)
+
     monkeypatch.setattr(Generator, "forward", spy)
     monkeypatch.setattr(graphformer.precision, "cpu_bfloat16_instructions", lambda: [])  # a CPU that emulates them
     data, run = small_copy_data(tmp_path / "data", n_train=400), tmp_path / "run"
-    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "3", "--batch-size", "16", "--out", str(run),
-           "--precision", "bfloat16", *TINY_MODEL])
+    train(
+        [
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            "--out",
+            str(run),
+            "--precision",
+            "bfloat16",
+            *TINY_MODEL,
+        ]
+    )
     assert "no bfloat16 instructions" in capsys.readouterr().err  # said, and the run goes on
     assert {autocast for step, autocast in seen if step} == {True}
     assert {autocast for step, autocast in seen if not step} == {False}
@@ -123,8 +168,21 @@ def test_training_in_bfloat16_autocasts_its_steps_and_validates_in_float32(tmp_p
 
 def test_training_lowers_the_validation_loss_and_keeps_best(tmp_path):
     data = small_copy_data(tmp_path / "data", n_train=400)
-    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "3", "--batch-size", "16",
-           "--out", str(tmp_path / "run"), *TINY_MODEL])
+    train(
+        [
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            "--out",
+            str(tmp_path / "run"),
+            *TINY_MODEL,
+        ]
+    )
     metrics = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
     assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
@@ -150,8 +208,9 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, model):
     else:
         data, task = small_copy_data(tmp_path / "data"), "parallel"
         src = (data / "train.src").read_text().splitlines()
-        (data / "train.tgt").write_text("".join(" ".join(line.split()[:1 + len(line.split()) // 3]) + "\n"
-                                                for line in src))  # a third of each source: other lengths
+        (data / "train.tgt").write_text(
+            "".join(" ".join(line.split()[: 1 + len(line.split()) // 3]) + "\n" for line in src)
+        )  # a third of each source: other lengths
         depth = dict(layers=1) if model == "transformer" else dict(model=model, max_depth=3, ponder_weight=0.05)
     model_cfg = dict(src_vocab=1, tgt_vocab=1, d_model=32, heads=4, d_ff=64, dropout=0.0, **depth)
     cfg = dict(task=task, data_dir=str(data), batch_size=8, warmup=10)
@@ -164,7 +223,9 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, model):
     train = acc.splits["train"]
     for s in range(3):
         counts = acc.step_counts(global_steps[s])
-        union = make_batch(acc.pool, [train.src[j] for j in sum(steps[s], [])], [train.tgt[j] for j in sum(steps[s], [])])
+        union = make_batch(
+            acc.pool, [train.src[j] for j in sum(steps[s], [])], [train.tgt[j] for j in sum(steps[s], [])]
+        )
         assert counts["gold"] == len(union.gold) and counts["src"] == int(union.src_nodes.sum())
         assert counts["tgt"] == (len(union.tgt_tokens) if model != "universal-encoder" else 0)
         acc.train_step(steps[s], counts)
@@ -182,8 +243,24 @@ def test_tensorboard_logs_steps_metrics_and_attention_images(tmp_path):
     (run / "config.json").write_text("{}")
     (run / "tensorboard").mkdir()
     (run / "tensorboard" / "events.out.tfevents.old").write_bytes(b"")
-    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "2", "--batch-size", "16", "--viz-every", "1",
-           "--tensorboard", "--out", str(run), *TINY_MODEL])
+    train(
+        [
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--epochs",
+            "2",
+            "--batch-size",
+            "16",
+            "--viz-every",
+            "1",
+            "--tensorboard",
+            "--out",
+            str(run),
+            *TINY_MODEL,
+        ]
+    )
     assert not (run / "tensorboard" / "events.out.tfevents.old").exists()
     events = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
@@ -221,8 +298,25 @@ def test_config_json_records_threads_and_backend(tmp_path):
     import json
 
     data = small_copy_data(tmp_path / "data", n_train=32)
-    train(["--task", "parallel", "--data-dir", str(data), "--epochs", "1", "--batch-size", "16", "--threads", "1",
-           "--attention-backend", "torch", "--out", str(tmp_path / "run"), *TINY_MODEL])
+    train(
+        [
+            "--task",
+            "parallel",
+            "--data-dir",
+            str(data),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--threads",
+            "1",
+            "--attention-backend",
+            "torch",
+            "--out",
+            str(tmp_path / "run"),
+            *TINY_MODEL,
+        ]
+    )
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
     assert (saved["threads"], saved["attention_backend"]) == (1, "torch")
     assert checkpoint.load(tmp_path / "run" / checkpoint.LAST)["train_config"]["attention_backend"] == "torch"
@@ -235,6 +329,7 @@ def test_plain_progress_shows_the_last_step_of_a_run_stopped_mid_epoch(capsys):
     import re
 
     from graphformer.training.progress import Progress
+
     report = Progress(total=10, done=0, desc="epoch 1/1", enabled=True)
     for _ in range(3):
         report.step(100, loss=1.5, lr=1e-3)

@@ -1,4 +1,5 @@
 """Attention maps, recordings during training, animations and heatmaps."""
+
 import json
 import math
 import re
@@ -6,6 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_MODEL, random_pairs, small_copy_data, small_recall_data
 from PIL import Image
 
 from graphformer import make_model
@@ -14,7 +16,6 @@ from graphformer.graphs import make_batch
 from graphformer.viz import attention_maps
 from graphformer.viz.plots import SCALES, VIEWS, draw
 from graphformer.viz.recording import load_records, picture, span_labels
-from helpers import TINY_MODEL, random_pairs, small_copy_data, small_recall_data
 
 
 def model_and_batch(**kw):
@@ -58,8 +59,27 @@ def recorded_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("viz")
     data = small_copy_data(tmp / "data", n_train=120)
     run = tmp / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "2",
-                 "--viz-every", "1", "--batch-size", "16", *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--epochs",
+                "2",
+                "--viz-every",
+                "1",
+                "--batch-size",
+                "16",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     return run
 
 
@@ -142,8 +162,10 @@ def test_graph_view_has_markers_row_names_and_labels_outside_the_edges(recorded_
 
 def test_heatmap_command_draws_any_recorded_epoch(recorded_run, tmp_path, capsys):
     png = tmp_path / "map.png"
-    assert main(["heatmap", str(recorded_run), "--epoch", "0", "--head", "all", "--scale", "per-head",
-                 "-o", str(png)]) == 0
+    assert (
+        main(["heatmap", str(recorded_run), "--epoch", "0", "--head", "all", "--scale", "per-head", "-o", str(png)])
+        == 0
+    )
     assert Image.open(png).size[0] > 300
     assert main(["heatmap", str(recorded_run), "--graph", "-o", str(tmp_path / "graph.png")]) == 0
     capsys.readouterr()
@@ -176,6 +198,7 @@ def test_an_output_the_system_refuses_is_a_one_line_error(recorded_run, tmp_path
 
     def refused(self, file, **kw):
         raise PermissionError(13, "Permission denied", str(file))
+
     monkeypatch.setattr(Figure, "savefig", refused)
     assert main(["heatmap", str(recorded_run), "-o", str(tmp_path / "map.png")]) == 2
     err = capsys.readouterr().err
@@ -185,6 +208,7 @@ def test_an_output_the_system_refuses_is_a_one_line_error(recorded_run, tmp_path
 
 def test_a_drawing_interrupted_midway_leaves_the_existing_file_whole(recorded_run, tmp_path, monkeypatch):
     from matplotlib.figure import Figure
+
     out = tmp_path / "map.png"
     assert main(["heatmap", str(recorded_run), "-o", str(out)]) == 0
     before = out.read_bytes()
@@ -192,6 +216,7 @@ def test_a_drawing_interrupted_midway_leaves_the_existing_file_whole(recorded_ru
     def interrupted(self, file, **kw):
         file.write(b"half a picture")
         raise KeyboardInterrupt
+
     monkeypatch.setattr(Figure, "savefig", interrupted)
     assert main(["heatmap", str(recorded_run), "--head", "all", "-o", str(out)]) == 130
     assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["map.png"]
@@ -205,6 +230,7 @@ def _ctrl_c_inside_a_finaliser_at(at_frame, monkeypatch):
     import weakref
 
     import graphformer.viz.plots as plots
+
     drawn, real_draw = [], plots.draw
 
     class Dropped:
@@ -218,14 +244,17 @@ def _ctrl_c_inside_a_finaliser_at(at_frame, monkeypatch):
             del obj
             assert keep() is None
         return real_draw(*args, **kw)
+
     monkeypatch.setattr(plots, "draw", draw)
     return drawn
 
 
 @pytest.mark.parametrize("command, output, at_frame", [("animate", "maps.gif", 2), ("heatmap", "map.png", 1)])
-def test_ctrl_c_inside_a_finaliser_while_drawing_still_stops_the_command(recorded_run, tmp_path, monkeypatch, capsys,
-                                                                         command, output, at_frame):
+def test_ctrl_c_inside_a_finaliser_while_drawing_still_stops_the_command(
+    recorded_run, tmp_path, monkeypatch, capsys, command, output, at_frame
+):
     import signal
+
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt
     try:
         drawn = _ctrl_c_inside_a_finaliser_at(at_frame, monkeypatch)
@@ -242,6 +271,7 @@ def test_ctrl_c_inside_a_finaliser_while_drawing_still_stops_the_command(recorde
 def test_drawing_leaves_an_ignored_ctrl_c_ignored(recorded_run, tmp_path, monkeypatch):
     """A process started with SIGINT ignored (a background job) keeps ignoring it."""
     import signal
+
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         drawn = _ctrl_c_inside_a_finaliser_at(2, monkeypatch)
@@ -260,10 +290,31 @@ def test_tree_span_labels_name_their_level():
 def test_viz_every_with_the_universal_transformer_is_refused(tmp_path, capsys):
     data = small_copy_data(tmp_path / "data", n_train=20)
     run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--model", "universal",
-                 "--viz-every", "1", *TINY_MODEL]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "parallel",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--model",
+                "universal",
+                "--viz-every",
+                "1",
+                *TINY_MODEL,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--viz-every records the attention of the transformer and encoder models only" in err and "universal" in err
+    assert (
+        len(err.splitlines()) == 1
+        and "--viz-every records the attention of the transformer and encoder models only" in err
+        and "universal" in err
+    )
     assert not run.exists()
 
 
@@ -273,9 +324,33 @@ def recorded_classifier(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("viz-classifier")
     data = small_recall_data(tmp / "data")
     run = tmp / "run"
-    assert main(["train", "--task", "recall", "--model", "encoder", "--pooling", "cls", "--enc-attention", "window:1",
-                 "--data-dir", str(data), "--out", str(run), "--epochs", "1", "--viz-every", "1", "--batch-size", "16",
-                 *TINY_MODEL]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "recall",
+                "--model",
+                "encoder",
+                "--pooling",
+                "cls",
+                "--enc-attention",
+                "window:1",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(run),
+                "--epochs",
+                "1",
+                "--viz-every",
+                "1",
+                "--batch-size",
+                "16",
+                *TINY_MODEL,
+            ]
+        )
+        == 0
+    )
     return run, data
 
 
@@ -318,11 +393,31 @@ def test_a_classifier_run_draws_enc_by_default_and_names_what_it_recorded(record
 def test_viz_every_refuses_a_first_validation_sample_too_long_to_draw(tmp_path, capsys):
     from graphformer.data import recall
     from graphformer.viz.recording import MAX_MAP_NODES
-    data = recall.write_recall(tmp_path / "data", seed=1, sizes={"train": 8, "valid": 2, "test": 2},
-                               min_length=MAX_MAP_NODES, max_length=MAX_MAP_NODES, num_keys=80, num_values=4)
+
+    data = recall.write_recall(
+        tmp_path / "data",
+        seed=1,
+        sizes={"train": 8, "valid": 2, "test": 2},
+        min_length=MAX_MAP_NODES,
+        max_length=MAX_MAP_NODES,
+        num_keys=80,
+        num_values=4,
+    )
     run = tmp_path / "run"
-    args = ["train", "--task", "recall", "--model", "encoder", "--data-dir", str(data), "--out", str(run),
-            "--max-len", str(MAX_MAP_NODES + 2), *TINY_MODEL]
+    args = [
+        "train",
+        "--task",
+        "recall",
+        "--model",
+        "encoder",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(run),
+        "--max-len",
+        str(MAX_MAP_NODES + 2),
+        *TINY_MODEL,
+    ]
     assert main([*args, "--viz-every", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"which has {MAX_MAP_NODES + 2} nodes" in err and f"up to {MAX_MAP_NODES}" in err
@@ -335,6 +430,7 @@ def test_cli_offers_the_views_scales_relations_and_formats_plots_draw():
     from graphformer.cli import build_parser
     from graphformer.viz.maps import RELATIONS
     from graphformer.viz.plots import ANIMATION_FORMATS, IMAGE_FORMATS
+
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for command in ("animate", "heatmap"):
         options = {a.dest: a.choices for a in sub.choices[command]._actions if a.choices}  # --graph has none
@@ -348,8 +444,10 @@ def test_cli_offers_the_views_scales_relations_and_formats_plots_draw():
 def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):
     data = small_copy_data(tmp_path / "data", n_train=60)
     run = tmp_path / "run"
-    assert main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "1",
-                 *TINY_MODEL]) == 0
+    assert (
+        main(["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "1", *TINY_MODEL])
+        == 0
+    )
     capsys.readouterr()
     assert main(["animate", str(run), "-o", str(tmp_path / "a.gif")]) == 2
     err = capsys.readouterr().err.strip()
@@ -361,8 +459,10 @@ def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):
 
 def test_ponder_plots(tmp_path):
     from graphformer.viz.plots import ponder_distribution, ponder_map
-    metrics = [{"valid_src_step_fraction": [1.0, 0.5, 0.0], "valid_tgt_step_fraction": [1.0, 0.9, 0.2 * e]}
-               for e in range(4)]
+
+    metrics = [
+        {"valid_src_step_fraction": [1.0, 0.5, 0.0], "valid_tgt_step_fraction": [1.0, 0.9, 0.2 * e]} for e in range(4)
+    ]
     ponder_distribution(metrics, tmp_path / "dist.png")
     ponder_map([1, 3, 2], ["a", "b", "</s>"], tmp_path / "map.png")
     assert Image.open(tmp_path / "dist.png").size[0] > 300 and Image.open(tmp_path / "map.png").size[0] > 100
@@ -378,6 +478,7 @@ def test_attention_maps_refuse_the_universal_transformer():
 
 def test_pattern_matrices_draw_a_trees_span_nodes_too(tmp_path):
     from graphformer.viz.plots import pattern_matrices
+
     figure = pattern_matrices(["window:2", "window:1+tree:2"], n=8, path=tmp_path / "patterns.png")
     titles = [ax.get_title() for ax in figure.axes]
     assert "span nodes after the 8 tokens" in titles[1] and "span" not in titles[0]
@@ -386,5 +487,6 @@ def test_pattern_matrices_draw_a_trees_span_nodes_too(tmp_path):
 
 def test_a_caption_cannot_end_the_players_script():
     from graphformer.viz.plots import player_page
+
     page = player_page([b"x"], ["enc layer 0 head 0, epoch 1, label </script><script>alert(1)</script>"], "t")
     assert page.count("</script>") == 1  # the player's own
