@@ -1,4 +1,5 @@
-"""The README's Python examples run as written (a user copies them first)."""
+"""The Python examples of the README and the docs pages run as written (a user copies them first),
+and the defaults they state in words are the code's."""
 
 import re
 from pathlib import Path
@@ -6,22 +7,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+TEXTS = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in PAGES}
+BLOCKS = [(name, block) for name, text in TEXTS.items() for block in re.findall(r"```python\n(.*?)```", text, re.S)]
+ALL_TEXT = " ".join(" ".join(text.split()) for text in TEXTS.values())  # sentences wrap across lines
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_python_block_runs(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), namespace)
+    name, block = BLOCKS[index]
+    exec(compile(block, f"{name} python block {index}", "exec"), namespace)
     if "log_probs" in namespace:  # the block says what shape it returns
         assert tuple(namespace["log_probs"].shape) == (5, 16)
         assert len(namespace["hyps"]) == 1
 
 
 def test_readme_has_python_examples():
-    assert len(BLOCKS) >= 2
+    assert len(BLOCKS) >= 2 and "```python" in README
 
 
 def test_the_defaults_the_readme_states_are_the_codes():
@@ -31,7 +36,7 @@ def test_the_defaults_the_readme_states_are_the_codes():
     from graphformer.training.config import DecodeConfig, TrainConfig
     from graphformer.viz.recording import MAX_MAP_NODES
 
-    text = " ".join(README.split())  # sentences wrap across lines
+    text = ALL_TEXT
     model = re.search(r"\(defaults: (\d+) layers, d_model (\d+), (\d+) heads, d_ff (\d+), (pre|post)-norm", text)
     defaults = ModelConfig.defaults()
     assert model and tuple(int(x) for x in model.groups()[:4]) == tuple(
@@ -50,6 +55,6 @@ def test_the_multi30k_recipe_the_readme_states_is_the_recipe_file():
     from graphformer.cli import read_config_file
 
     model, train = read_config_file(str(ROOT / "examples" / "multi30k" / "cpu.yaml"))
-    text = " ".join(README.split())
+    text = " ".join(README.split())  # sentences wrap across lines
     stated = re.search(r"\(`examples/multi30k/cpu.sh`, (\d+) layers, d_model (\d+), (\d+) epochs", text)
     assert stated and tuple(int(x) for x in stated.groups()) == (model["layers"], model["d_model"], train["epochs"])
