@@ -1,4 +1,6 @@
-"""Visualisation: attention maps as dense arrays, heatmaps, animations, ponder plots."""
+"""Visualisation: attention maps as dense arrays (`maps`), their pictures (`plots`: heatmaps,
+head grids, animations, ponder plots; `bipartite`: a map as a graph), the HTML animation player
+(`player`), and the maps recorded during training (`recording`)."""
 
 from graphformer.viz.maps import RELATIONS, attention_maps
 

@@ -1,5 +1,6 @@
-"""Pictures of attention with matplotlib: heatmaps, head grids, bipartite drawings, animations
-across epochs, and the Universal Transformer's ponder steps.
+"""Pictures of attention with matplotlib: heatmaps, grids of heads laid out to fit a screen,
+bipartite drawings (`viz.bipartite` draws one), animations across epochs (as a GIF, or the HTML
+player of `viz.player`), and the Universal Transformer's ponder steps.
 
 Every function here builds its own `matplotlib.figure.Figure` and draws it with the Agg canvas,
 so importing this module never touches pyplot's global backend: a notebook keeps its inline
@@ -8,11 +9,7 @@ figures, a script without a screen still writes files.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import html
 import io
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,19 +17,14 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
+from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, SCALES, VIEWS
 from graphformer.errors import UserError
 from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
-
-VIEWS = ("heatmap", "graph", "both")  # what one panel of a picture shows
-SCALES = ("shared", "per-head")  # one colour scale for all panels, or one each
-ANIMATION_FORMATS = (".gif", ".html")
-# Still pictures matplotlib writes with no outside program (.pgf, say, needs LaTeX).
-IMAGE_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
-INCH_PER_LABEL = 0.32
+from graphformer.viz import bipartite
+from graphformer.viz.player import player_page
 
 
 @dataclass
@@ -92,52 +84,68 @@ def heatmap(
     return image
 
 
-def bipartite(
-    ax,
-    weights,
-    key_labels,
-    query_labels,
-    title: str = "",
-    vmax: float = 1.0,
-    key_axis: str = "keys",
-    query_axis: str = "queries",
-    threshold: float = 0.02,
-):
-    """One map as a bipartite graph on ``ax``: keys on top, queries below, an edge per weight
-    above ``threshold`` with width and opacity by weight. Labels sit outside the two rows, so
-    edges never cover them."""
-    w = np.asarray(weights, dtype=float)
-    n_keys, n_queries = len(key_labels), len(query_labels)
-    width = max(n_keys, n_queries)
-    key_x = np.arange(n_keys) + (width - n_keys) / 2
-    query_x = np.arange(n_queries) + (width - n_queries) / 2
-    rows, cols = np.nonzero(np.nan_to_num(w, nan=0.0) > threshold * vmax)
-    strength = np.clip(w[rows, cols] / vmax, 0, 1)
-    segments = [[(key_x[i], 1.0), (query_x[j], 0.0)] for j, i in zip(rows, cols)]
-    colours = [(0.12, 0.3, 0.6, 0.15 + 0.85 * s) for s in strength]
-    ax.add_collection(LineCollection(segments, linewidths=0.3 + 3.5 * strength, colors=colours, zorder=1))
-    ax.scatter(key_x, np.ones(n_keys), s=30, color="tab:blue", zorder=2)
-    ax.scatter(query_x, np.zeros(n_queries), s=30, color="tab:orange", zorder=2)
-    for x, label in zip(key_x, key_labels):
-        ax.text(x, 1.1, label, rotation=90, ha="center", va="bottom", fontsize=8)
-    for x, label in zip(query_x, query_labels):
-        ax.text(x, -0.1, label, rotation=90, ha="center", va="top", fontsize=8)
-    ax.text(-0.8, 1.0, key_axis.replace(": ", ":\n", 1), ha="right", va="center", fontsize=8, color="tab:blue")
-    ax.text(-0.8, 0.0, query_axis.replace(": ", ":\n", 1), ha="right", va="center", fontsize=8, color="tab:orange")
-    ax.set_xlim(-0.8 - 0.12 * max(len(key_axis), len(query_axis)) / 2, width - 0.4)
-    ax.set_ylim(-0.6, 1.6)
-    ax.set_title(title, fontsize=9)
-    ax.axis("off")
-
-
 # ---- whole pictures -------------------------------------------------------------------------
+# A picture is laid out in inches, so its labels keep their size; its panels take the widest
+# label spacing, and the grid of them the rows, that keep it within MAX_WIDTH by MAX_HEIGHT,
+# which a screen shows without shrinking the labels.
+MAX_WIDTH = 16.5  # inches: about 2,000 px at save_figure's dpi
+MAX_HEIGHT = 11.0
+ASPECT = 1.5  # the width over height a grid of panels comes closest to
+INCH_PER_LABEL = 0.32  # between the rows, columns or positions of a panel
+MIN_INCH_PER_LABEL = 0.16  # still room for a label: a picture too big at this spacing stays bigger
+COLORBAR_WIDTH = 0.9
+LEGEND_WIDTH = 1.2
+LEGEND_HEIGHT = 0.6
+
+
+def panel_sizes(picture: AttentionPicture, kinds: list[str], scale: str, spacing: float) -> list[tuple[float, float]]:
+    """The (width, height) in inches of each kind of panel of one head, labels ``spacing`` apart."""
+    own = scale == "per-head"  # then each panel carries its own colour bar or legend
+    graph_w, graph_h = bipartite.size(picture.keys, picture.queries, picture.key_axis, picture.query_axis, spacing)
+    return [
+        (spacing * len(picture.keys) + 2.0 + own * COLORBAR_WIDTH, spacing * len(picture.queries) + 1.8)
+        if kind == "heatmap"
+        else (graph_w + own * LEGEND_WIDTH, graph_h)
+        for kind in kinds
+    ]
+
+
+def grid_shape(panels: int, width: float, height: float, room: float = MAX_WIDTH) -> tuple[int, int]:
+    """(rows, columns) for ``panels`` panels of ``width`` by ``height`` inches: of the grids
+    within ``room`` inches (one column, if a panel alone is wider), the one closest to `ASPECT`."""
+    fitting = [c for c in range(1, panels + 1) if c * width <= room] or [1]
+
+    def misfit(cols):
+        return abs(math.log(cols * width / (math.ceil(panels / cols) * height) / ASPECT))
+
+    rows = math.ceil(panels / min(fitting, key=misfit))
+    return rows, math.ceil(panels / rows)  # as few columns as the rows need: no empty row end
+
+
+def layout(picture: AttentionPicture, kinds: list[str], scale: str) -> tuple[list, int, int, tuple]:
+    """The panel sizes of one head (`panel_sizes`), the (rows, columns) of heads and the figure's
+    (width, height), at the widest label spacing from `INCH_PER_LABEL` down to
+    `MIN_INCH_PER_LABEL` whose figure fits `MAX_WIDTH` by `MAX_HEIGHT` (the narrowest, if none does)."""
+    shared = scale == "shared"  # then one colour bar and one legend serve the whole figure
+    extra_width = (shared and "heatmap" in kinds) * COLORBAR_WIDTH
+    extra_height = 0.6 + (shared and "graph" in kinds) * LEGEND_HEIGHT  # and the title
+    for spacing in np.linspace(INCH_PER_LABEL, MIN_INCH_PER_LABEL, 9):
+        sizes = panel_sizes(picture, kinds, scale, spacing)
+        width, height = sum(w for w, _ in sizes), max(h for _, h in sizes)
+        rows, cols = grid_shape(len(picture.maps), width, height, MAX_WIDTH - extra_width)
+        figure_size = (cols * width + extra_width, rows * height + extra_height)
+        if figure_size[0] <= MAX_WIDTH and figure_size[1] <= MAX_HEIGHT:
+            break
+    return sizes, rows, cols, figure_size
+
+
 def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared") -> Figure:
-    """A figure of every panel of ``picture``: heatmaps in a grid (``view='heatmap'``), bipartite
-    graphs (``'graph'``), or a heatmap and its graph side by side per panel (``'both'``).
+    """A figure of every panel of ``picture`` in a grid: heatmaps (``view='heatmap'``), bipartite
+    graphs (``'graph'``), or per head a heatmap and its graph side by side (``'both'``).
 
     ``scale='shared'`` gives all panels one colour scale, 0 to 1 (weights are probabilities, so
     heads and epochs compare directly); ``'per-head'`` stretches each panel from 0 to its own
-    largest weight, with its own colour bar. In a notebook, show it with
+    largest weight, with its own colour bar or legend. In a notebook, show it with
     ``IPython.display.Image(png_bytes(figure))``.
     """
     if view not in VIEWS:
@@ -145,25 +153,15 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose one of {SCALES}")
     kinds = ["heatmap", "graph"] if view == "both" else [view]
-    n_panels = len(picture.maps)
-    cols = len(kinds) if view == "both" else min(n_panels, 4)
-    rows = n_panels if view == "both" else math.ceil(n_panels / cols)
-    n_keys, n_queries = len(picture.keys), len(picture.queries)
-    panel_size = {
-        "heatmap": (INCH_PER_LABEL * n_keys + 2.0, INCH_PER_LABEL * n_queries + 1.8),
-        "graph": (0.3 * max(n_keys, n_queries) + 2.6, 3.6),
-    }
-    width = sum(panel_size[k][0] for k in kinds) if view == "both" else cols * panel_size[view][0]
-    height = rows * max(panel_size[k][1] for k in kinds) + 0.6
-    figure = new_figure(width, height)
-    axes = figure.subplots(
-        rows, cols, squeeze=False, width_ratios=[panel_size[k][0] for k in kinds] if view == "both" else None
-    )
-    heatmap_axes = []
+    shared = scale == "shared"
+    sizes, rows, cols, figure_size = layout(picture, kinds, scale)
+    figure = new_figure(*figure_size)
+    axes = figure.subplots(rows, cols * len(kinds), squeeze=False, width_ratios=[w for w, _ in sizes] * cols)
+    heatmap_axes, graphs = [], []
     for p, weights in enumerate(picture.maps):
-        vmax = 1.0 if scale == "shared" else max(float(np.nanmax(weights)), 1e-6)
+        vmax = 1.0 if shared else max(float(np.nanmax(weights)), 1e-6)
         for k, kind in enumerate(kinds):
-            ax = axes[p, k] if view == "both" else axes[p // cols, p % cols]
+            ax = axes[p // cols, (p % cols) * len(kinds) + k]
             args = (
                 ax,
                 weights,
@@ -175,20 +173,35 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
                 picture.query_axis,
             )
             if kind == "graph":
-                bipartite(*args)
+                graphs.append((ax, bipartite.bipartite(*args)))
+                if not shared:
+                    bipartite.width_legend(ax, vmax, loc="upper left", bbox_to_anchor=(1, 1))
                 continue
             image = heatmap(*args)
+            ax.set_anchor("N")  # its top level with the graph's beside it, and so their titles
             heatmap_axes.append(ax)
-            if view != "both" and p % cols:
+            if p % cols:
                 ax.set_ylabel("")  # the first panel of a row names the queries
-            if scale == "per-head":
+            if not shared:
                 figure.colorbar(image, ax=ax, fraction=0.046)
-    for ax in axes.flat[n_panels * len(kinds) :]:
-        ax.set_visible(False)
-    if scale == "shared" and "heatmap" in kinds:
+    for ax in axes.flat[len(picture.maps) * len(kinds) :]:
+        ax.remove()
+    if shared and heatmap_axes:
         figure.colorbar(image, ax=heatmap_axes, fraction=0.03, label="weight")
+    if shared and graphs:
+        bipartite.width_legend(figure, 1.0, loc="outside lower center", ncols=len(bipartite.LEGEND_SHARES))
     figure.suptitle(picture.title, fontsize=10)
+    _fit_graphs(figure, graphs)
     return figure
+
+
+def _fit_graphs(figure: Figure, graphs: list) -> None:
+    """Lay ``figure`` out, then fit each (axes, texts) bipartite panel of ``graphs`` to its texts."""
+    if graphs:
+        figure.draw_without_rendering()
+        renderer = figure.canvas.get_renderer()
+        for ax, texts in graphs:
+            bipartite.fit(ax, texts, renderer)
 
 
 def _output_path(path: str | Path, formats: tuple[str, ...], what: str) -> Path:
@@ -274,64 +287,6 @@ def _write_gif(frames: list[bytes], path: Path, seconds_per_frame: float) -> Non
             f, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 * seconds_per_frame), loop=0
         ),
     )
-
-
-def _script_literal(value) -> str:
-    """``value`` as a JavaScript literal for a ``<script>`` element: JSON with ``</`` written ``<\\/``,
-    so that no string in it (a caption quoting a label from the data) can end the element."""
-    return json.dumps(value).replace("</", "<\\/")
-
-
-def player_page(frames: list[bytes], captions: list[str], title: str, seconds_per_frame: float = 0.8) -> str:
-    """A small HTML page that steps through PNG ``frames``: play/pause, previous, next and a
-    slider. Everything is inline, so it works offline and as a notebook output."""
-    uid = "gf" + hashlib.sha1(b"".join(frames)).hexdigest()[:10]  # ids stay unique in a notebook
-    sources = [f"data:image/png;base64,{base64.b64encode(frame).decode('ascii')}" for frame in frames]
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{html.escape(title)}</title>
-<style>
-  #{uid} {{ font-family: sans-serif; }}
-  #{uid} img {{ max-width: 100%; display: block; }}
-  #{uid} button {{ font-size: 1em; min-width: 3em; }}
-</style>
-</head>
-<body>
-<div id="{uid}">
-<img alt="attention map" src="{sources[0]}">
-<div>
-  <button data-step="-1" title="previous frame">&#9664;</button>
-  <button data-play title="play or pause">play</button>
-  <button data-step="1" title="next frame">&#9654;</button>
-  <input type="range" min="0" max="{len(frames) - 1}" value="0" aria-label="frame">
-  <span class="caption">{html.escape(captions[0])}</span>
-</div>
-</div>
-<script>
-(function () {{
-  const frames = {_script_literal(sources)};
-  const captions = {_script_literal(captions)};
-  const root = document.getElementById("{uid}");
-  const img = root.querySelector("img"), slider = root.querySelector("input"),
-        caption = root.querySelector(".caption"), play = root.querySelector("[data-play]");
-  let current = 0, timer = null;
-  function show(i) {{
-    current = (i + frames.length) % frames.length;
-    img.src = frames[current]; slider.value = current; caption.textContent = captions[current];
-  }}
-  root.querySelectorAll("[data-step]").forEach(b => b.onclick = () => show(current + Number(b.dataset.step)));
-  slider.oninput = () => show(Number(slider.value));
-  play.onclick = () => {{
-    if (timer) {{ clearInterval(timer); timer = null; play.textContent = "play"; return; }}
-    timer = setInterval(() => show(current + 1), {int(1000 * seconds_per_frame)}); play.textContent = "pause";
-  }};
-}})();
-</script>
-</body>
-</html>
-"""
 
 
 # ---- the Universal Transformer and patterns --------------------------------------------------

@@ -98,7 +98,7 @@ def test_html_player_is_a_self_contained_page(recorded_run, tmp_path):
     assert main(["animate", str(recorded_run), "--relation", "enc", "--head", "all", "-o", str(page)]) == 0
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "<html" in text and "</html>" in text
-    assert re.search(r"<title>enc layer 0 all heads</title>", text)
+    assert re.search(r"<title>enc layer 1 of 1, all heads</title>", text)
     assert not re.search(r"https?://", text), "the page must not load anything from the network"
     frames = json.loads(re.search(r"const frames = (\[.*?\]);", text).group(1))
     captions = json.loads(re.search(r"const captions = (\[.*?\]);", text).group(1))
@@ -158,6 +158,114 @@ def test_graph_view_has_markers_row_names_and_labels_outside_the_edges(recorded_
     assert [name for name, y in texts if y > 1] == record["src_labels"]
     assert [name for name, y in texts if y < 0] == record["tgt_labels"]
     assert all(y in (0, 1) for name, y in texts if name.startswith(("keys", "queries")))
+
+
+def _copy_like_picture(heads, n=12, seed=0):
+    """A picture the size of the quick start's copy sentences: n tokens a side, heads panels."""
+    from graphformer.viz.plots import AttentionPicture
+
+    weights = np.random.default_rng(seed).random((heads, n, n)) ** 8
+    return AttentionPicture(
+        weights / weights.sum(-1, keepdims=True),
+        [f"w{i}" for i in range(n - 1)] + ["</s>"],
+        ["<s>"] + [f"w{i}" for i in range(n - 1)],
+        [f"head {h}" for h in range(heads)],
+        "cross layer 2 of 2, all heads, epoch 8",
+        "keys: source tokens",
+        "queries: decoder inputs <s>, y1, ...",
+    )
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_head_fits_a_screen_in_a_grid_with_labels_kept_readable(tmp_path, view, scale):
+    from graphformer.viz.plots import save_figure
+
+    png = tmp_path / "heads.png"
+    figure = draw(_copy_like_picture(heads=4), view=view, scale=scale)
+    save_figure(figure, png)
+    width, height = Image.open(png).size
+    assert 600 < width <= 2000 and height <= 2000, (width, height)  # one row of 4 was 2,800-4,000 px wide
+    rows = {round(ax.get_position().y1, 2) for ax in figure.axes if ax.get_title().startswith("head")}
+    assert len(rows) > 1 or view == "graph"  # the heads wrap onto more rows
+    labels = [t for ax in figure.axes for t in (*ax.get_xticklabels(), *ax.texts)]
+    assert labels and min(t.get_fontsize() for t in labels) >= 8
+
+
+def test_a_grid_with_a_short_last_row_leaves_no_empty_panels():
+    figure = draw(_copy_like_picture(heads=3))
+    rows = [round(ax.get_position().y1, 2) for ax in _panels(figure)]
+    assert len(figure.axes) == 3 + 1 and len(set(rows)) == 2  # the heads and one colour bar
+
+
+def test_one_head_side_by_side_fits_a_screen(tmp_path):
+    from graphformer.viz.plots import save_figure
+
+    save_figure(draw(_copy_like_picture(heads=1), view="both"), tmp_path / "both.png")
+    assert 1000 < Image.open(tmp_path / "both.png").size[0] <= 2000
+
+
+def test_side_by_side_titles_stand_at_one_height(recorded_run):
+    record = load_records(recorded_run)[-1]
+    for head in (0, "all"):
+        figure = draw(picture(record, "cross", -1, head), view="both")
+        figure.canvas.draw()
+        titled = [ax for ax in figure.axes if ax.get_title()]
+        heatmaps, graphs = [ax for ax in titled if ax.images], [ax for ax in titled if not ax.images]
+        assert len(heatmaps) == len(graphs) > 0
+        for heatmap_ax, graph_ax in zip(heatmaps, graphs):
+            assert heatmap_ax.title.get_window_extent().y0 == pytest.approx(
+                graph_ax.title.get_window_extent().y0, abs=1
+            )
+
+
+def test_graph_texts_fill_the_panel_without_empty_margins_or_covering_the_title(recorded_run):
+    record = load_records(recorded_run)[-1]
+    for scale in SCALES:
+        figure = draw(picture(record, "cross", -1, 0), view="graph", scale=scale)
+        figure.canvas.draw()
+        (ax,) = [ax for ax in figure.axes if ax.texts]
+        box, dpi = ax.get_window_extent(), figure.dpi
+        texts = [t.get_window_extent() for t in ax.texts]
+        left, right = min(t.x0 for t in texts), max(t.x1 for t in texts)
+        bottom, top = min(t.y0 for t in texts), max(t.y1 for t in texts)
+        assert box.x0 - 1 <= left <= box.x0 + 0.1 * dpi and box.x1 - 0.3 * dpi <= right <= box.x1 + 1
+        assert box.y0 - 1 <= bottom <= box.y0 + 0.1 * dpi and box.y1 - 0.1 * dpi <= top <= box.y1 + 1
+        assert top < ax.title.get_window_extent().y0  # the key labels stay under the title
+
+
+def _legend_entries(legend):
+    return legend.get_title().get_text(), [t.get_text() for t in legend.get_texts()]
+
+
+def test_graph_edges_have_a_legend_of_their_widths(recorded_run):
+    record = load_records(recorded_run)[-1]
+    shared = draw(picture(record, "cross", -1, "all"), view="graph")
+    (legend,) = shared.legends  # one for the figure: every panel's widths mean the same
+    assert _legend_entries(legend) == ("edge width: weight", ["1", "0.5", "0.1"])
+    assert [line.get_linewidth() for line in legend.get_lines()] == sorted(
+        (line.get_linewidth() for line in legend.get_lines()), reverse=True
+    )
+    own = draw(picture(record, "cross", -1, "all"), view="both", scale="per-head")
+    graphs = [ax for ax in own.axes if ax.texts]
+    assert not own.legends and len(graphs) == record["maps"]["cross"].shape[1]
+    for h, ax in enumerate(graphs):
+        largest = float(np.nanmax(record["maps"]["cross"][-1, h].numpy()))
+        assert _legend_entries(ax.get_legend()) == (
+            "edge width: weight",
+            [f"{largest:.2g}", f"{largest / 2:.2g}", f"{largest / 10:.2g}"],
+        )
+
+
+def test_titles_number_layers_from_one_out_of_all():
+    record = {
+        "epoch": 3,
+        "src_labels": ["a", "b", "</s>"],
+        "tgt_labels": ["<s>", "a", "b"],
+        "maps": {"cross": torch.rand(2, 4, 3, 3)},
+    }
+    assert picture(record, "cross", -1, 0).title == "cross layer 2 of 2, head 0, epoch 3"
+    assert picture(record, "cross", 0, "all").title == "cross layer 1 of 2, all heads, epoch 3"
 
 
 def test_heatmap_command_draws_any_recorded_epoch(recorded_run, tmp_path, capsys):
@@ -424,23 +532,6 @@ def test_viz_every_refuses_a_first_validation_sample_too_long_to_draw(tmp_path, 
     assert not (run / "checkpoint_last.pt").exists()
 
 
-def test_cli_offers_the_views_scales_relations_and_formats_plots_draw():
-    """The command line writes these lists out (--help stays fast without matplotlib): they must
-    be the ones graphformer.viz draws."""
-    from graphformer.cli import build_parser
-    from graphformer.viz.maps import RELATIONS
-    from graphformer.viz.plots import ANIMATION_FORMATS, IMAGE_FORMATS
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    for command in ("animate", "heatmap"):
-        options = {a.dest: a.choices for a in sub.choices[command]._actions if a.choices}  # --graph has none
-        assert tuple(options["view"]) == VIEWS and tuple(options["scale"]) == SCALES
-        assert tuple(options["relation"]) == RELATIONS
-    listed = re.findall(r"\.[a-z]+", sub.choices["heatmap"].description.split("epoch, as")[1])
-    assert tuple(listed) == IMAGE_FORMATS
-    assert tuple(re.findall(r"\.[a-z]+", sub.choices["animate"].description)) == ANIMATION_FORMATS
-
-
 def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):
     data = small_copy_data(tmp_path / "data", n_train=60)
     run = tmp_path / "run"
@@ -483,10 +574,3 @@ def test_pattern_matrices_draw_a_trees_span_nodes_too(tmp_path):
     titles = [ax.get_title() for ax in figure.axes]
     assert "span nodes after the 8 tokens" in titles[1] and "span" not in titles[0]
     assert figure.axes[1].images[0].get_array().shape[0] > 8 == figure.axes[0].images[0].get_array().shape[0]
-
-
-def test_a_caption_cannot_end_the_players_script():
-    from graphformer.viz.plots import player_page
-
-    page = player_page([b"x"], ["enc layer 0 head 0, epoch 1, label </script><script>alert(1)</script>"], "t")
-    assert page.count("</script>") == 1  # the player's own
