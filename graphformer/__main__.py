@@ -1,3 +1,5 @@
+"""``python -m graphformer``: the ``graphformer`` command (see `graphformer.cli`)."""
+
 import sys
 
 from graphformer.cli import main

@@ -5,7 +5,7 @@ choices and its valid range. From that one declaration come
 
 * the check of a value (``DictConfig.check``: finite numbers, ranges, choices), run whenever a
   config is made, by the library and the command line alike;
-* the command-line option (``graphformer.cli`` builds its parser from the fields);
+* the command-line option (`graphformer.cli.parser` builds its parser from the fields);
 * the saved form (``to_dict`` / ``from_dict``, in ``config.json`` and every checkpoint).
 
 This module imports neither torch nor DGL, so ``graphformer --help`` stays fast.

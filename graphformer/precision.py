@@ -22,8 +22,8 @@ import sys
 
 import torch
 
+from graphformer.choices import PRECISIONS
 from graphformer.errors import ConfigError
-from graphformer.training.config import PRECISIONS
 
 # CPU flags (as Linux names them) of bfloat16 matrix products in hardware.
 BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")

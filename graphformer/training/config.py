@@ -1,6 +1,10 @@
 """Training and decoding options, declared once (see `graphformer.config_io`) and saved with
 the run (``RUN_DIR/config.json`` and every checkpoint).
 
+A run's configuration is assembled here too (`run_configs`): the dataclass defaults, then a
+``--config`` file (`read_config_file`), then the flags (`with_flags`); a resumed run's saved
+configuration, then what may change (`resume_config`).
+
 Resuming a run keeps its configuration: only the fields marked ``RESUME_OVERRIDES`` (how long to
 train) may be given again with another value, ``RUNTIME`` fields (where and how fast to run)
 may differ between sessions of one run without changing what it computes, and ``accumulate`` may
@@ -12,20 +16,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Optional
 
+from graphformer.choices import ATTENTION_BACKENDS, DEFAULT_ALPHA, DEFAULT_BACKEND, PRECISIONS, TRAIN_PRECISIONS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.data.batching import DECODE_BATCH_TOKENS
 from graphformer.data.tasks import TASKS, get_task
-from graphformer.errors import ConfigError
+from graphformer.errors import ConfigError, UserError
+from graphformer.model.config import ModelConfig
 
 # metric -> True when larger is better
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
-# The names of graphformer.attention's backends (kept here, free of torch, for the command line).
-ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked", "flex")
 DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
-PRECISIONS = ("float32", "bfloat16", "float16")  # what decoding computes in (see graphformer.precision)
-TRAIN_PRECISIONS = PRECISIONS[:2]  # training in float16 would need loss scaling, which the trainer does not do
 RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
 PER_PROCESS = ("accumulate",)  # x processes: the batches per step, which a resumed run keeps
@@ -37,8 +40,8 @@ BATCH_SIZE = 64  # sentences per training batch when neither batch_size nor batc
 class TrainConfig(DictConfig):
     task: str = option(
         "copy",
-        "copy | sort (generated), parallel (your files in --data-dir), multi30k "
-        "(English-German); for --model encoder: listops | recall (generated), classify (your "
+        "copy | sort | reverse | addition (generated), parallel (your files in --data-dir), "
+        "multi30k (English-German); for --model encoder: listops | recall (generated), classify (your "
         "texts and one label per line in --data-dir)",
         choices=tuple(TASKS),
     )
@@ -130,7 +133,7 @@ class TrainConfig(DictConfig):
         "attention maps to RUN_DIR/tensorboard (needs the tensorboard extra)",
     )
     attention_backend: str = option(
-        "auto",
+        DEFAULT_BACKEND,
         "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
         "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
         "(long sequences, local patterns); padded: one dense tile per sample (batches of "
@@ -180,8 +183,9 @@ class DecodeConfig(DictConfig):
     """How ``evaluate`` and ``translate`` decode (choose both on the validation split, never on test)."""
 
     beam: int = option(5, "beam size (1 = greedy)", range=AT_LEAST_1)
-    # graphformer.decoding.DEFAULT_ALPHA, written out: this module stays free of torch (a test keeps them equal).
-    alpha: float = option(0.6, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE)
+    alpha: float = option(
+        DEFAULT_ALPHA, "GNMT length penalty ((5 + length) / 6) ** alpha; 0 = none", range=NON_NEGATIVE
+    )
     batch_tokens: int = option(
         DECODE_BATCH_TOKENS,
         "source tokens per decoding batch (sentences of similar length decode together)",
@@ -257,3 +261,98 @@ def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
 def differs(saved, given) -> str:
     """How a resumed run's saved value and the one given again differ, in words."""
     return f"is {'not set' if saved is None else repr(saved)} in this run; you gave {given!r}"
+
+
+def read_config_file(path: str) -> tuple[dict, dict]:
+    """The (model, train) options of a YAML or JSON config file (a run's ``config.json`` is one)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(
+            f"--config {path}: cannot read it ({err.__class__.__name__}); give a YAML or JSON file"
+        ) from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UserError(f"--config {path} is not valid YAML or JSON ({str(err).splitlines()[0]})") from None
+    config = config or {}
+    if not isinstance(config, dict):
+        raise UserError(f"--config {path} must hold a 'model' and/or a 'train' mapping, like a run's config.json")
+    unknown = [str(name) for name in config if name not in ("model", "train")]  # YAML keys need not be text
+    if unknown:
+        what = (
+            f"{unknown[0]!r} is not a section"
+            if len(unknown) == 1
+            else f"{', '.join(map(repr, unknown))} are not sections"
+        )
+        raise UserError(
+            f"--config {path}: {what}; the sections are 'model' and 'train' (either or both), like a run's config.json"
+        )
+    model, train = config.get("model") or {}, config.get("train") or {}
+    for name, section, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
+        _check_section(path, name, section, cls)
+    model = {k: v for k, v in model.items() if k not in ("src_vocab", "tgt_vocab")}  # taken from the data
+    return model, train
+
+
+def _check_section(path: str, name: str, section, cls) -> None:
+    """A config file's ``model`` or ``train`` section is a mapping of ``cls``'s options."""
+    if not isinstance(section, dict):
+        raise UserError(
+            f"--config {path}: '{name}' must be a mapping of options (name: value), not "
+            f"{type(section).__name__} {section!r}"
+        )
+    unknown = sorted(set(section) - {f.name for f in fields(cls)})
+    if unknown:
+        raise UserError(f"--config {path}: {name}.{unknown[0]} is not an option; see graphformer train --help")
+
+
+def run_configs(
+    model_given: dict, train_given: dict, *, config_file: str | None = None, resume: str | None = None
+) -> tuple[ModelConfig, TrainConfig]:
+    """The configuration of a run to train, from the options given (name -> value, as flags).
+
+    A new run takes the dataclass defaults, then ``config_file``, then what is given (with
+    ``init_from``, the model options of its checkpoint come first); ``resume`` (a run
+    directory) takes that run's saved configuration, then what may change (`resume_config`).
+    """
+    if config_file:
+        model_file, train_file = read_config_file(config_file)
+        model_given, train_given = {**model_file, **model_given}, with_flags(train_file, train_given)
+    train_given = absolute_paths(train_given)
+    if resume is not None:
+        return _resumed_configs(resume, model_given, train_given)
+    if train_given.get("init_from"):
+        model_given = {**init_model_options(train_given["init_from"]), **model_given}
+    return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
+
+
+def _resumed_configs(run_dir: str, model_given: dict, train_given: dict) -> tuple[ModelConfig, TrainConfig]:
+    """The saved configuration of the run in ``run_dir``, with what may change when it resumes."""
+    from graphformer.training.run_dir import CONFIG, RunDir
+
+    run = RunDir(run_dir)
+    if not (run / CONFIG).is_file():
+        raise UserError(f"--resume: no run to continue in {run_dir} (no {CONFIG}); start it without --resume")
+    model_saved, train_saved = run.read_config()
+    saved = ModelConfig.from_dict(model_saved)
+    for name, value in model_given.items():
+        if getattr(saved, name) != value:
+            raise ConfigError(
+                name,
+                f"{differs(getattr(saved, name), value)}: a resumed run keeps its model; start a new run to change it",
+            )
+    return saved, resume_config(TrainConfig.from_dict(absolute_paths(train_saved)), train_given)
+
+
+def init_model_options(where: str) -> dict:
+    """The model options of the checkpoint ``init_from`` names: a new run's defaults, so that
+    only what changes (an attention pattern, dropout, max_len) needs to be given."""
+    from graphformer.training.run import read_init
+
+    saved = dict(read_init(where)[0]["model_config"])
+    for name in ("src_vocab", "tgt_vocab"):  # the run's vocabularies set these
+        saved.pop(name)
+    return saved

@@ -132,14 +132,6 @@ def test_translate_and_evaluate_batch_as_decoding_batches(trained, tmp_path, cap
     assert seen == expected and len(expected) > 2
 
 
-def test_the_command_lines_length_penalty_is_the_librarys():
-    """DecodeConfig (free of torch) writes DEFAULT_ALPHA out: the two must agree."""
-    from graphformer.decoding import DEFAULT_ALPHA
-    from graphformer.training.config import DecodeConfig
-
-    assert DecodeConfig().alpha == DEFAULT_ALPHA
-
-
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_translate_and_evaluate_decode_in_the_precision_asked_for(trained, tmp_path, capsys, monkeypatch, precision):
     """--precision bfloat16 decodes under torch.autocast: keys and values are cached in bfloat16,
@@ -323,7 +315,7 @@ def test_bad_training_files(tmp_path, capsys, files, needles):
 
 
 def test_unknown_task_and_option_values(tmp_path, capsys):
-    for option, value in (("--task", "reverse"), ("--positions", "rotary")):
+    for option, value in (("--task", "palindrome"), ("--positions", "rotary")):
         with pytest.raises(SystemExit) as exit_info:
             main(["train", "--out", str(tmp_path), option, value])
         assert exit_info.value.code == 2
@@ -706,14 +698,13 @@ def test_progress_in_a_log_file_is_plain_lines(tmp_path):
 def test_help_names_every_attention_pattern_and_task():
     """The command line writes these lists into its help (--help stays fast without torch): the
     pattern names must be exactly the library's, and the task's help must name every task."""
-    from graphformer.cli import build_parser
+    from graphformer.cli import command_parser, option_help
     from graphformer.data.tasks import TASKS
     from graphformer.graphs.patterns import NAMES
 
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    names = sub.choices["train"].description.split("Names:")[1].split("(")[0]  # "full, causal, window:W, ..."
+    names = command_parser("train").description.split("Names:")[1].split("(")[0]  # "full, causal, window:W, ..."
     assert sorted(re.findall(r"\b[a-z]{3,}\b", names)) == sorted(NAMES)
-    task_help = next(a.help for a in sub.choices["train"]._actions if a.dest == "task")
+    task_help = option_help("train", "--task")
     assert set(TASKS) <= set(re.findall(r"\b[a-z0-9]+\b", task_help))  # each task told apart in words
 
 

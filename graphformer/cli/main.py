@@ -1,0 +1,55 @@
+"""The entry point of the ``graphformer`` command: parse, run the command, report what stopped it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from graphformer.cli.average import cmd_average
+from graphformer.cli.decode import cmd_evaluate, cmd_translate
+from graphformer.cli.draw import cmd_animate, cmd_heatmap
+from graphformer.cli.errors import report
+from graphformer.cli.parser import build_parser
+from graphformer.cli.train import cmd_train
+from graphformer.errors import UserError
+
+COMMANDS = {
+    "train": cmd_train,
+    "evaluate": cmd_evaluate,
+    "translate": cmd_translate,
+    "average": cmd_average,
+    "animate": cmd_animate,
+    "heatmap": cmd_heatmap,
+}
+
+
+def main(argv=None) -> int:
+    """Run ``graphformer ARGV`` (``sys.argv[1:]`` when None) and return its exit status."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # the command `train --processes` runs in each process
+    if unknown:
+        parser.exit(
+            2,
+            f"{args.command_prog}: error: unrecognized arguments: {' '.join(unknown)}; "
+            f"see {args.command_prog} --help\n",
+        )
+    try:
+        _check_output_folder(getattr(args, "output", None))
+        return COMMANDS[args.command](args)
+    except BaseException as err:
+        status = report(err)
+        if status is None:
+            raise
+        return status
+
+
+def _check_output_folder(output: str | None) -> None:
+    if output is None:
+        return
+    if Path(output).is_dir():
+        raise UserError(f"-o {output} is a folder; give the name of the file to write")
+    parent = Path(output).resolve().parent
+    if not parent.is_dir():
+        what = "is a file, not a folder" if parent.exists() else "does not exist; create it first"
+        raise UserError(f"-o {output}: {Path(output).parent} {what}")

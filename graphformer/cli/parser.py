@@ -1,0 +1,273 @@
+"""The parser of the ``graphformer`` command: its subcommands and their options.
+
+The options of ``train`` (and the decoding options) are built from the config dataclasses'
+fields (`graphformer.config_io`): one default, help text and list of choices each; the other
+lists it offers come from `graphformer.choices`. Nothing here imports torch, DGL or matplotlib,
+so ``--help`` and argument errors are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, fields
+
+from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, RELATIONS, SCALES, VIEWS, pattern_syntax
+from graphformer.model.config import ModelConfig
+from graphformer.training.config import DEVICES, PER_PROCESS, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig
+
+
+class _ShowDefaults(argparse.HelpFormatter):
+    """Every option's default in its help, once: added where the help does not already say it
+    (config options say theirs; options without a meaningful default say nothing)."""
+
+    def _get_help_string(self, action):
+        help_text = action.help or ""
+        quiet = (None, False, argparse.SUPPRESS)
+        if "default" in help_text or any(action.default is q for q in quiet) or not action.option_strings:
+            return help_text
+        return help_text + " (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse's own prints the whole usage first), no
+    abbreviated options (``--epoch 2`` must not quietly mean ``--epochs 2``), and defaults shown."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, formatter_class=_ShowDefaults, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_options(group, config_class, skip=()) -> None:
+    """One option per field of a config dataclass, with the field's help, choices and default.
+
+    Options the user does not give stay absent from the parsed namespace (default SUPPRESS), so
+    that a config file or a resumed run can supply them; the field's own default is shown."""
+    for f in fields(config_class):
+        meta = f.metadata
+        if not meta.get("cli", True) or f.name in skip:
+            continue
+        help_text = meta.get("help", "")
+        if f.default is not MISSING and f.default is not None:
+            shown = ("on" if f.default else "off") if isinstance(f.default, bool) else f.default
+            help_text += f" (default: {shown})"
+        kwargs = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
+        kind = str(f.type)
+        if "bool" in kind:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = int if "int" in kind else float if "float" in kind else str
+            if meta.get("choices"):
+                kwargs["choices"] = meta["choices"]
+            kwargs["metavar"] = meta.get("metavar") or {int: "N", float: "X", str: "NAME"}[kwargs["type"]]
+        group.add_argument(flag(f.name), **kwargs)
+
+
+def given(args, config_class) -> dict:
+    """The fields of ``config_class`` that the command line set."""
+    return {f.name: getattr(args, f.name) for f in fields(config_class) if hasattr(args, f.name)}
+
+
+def _train_parser(sub):
+    p = sub.add_parser(
+        "train",
+        help="train a model",
+        description="Train a graph Transformer and write a run directory. "
+        "Attention patterns (SPEC): NAME[:ARGS] terms joined by + (union); causal-NAME keeps key <= query. "
+        f"Names: {pattern_syntax()}.",
+    )
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for checkpoints, logs and vocabulary")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint, with "
+        f"its saved configuration (only {_flags(RESUME_OVERRIDES)}, how it runs: {_flags(RUNTIME)}, and "
+        f"{_flags(PER_PROCESS)} on another number of processes, keeping accumulate x processes, may change)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="options from a YAML or JSON file {model: {...}, train: {...}} "
+        "(a run's config.json is one); flags given here override it",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--processes",
+        type=at_least_one,
+        default=1,
+        metavar="N",
+        help="train with N processes on this machine, each on its share of every step's batches (gloo "
+        "on CPUs; NCCL on GPUs, one each): each step takes every process's batches, so N processes make "
+        "1/N as many steps per epoch; Ctrl-C stops them all after the same step, with a checkpoint",
+    )
+    add_config_options(p.add_argument_group("model"), ModelConfig)
+    add_config_options(p.add_argument_group("training"), TrainConfig)
+
+
+def _flags(names) -> str:
+    return ", ".join(flag(name) for name in names)
+
+
+def _eval_parser(sub):
+    p = sub.add_parser(
+        "evaluate",
+        help="score a trained model on a split",
+        description="Loss, token accuracy and exact match (and BLEU for translation) of a run's model on a data split.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="the split to score")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="score the split of this folder ({split}.src, {split}.tgt, "
+        "tokenized as the run's own data folder) instead of the run's own data, e.g. longer samples of "
+        "the same task (no BLEU)",
+    )
+    _decoding_options(p)
+
+
+def _translate_parser(sub):
+    p = sub.add_parser(
+        "translate",
+        help="decode input lines with a trained model",
+        description="Read one sentence per line (stdin or --input), write one decoded line each.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--input", metavar="FILE", help="file to read instead of standard input")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no throughput line (warnings stay)")
+    _decoding_options(p)
+
+
+def _decoding_options(p):
+    add_config_options(p, DecodeConfig)
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        metavar="WHICH",
+        help="best, last, averaged (see graphformer average) or a checkpoint file; best and last "
+        "stand in for each other while a run has only one of them",
+    )
+    p.add_argument("--device", default="cpu", help=DEVICES)
+    add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
+
+
+def _average_parser(sub):
+    p = sub.add_parser(
+        "average",
+        help="average the weights of kept epoch checkpoints",
+        description="Write RUN_DIR/checkpoint_averaged.pt, the mean of the weights of the last N "
+        "(or best N by validation metric) epoch checkpoints that training kept with "
+        "--keep-last; evaluate and translate read it with --checkpoint averaged.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--last", type=int, metavar="N", help="the N newest kept epochs")
+    which.add_argument(
+        "--best", type=int, metavar="N", help="the N kept epochs with the best validation metric (the run's select_by)"
+    )
+    p.add_argument("-o", "--output", help="file to write (default: RUN_DIR/checkpoint_averaged.pt)")
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (counts of rounds, steps, sentences)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _head(text: str):
+    """--head: a head index, or 'all' for one panel per head."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a head number or 'all', got {text!r}") from None
+
+
+def _viz_options(p) -> argparse._MutuallyExclusiveGroup:
+    """The options animate and heatmap share; returns the group of --view (heatmap adds --graph)."""
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
+    p.add_argument(
+        "--relation",
+        choices=RELATIONS,
+        help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs "
+        "(default: cross; enc for an encoder classifier, which has no other)",
+    )
+    p.add_argument("--layer", type=int, default=-1, help="layer index (negative counts from the last)")
+    p.add_argument("--head", type=_head, default=0, metavar="N|all", help="head index, or all: one panel per head")
+    p.add_argument(
+        "--scale",
+        choices=SCALES,
+        default="shared",
+        help="colour scale: shared (0 to 1 in every panel) or per-head (0 to each panel's largest weight)",
+    )
+    view = p.add_mutually_exclusive_group()
+    view.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="heatmap",
+        help="heatmap, graph (bipartite drawing, edge width = weight), or both side by side",
+    )
+    p.add_argument("-o", "--output", required=True, help="file to write")
+    return view
+
+
+def _animate_parser(sub):
+    p = sub.add_parser(
+        "animate",
+        help="animate recorded attention maps across epochs",
+        description="One frame per recorded epoch (epoch 0 is the untrained model): an animated "
+        f"GIF for {ANIMATION_FORMATS[0]}, a self-contained HTML player for "
+        f"{ANIMATION_FORMATS[1]}.",
+    )
+    _viz_options(p)
+
+
+def _heatmap_parser(sub):
+    p = sub.add_parser(
+        "heatmap",
+        help="draw one recorded attention map",
+        description="A heatmap (or, with --graph, the bipartite attention graph) of one recorded "
+        f"epoch, as {', '.join(IMAGE_FORMATS[:-1])} or {IMAGE_FORMATS[-1]}.",
+    )
+    view = _viz_options(p)
+    p.add_argument("--epoch", default="last", help="recorded epoch number (0: untrained), or 'last'")
+    view.add_argument("--graph", dest="view", action="store_const", const="graph", help="same as --view graph")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; ``args.command`` names the subcommand parsed."""
+    return _build()[0]
+
+
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of one subcommand (``train``, ``heatmap``, ...): its ``description``, its
+    ``format_help()``."""
+    return _build()[1][command]
+
+
+def option_help(command: str, option: str) -> str:
+    """The help text of ``option`` (``--task``) of ``command``, before ``--help`` adds its default."""
+    return next(action.help for action in command_parser(command)._actions if option in action.option_strings)
+
+
+def _build() -> tuple[argparse.ArgumentParser, dict]:
+    """The parser, and the parser of each subcommand by name."""
+    parser = _Parser(prog="graphformer", description="The Transformer as message passing on graphs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    for add in (_train_parser, _eval_parser, _translate_parser, _average_parser, _animate_parser, _heatmap_parser):
+        add(sub)
+    for command in sub.choices.values():  # unrecognized arguments are found by the top parser: name the command's help
+        command.set_defaults(command_prog=command.prog)
+    return parser, dict(sub.choices)
