@@ -13,7 +13,7 @@ Six backends compute the same thing, each from a `graphformer.graphs.relation.Re
 * ``flex``: the edges as a block mask for PyTorch's compiled FlexAttention (torch >= 2.5); it
   trains on CUDA and, on a CPU, serves forward passes without gradients (see
   `graphformer.attention.flex`).
-* ``auto`` (default): ``padded`` where it reads full attention run by run (`padded.full_runs`,
+* ``auto`` (default): ``padded`` where it reads full attention stretch by stretch (`padded.full_stretches`,
   unless the weights are asked for) or where edges fill at least a quarter of the batch's tiles
   (one per sample, padded to the longest: full and causal attention on length-bucketed batches);
   ``flex`` where `flex.worth_it` (on a CPU without gradients: evaluation and decoding; relations
@@ -33,6 +33,7 @@ from contextlib import contextmanager
 import torch
 
 from graphformer.attention import blocked, dgl_ops, flex, padded, torch_ops
+from graphformer.choices import ATTENTION_BACKENDS, DEFAULT_BACKEND
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.relation import Relation
@@ -52,15 +53,9 @@ def _auto(relation: Relation, q, k, v, return_weights: bool = False):
     return attend(relation, q, k, v, return_weights=return_weights)
 
 
-BACKENDS = {
-    "auto": _auto,
-    "dgl": dgl_ops.attend,
-    "torch": torch_ops.attend,
-    "blocked": blocked.attend,
-    "padded": padded.attend,
-    "flex": flex.attend,
-}
-DEFAULT_BACKEND = "auto"
+BACKENDS = dict(
+    zip(ATTENTION_BACKENDS, (_auto, dgl_ops.attend, torch_ops.attend, padded.attend, blocked.attend, flex.attend))
+)  # in the order of graphformer.choices
 
 
 def unavailable(name: str) -> str | None:

@@ -49,6 +49,7 @@ import warnings
 
 import torch
 
+from graphformer.attention.flex_layout import FlexLayout
 from graphformer.errors import UserError
 from graphformer.graphs.relation import Relation
 
@@ -60,9 +61,7 @@ BLOCK = {"cuda": 128, "cpu": 64}
 # Devices where ``auto`` hands calls to flex (`worth_it`): those where it was timed against the
 # other backends (benchmarks/flex_attention.py, docs/results.md). On CUDA it runs when named.
 AUTO_DEVICES = ("cpu",)
-CHUNK_BYTES = 16 * 2**20  # scores of the blocks computed at once for the weights
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the compiled kernels compute in
-_EMPTY, _FULL = 0, 1  # sentinel slots of the bitmap: a block with no edge, a block of edges only
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,17 +87,17 @@ def _require() -> None:
 def runs_on(q: torch.Tensor, k: torch.Tensor | None = None, v: torch.Tensor | None = None) -> bool:
     """Whether the compiled kernel serves a call on these tensors: in float32, bfloat16 or float16
     (`DTYPES`), on CUDA, or on the CPU where no gradient is needed (it has no backward pass there)
-    and `_cpu_kernel_runs`."""
+    and `cpu_kernel_runs`."""
     if available() is not None or q.device.type not in ("cuda", "cpu") or q.dtype not in DTYPES:
         return False
-    return q.device.type == "cuda" or (not _needs_grad(q, k, v) and _cpu_kernel_runs())
+    return q.device.type == "cuda" or (not _needs_grad(q, k, v) and cpu_kernel_runs())
 
 
 def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _cpu_kernel_runs() -> bool:
+def cpu_kernel_runs() -> bool:
     """Whether Inductor generates FlexAttention's CPU kernel here: torch >= 2.6 (2.5 compiles it for
     CUDA only) and what Inductor asks of the CPU (AVX2, not macOS), read without importing Inductor."""
     major, minor = (int(part) for part in torch.__version__.split(".")[:2])
@@ -109,110 +108,6 @@ def _cpu_kernel_runs() -> bool:
         and os.environ.get("ATEN_CPU_CAPABILITY") != "default"
         and sys.platform != "darwin"
     )
-
-
-class FlexLayout:
-    """A relation's edges as a FlexAttention `BlockMask` over nodes padded to whole blocks.
-
-    Attributes:
-        num_keys, num_queries: the relation's nodes; ``padded_keys``/``padded_queries`` rounded up
-            to whole blocks (what the kernel sees).
-        block_mask: the BlockMask (batch 1, one head broadcast to all heads).
-        partial, full: how many blocks carry a bitmap and how many are all edges.
-        bits: (2 + partial, BQ, BK) bool: slot 0 all False, slot 1 all True, then one per partial block.
-        table: (q_blocks, k_blocks) int32 slot of each block's bitmap.
-    """
-
-    def __init__(self, u: torch.Tensor, v: torch.Tensor, num_keys: int, num_queries: int, block: tuple[int, int]):
-        from torch.nn.attention.flex_attention import BlockMask
-
-        bq, bk = block
-        self.block = block
-        self.num_keys, self.num_queries = num_keys, num_queries
-        q_blocks, k_blocks = -(-num_queries // bq), -(-num_keys // bk)
-        self.padded_queries, self.padded_keys = q_blocks * bq, k_blocks * bk
-        device = u.device
-        # Edges per block: a block is full when it holds BQ * BK distinct edges (a verified
-        # relation lists no edge twice) and no padded node, which no edge names.
-        tile_of_edge = (v // bq) * k_blocks + u // bk
-        count = torch.bincount(tile_of_edge, minlength=q_blocks * k_blocks).view(q_blocks, k_blocks)
-        full = count == bq * bk
-        partial = (count > 0) & ~full
-        self.partial, self.full = int(partial.sum()), int(full.sum())
-
-        # Slots: 0 and 1 are the empty and full sentinels, so mask_mod is exact on every block, even
-        # where a kernel evaluates it on a block it could have skipped (the uncompiled path does).
-        table = torch.full((q_blocks, k_blocks), _EMPTY, dtype=torch.int32, device=device)
-        table[full] = _FULL
-        table[partial] = torch.arange(2, 2 + self.partial, dtype=torch.int32, device=device)
-        bits = torch.zeros(2 + self.partial, bq, bk, dtype=torch.bool, device=device)
-        bits[_FULL] = True
-        slot = table.view(-1)[tile_of_edge]
-        in_partial = slot >= 2
-        bits[slot[in_partial].long(), v[in_partial] % bq, u[in_partial] % bk] = True
-        self.table, self.bits = table, bits
-        read = torch.zeros(num_keys, dtype=torch.bool, device=device)
-        read[u] = True
-        # (num_keys,) True for keys no edge names, None if there are none. A block's products span
-        # all its keys, and a masked key still enters P V with weight 0, but 0 * NaN is NaN: such
-        # keys are read as zeros (a decoding cache leaves the slots past the current step unwritten).
-        self.unread_keys = None if bool(read.all()) else ~read
-
-        def mask_mod(b, h, q_idx, kv_idx):
-            return bits[table[q_idx // bq, kv_idx // bk], q_idx % bq, kv_idx % bk]
-
-        kv_num, kv_index = _ordered(partial)
-        full_num, full_index = _ordered(full)
-        self.block_mask = BlockMask.from_kv_blocks(
-            kv_num, kv_index, full_num, full_index, BLOCK_SIZE=block, mask_mod=mask_mod
-        )
-
-    def edge_scores(
-        self, u: torch.Tensor, v: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, scale: float
-    ) -> torch.Tensor:
-        """(E, H) scores scale * q_v . k_u of the edges, from the padded (1, H, L, d) Q and K.
-
-        Block by block, as the kernel computes them: S_t = scale * Q_qb K_kb^T over the blocks that
-        hold edges, a chunk of blocks at a time (memory stays one chunk, and the products run at
-        BLAS speed where gathering q_v and k_u per edge would move E * H * d numbers twice)."""
-        bq, bk = self.block
-        q_blocks, k_blocks = self.table.shape
-        heads, d = Q.shape[1], Q.shape[-1]
-        Qb = Q[0].view(heads, q_blocks, bq, d).transpose(0, 1)  # (q_blocks, H, BQ, d) views
-        Kb = K[0].view(heads, k_blocks, bk, d).transpose(0, 1)
-        touched = (self.table != _EMPTY).view(-1)
-        blocks = touched.nonzero().squeeze(1)  # (T,) the blocks with edges, query-block major
-        rank = torch.cumsum(touched, 0) - 1
-        edge_block = rank[(v // bq) * k_blocks + u // bk]  # (E,) which of the T blocks holds each edge
-        order = torch.argsort(edge_block)
-        starts = torch.cumsum(torch.bincount(edge_block, minlength=len(blocks)), 0).tolist()
-        scores = Q.new_empty(len(u), heads)
-        step = max(1, CHUNK_BYTES // (heads * bq * bk * Q.element_size()))
-        for first in range(0, len(blocks), step):
-            last = min(first + step, len(blocks))
-            edges = order[(starts[first - 1] if first else 0) : starts[last - 1]]
-            chunk = blocks[first:last]
-            S = Qb[chunk // k_blocks] @ Kb[chunk % k_blocks].transpose(-1, -2)  # (chunk, H, BQ, BK)
-            scores[edges] = S[edge_block[edges] - first, :, v[edges] % bq, u[edges] % bk] * scale
-        return scores
-
-    def pad_queries(self, x: torch.Tensor) -> torch.Tensor:
-        """(N_dst, H, d) -> (1, H, padded_queries, d)."""
-        return _to_sequence(x, self.padded_queries)
-
-    def pad_keys(self, x: torch.Tensor) -> torch.Tensor:
-        """(N_src, H, d) -> (1, H, padded_keys, d), the keys that no edge names zeroed."""
-        return _to_sequence(x, self.padded_keys, self.unread_keys)
-
-
-def _ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A (q_blocks, k_blocks) bool plane as FlexAttention's (1, 1, q_blocks) counts and
-    (1, 1, q_blocks, k_blocks) int32 key-block indices, each row's blocks first, in key order."""
-    num = blocks.sum(-1, dtype=torch.int32)
-    # A stable descending sort of the plane puts each row's present blocks first, in order; the
-    # rest of the row holds the absent ones (valid indices, never read past ``num``).
-    index = torch.sort(blocks.to(torch.int8), dim=-1, descending=True, stable=True).indices.to(torch.int32)
-    return num[None, None].contiguous(), index[None, None].contiguous()
 
 
 def default_block(device: torch.device | str) -> int:
@@ -272,18 +167,6 @@ def worth_it(
     return relation.layout(("flex pays", min_fill, block), pays)
 
 
-def _to_sequence(x: torch.Tensor, length: int, zeroed: torch.Tensor | None = None) -> torch.Tensor:
-    """(N, H, d) nodes -> (1, H, length, d), zero-padded past N, the ``zeroed`` rows ((N,) bool)
-    zeros. The memory stays node-major ((length, H, d)), so the kernel's output, laid out like its
-    query, reads back as (N_dst, H, d) without a copy."""
-    n, h, d = x.shape
-    if n != length or zeroed is not None:
-        padded = x.new_zeros(length, h, d)
-        padded[:n] = x if zeroed is None else x.masked_fill(zeroed[:, None, None], 0)
-        x = padded
-    return x.permute(1, 0, 2).unsqueeze(0)
-
-
 @functools.cache
 def _kernel(compiled: bool):
     """FlexAttention, compiled once per process (or not compiled at all).
@@ -332,7 +215,7 @@ def _check_runs(q, k, v, compiled: bool) -> None:
             "pass on the CPU); on the CPU choose the blocked, padded, torch or auto backend, or run "
             "flex without gradients (torch.no_grad(): evaluation, decoding)"
         )
-    if compiled and not _cpu_kernel_runs():
+    if compiled and not cpu_kernel_runs():
         raise UserError(
             f"the flex attention backend's CPU kernel needs torch >= 2.6 (this is {torch.__version__}) "
             "and a CPU with AVX2 (x86-64, not macOS); choose the blocked, padded, torch or auto "

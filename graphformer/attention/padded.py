@@ -19,8 +19,8 @@ A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal at
 keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
 and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place. A batch's
 relation of full attention (the encoder's, and training's cross-attention) is read the same way,
-one fused call per run of consecutive samples of one size (`full_runs`): length-bucketed batches
-come sorted by length, so a few runs cover a batch, and nothing is padded, gathered or masked.
+one fused call per stretch of consecutive samples of one size (`full_stretches`): length-bucketed batches
+come sorted by length, so a few stretches cover a batch, and nothing is padded, gathered or masked.
 """
 
 from __future__ import annotations
@@ -112,14 +112,14 @@ def _build_segments(relation: Relation) -> Segments:
 
 
 def worth_it(relation: Relation, return_weights: bool = False, max_waste: float = 4.0) -> bool:
-    """Whether this backend suits the relation: tiles or runs it reads in place (`full_runs`,
+    """Whether this backend suits the relation: tiles or stretches it reads in place (`full_stretches`,
     unless the weights are asked for: those come from padded tiles), or padded tiles that hold at
     most ``max_waste`` slots per edge (dense patterns on similar lengths: yes; a window over long
     sequences: no). Decided once per relation: the counts may live on a GPU, and reading them
     waits for it."""
     if relation.tiles is not None:  # read in place: the padding of uneven tiles is all it wastes
         return True
-    if not return_weights and full_runs(relation) is not None:  # read in place, run by run: nothing padded
+    if not return_weights and full_stretches(relation) is not None:  # read in place, stretch by stretch: nothing padded
         return True
     return relation.layout(("padded pays", max_waste), lambda r: _tile_slots(r) <= max_waste * r.num_edges)
 
@@ -141,9 +141,9 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Run:
+class Stretch:
     """``count`` consecutive samples of one size: ``keys`` keys and ``queries`` queries each, every
-    query attending to all of its sample's keys. Nodes are numbered sample by sample, so the run's
+    query attending to all of its sample's keys. Nodes are numbered sample by sample, so the stretch's
     keys are the block of ``count * keys`` nodes from ``key_start``, read in place as (count, keys,
     H, d), and likewise its queries from ``query_start``."""
 
@@ -157,46 +157,46 @@ class Run:
         return Tiles(self.queries, self.keys, self.keys, device)
 
 
-def full_runs(relation: Relation, max_runs_per_sample: float = 0.25) -> list[Run] | None:
-    """A batch relation of full attention (each query attends to every key of its sample) as runs
+def full_stretches(relation: Relation, max_stretches_per_sample: float = 0.25) -> list[Stretch] | None:
+    """A batch relation of full attention (each query attends to every key of its sample) as stretches
     of consecutive samples of one size, each attended in place by one fused call: no gather, no
-    padding, no mask. Length-bucketed batches come sorted by length, so a few runs cover them (one
+    padding, no mask. Length-bucketed batches come sorted by length, so a few stretches cover them (one
     for samples of one length). None when some pair of a sample is not an edge (causal, windows:
     edges are unique, so full attention has sum(n_b * m_b) of them), or when sizes change so
-    often (more than ``max_runs_per_sample`` runs per sample) that the calls' fixed cost would
+    often (more than ``max_stretches_per_sample`` stretches per sample) that the calls' fixed cost would
     exceed one padded tile's. Decided once per relation."""
 
-    def build(r: Relation) -> list[Run] | None:
+    def build(r: Relation) -> list[Stretch] | None:
         keys, queries = r.key_counts, r.query_counts
         if keys is None or queries is None or r.key_rows is not None or len(keys) == 0:
             return None
         if r.num_edges != int((keys * queries).sum()):
             return None
         sizes, counts = torch.unique_consecutive(torch.stack([keys, queries], 1), dim=0, return_counts=True)
-        if len(counts) > 1 and len(counts) > max_runs_per_sample * len(keys):
+        if len(counts) > 1 and len(counts) > max_stretches_per_sample * len(keys):
             return None
         if bool(((sizes[:, 0] == 0) & (sizes[:, 1] > 0)).any()):  # queries without keys: the masked tiles' case
             return None
         # The count means full attention only if no edge crosses samples, as counts promise:
         # checked once, as the masked tiles check it.
         _check_within_samples(sample_of(keys)[r.u], sample_of(queries)[r.v])
-        runs, key_start, query_start = [], 0, 0
+        stretches, key_start, query_start = [], 0, 0
         for (n, m), count in zip(sizes.tolist(), counts.tolist()):
-            runs.append(Run(key_start, query_start, count, n, m))
+            stretches.append(Stretch(key_start, query_start, count, n, m))
             key_start, query_start = key_start + count * n, query_start + count * m
-        return runs
+        return stretches
 
-    return relation.layout(("full runs", max_runs_per_sample), build)
+    return relation.layout(("full stretches", max_stretches_per_sample), build)
 
 
-def _attend_runs(relation: Relation, runs: list[Run], q, k, v):
-    """Full attention run by run: each run's queries against its samples' key blocks, in place."""
+def _attend_stretches(relation: Relation, stretches: list[Stretch], q, k, v):
+    """Full attention stretch by stretch: each stretch's queries against its samples' key blocks, in place."""
     out = []
-    for run in runs:
-        if run.queries:  # a run without queries (no targets) has nothing to compute
-            keys = slice(run.key_start, run.key_start + run.count * run.keys)
-            queries = slice(run.query_start, run.query_start + run.count * run.queries)
-            out.append(_attend_tiles(relation, run.tiles(q.device), q[queries], k[keys], v[keys], False))
+    for stretch in stretches:
+        if stretch.queries:  # a stretch without queries (no targets) has nothing to compute
+            keys = slice(stretch.key_start, stretch.key_start + stretch.count * stretch.keys)
+            queries = slice(stretch.query_start, stretch.query_start + stretch.count * stretch.queries)
+            out.append(_attend_tiles(relation, stretch.tiles(q.device), q[queries], k[keys], v[keys], False))
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
@@ -243,9 +243,9 @@ def attend(relation: Relation, q, k, v, return_weights: bool = False):
         return (q.new_zeros(q.shape), q.new_zeros(0, q.shape[1], 1)) if return_weights else q.new_zeros(q.shape)
     if relation.tiles is not None:
         return _attend_tiles(relation, relation.tiles, q, k, v, return_weights)
-    runs = None if return_weights else full_runs(relation)  # weights come back in edge order below
-    if runs is not None:
-        return _attend_runs(relation, runs, q, k, v)
+    stretches = None if return_weights else full_stretches(relation)  # weights come back in edge order below
+    if stretches is not None:
+        return _attend_stretches(relation, stretches, q, k, v)
     seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad

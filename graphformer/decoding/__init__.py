@@ -6,11 +6,14 @@ from collections.abc import Callable
 
 import torch
 
-from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
+from graphformer.data.batching import DECODE_BATCH_TOKENS
+from graphformer.decoding.buckets import in_length_buckets
+from graphformer.decoding.inputs import SourceLines, encode_lines, source_limit
 from graphformer.decoding.labels import classify_ids
 from graphformer.decoding.search import DEFAULT_ALPHA, Hypothesis, beam_search, check_alpha, greedy_search
 from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper
 from graphformer.graphs import GraphPool, make_batch
+from graphformer.model.modes import evaluating
 
 # Tokens an output may have beyond its source's (with `</s>`), unless asked otherwise.
 EXTRA_TARGET_TOKENS = 50
@@ -49,30 +52,22 @@ def translate_ids(
     if model.cfg.classifies:
         return classify_ids(model, src, pool, batch_tokens, progress)
     pool = pool or model.make_pool()
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
-    results: list[Hypothesis | None] = [None] * len(src)
-    try:
-        for idx in decoding_batches([len(s) for s in src], batch_tokens):
-            chunk = [src[i] for i in idx]
-            batch = make_batch(pool, chunk).to(device)
-            limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
-            if incremental:
-                stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool)
-            else:
-                stepper = RecomputeStepper(model, chunk, beam, pool, device)
-            if beam == 1:
-                hyps = greedy_search(stepper, limits)
-            else:
-                hyps = beam_search(stepper, limits, beam, alpha)
-            for i, hyp in zip(idx, hyps):
-                results[i] = hyp
-            if progress is not None:
-                progress(len(idx))
-    finally:
-        model.train(was_training)
-    return results
+
+    def decode(idx: list[int]) -> list[Hypothesis]:
+        chunk = [src[i] for i in idx]
+        batch = make_batch(pool, chunk).to(device)
+        limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
+        if incremental:
+            stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool)
+        else:
+            stepper = RecomputeStepper(model, chunk, beam, pool, device)
+        if beam == 1:
+            return greedy_search(stepper, limits)
+        return beam_search(stepper, limits, beam, alpha)
+
+    with evaluating(model):
+        return in_length_buckets(src, batch_tokens, decode, progress)
 
 
 __all__ = [
@@ -84,4 +79,7 @@ __all__ = [
     "IncrementalStepper",
     "RecomputeStepper",
     "translate_ids",
+    "SourceLines",
+    "encode_lines",
+    "source_limit",
 ]

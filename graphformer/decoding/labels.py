@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
+from graphformer.data.batching import DECODE_BATCH_TOKENS
+from graphformer.decoding.buckets import in_length_buckets
 from graphformer.decoding.search import Hypothesis
 from graphformer.graphs import GraphPool, make_batch
+from graphformer.model.modes import evaluating
 
 
 @torch.no_grad()
@@ -21,17 +23,14 @@ def classify_ids(
     """The predicted label of each source id sequence, in input order, in batches of at most
     ``batch_tokens`` source tokens (`decoding_batches`); ``progress(n)`` hears of each batch's n."""
     pool = pool or model.make_pool()
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
-    results: list[Hypothesis | None] = [None] * len(src)
-    try:
-        for idx in decoding_batches([len(s) for s in src], batch_tokens):
-            labels, log_probs = model.predict(make_batch(pool, [src[i] for i in idx]).to(device))
-            for i, label, log_prob in zip(idx, labels.tolist(), log_probs.tolist()):
-                results[i] = Hypothesis(tokens=[label], log_prob=log_prob, score=log_prob)
-            if progress is not None:
-                progress(len(idx))
-    finally:
-        model.train(was_training)
-    return results
+
+    def decode(idx: list[int]) -> list[Hypothesis]:
+        labels, log_probs = model.predict(make_batch(pool, [src[i] for i in idx]).to(device))
+        return [
+            Hypothesis(tokens=[label], log_prob=log_prob, score=log_prob)
+            for label, log_prob in zip(labels.tolist(), log_probs.tolist())
+        ]
+
+    with evaluating(model):
+        return in_length_buckets(src, batch_tokens, decode, progress)

@@ -20,10 +20,11 @@ being stepped until the next one and add nothing, so the result is the same for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
+from graphformer.choices import DEFAULT_ALPHA
 from graphformer.vocab import EOS, NEVER_EMITTED, SOS
 
 
@@ -32,11 +33,6 @@ class Hypothesis:
     tokens: list[int]  # generated ids, without </s>
     log_prob: float  # log P(tokens + </s> | source)
     score: float  # the ranking score (log_prob / lp for beam search)
-
-
-# The length penalty's exponent when none is given (the library's functions and the command line's
-# --alpha): a mild preference for longer outputs. Choose it on the validation split (tune.sh).
-DEFAULT_ALPHA = 0.6
 
 
 def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -148,6 +144,111 @@ def greedy_search(
     return [Hypothesis(_until_eos(seq), float(lp), float(lp)) for seq, lp in zip(out, total.tolist())]
 
 
+@dataclass
+class BeamState:
+    """The hypotheses of the S sentences still searched, k per sentence (t: the steps taken)."""
+
+    sentence: torch.Tensor  # (S,) the input sentence of each block of k stepper rows
+    log_p: torch.Tensor  # (S, k) float64 log-probability of each hypothesis so far
+    length: torch.Tensor  # (S, k) float64 tokens generated (frozen at `</s>`)
+    finished: torch.Tensor  # (S, k) bool: has emitted `</s>`
+    history: torch.Tensor  # (S, k, t) int64 tokens generated
+    # The best ended hypothesis each sentence has held: live ones can push an ended one out of the
+    # k slots and end worse later, and it must not be lost with its slot.
+    kept_score: torch.Tensor  # (S,) float64, -inf while none has ended
+    kept_log_p: torch.Tensor  # (S,) float64
+    kept_tokens: torch.Tensor  # (S, T) int64, `</s>`-padded to the longest limit T
+
+    @classmethod
+    def start(cls, sentences: int, k: int, longest: int, device: torch.device) -> BeamState:
+        """k identical empty hypotheses per sentence; only the first is expanded at the first step."""
+
+        def full(shape, value, dtype):
+            return torch.full(shape, value, dtype=dtype, device=device)
+
+        log_p = full((sentences, k), 0.0, torch.float64)
+        log_p[:, 1:] = float("-inf")
+        return cls(
+            torch.arange(sentences, device=device),
+            log_p,
+            full((sentences, k), 0.0, torch.float64),
+            full((sentences, k), False, torch.bool),
+            full((sentences, k, 0), EOS, torch.int64),
+            full((sentences,), float("-inf"), torch.float64),
+            full((sentences,), 0.0, torch.float64),
+            full((sentences, longest), EOS, torch.int64),
+        )
+
+    def select(self, keep: torch.Tensor) -> BeamState:
+        """The sentences of rows ``keep`` (S',) only, in that order."""
+        return BeamState(*(getattr(self, f.name)[keep] for f in fields(self)))
+
+    def results(self, rows: torch.Tensor) -> list[tuple[int, Hypothesis]]:
+        """(input sentence, its best ended hypothesis) of these rows."""
+        return [
+            (s, Hypothesis(_until_eos(tokens), lp, score))
+            for s, tokens, lp, score in zip(
+                self.sentence[rows].tolist(),
+                self.kept_tokens[rows].tolist(),
+                self.kept_log_p[rows].tolist(),
+                self.kept_score[rows].tolist(),
+            )
+        ]
+
+
+def score_candidates(step: torch.Tensor, beams: BeamState, t: int, max_lengths: torch.Tensor, alpha: float):
+    """The candidate continuations of each hypothesis at step t, (S, k, c) each: token, log-probability,
+    length and score (log_p / lp). ``step``: the stepper's (S * k, V) log-probabilities.
+
+    Live hypotheses: extended by their best c tokens, all of length t + 1; at the length limit, by
+    `</s>` alone. Frozen ones: a single `</s>` continuation at no cost, at their own length. (Masked
+    fills of the few candidates, not of the (S * k, V) step: no host sync.)
+    """
+    S, k = beams.log_p.shape
+    cand_token, cand_log_p = _best_tokens(step, S, k, beams.log_p)
+    c = cand_token.shape[2]
+    only_first = torch.where(torch.arange(c, device=step.device) == 0, 0.0, float("-inf"))  # (c,)
+    must_end = (t + 1 >= max_lengths[beams.sentence])[:, None, None]
+    eos = beams.log_p[:, :, None] + step[:, EOS].view(S, k, 1).double()
+    cand_log_p = torch.where(must_end, eos + only_first, cand_log_p)
+    frozen = beams.finished[:, :, None]
+    cand_log_p = torch.where(frozen, beams.log_p[:, :, None] + only_first, cand_log_p)
+    cand_token = torch.where(must_end | frozen, EOS, cand_token)
+    cand_len = torch.where(frozen, beams.length[:, :, None], t + 1.0).expand(S, k, c)
+    return cand_token, cand_log_p, cand_len, cand_log_p / length_penalty(cand_len, alpha)
+
+
+def _advance(beams: BeamState, step: torch.Tensor, t: int, max_lengths: torch.Tensor, alpha: float):
+    """The k best candidates of each sentence: the next state, and each new hypothesis's token and
+    parent row within its sentence, (S, k) each."""
+    S, k = beams.log_p.shape
+    cand_token, cand_log_p, cand_len, scores = score_candidates(step, beams, t, max_lengths, alpha)
+    c = cand_token.shape[2]
+    top = scores.reshape(S, k * c).topk(k, dim=1).indices  # one beam: one candidate, its first best token
+    parent, token = top // c, cand_token.reshape(S, k * c).gather(1, top)
+    log_p = cand_log_p.reshape(S, k * c).gather(1, top)
+    length = cand_len.reshape(S, k * c).gather(1, top)
+    finished = beams.finished.gather(1, parent) | (token == EOS)
+    rows = torch.arange(S, device=step.device)
+    history = torch.cat([beams.history[rows[:, None], parent], token[:, :, None]], dim=2)
+    ended = torch.where(finished, log_p / length_penalty(length, alpha), float("-inf"))
+    best, j = ended.max(1)
+    better = best > beams.kept_score
+    kept_tokens = beams.kept_tokens.clone()
+    kept_tokens[:, : t + 1] = torch.where(better[:, None], history[rows, j], kept_tokens[:, : t + 1])
+    state = BeamState(
+        beams.sentence,
+        log_p,
+        length,
+        finished,
+        history,
+        torch.where(better, best, beams.kept_score),
+        torch.where(better, log_p[rows, j], beams.kept_log_p),
+        kept_tokens,
+    )
+    return state, token, parent
+
+
 def beam_search(
     stepper,
     max_lengths: torch.Tensor,
@@ -172,75 +273,25 @@ def beam_search(
     _check_rows(stepper, B * k)
     device = max_lengths.device
     check_every = _interval(check_every, device)
-    live = torch.arange(B, device=device)  # the sentence of each block of k stepper rows
-    log_p = torch.zeros(B, k, dtype=torch.float64, device=device)
-    log_p[:, 1:] = float("-inf")  # all beams start identical: expand only the first
-    finished = torch.zeros(B, k, dtype=torch.bool, device=device)
-    length = torch.zeros(B, k, dtype=torch.float64, device=device)
-    history = torch.zeros(B, k, 0, dtype=torch.int64, device=device)
+    beams = BeamState.start(B, k, int(max_lengths.max()), device)
     tokens = torch.full((B * k,), SOS, dtype=torch.int64, device=device)
-    # The best ended hypothesis each sentence has held: live ones can push an ended one out of the
-    # k slots and end worse later, and it must not be lost with its slot.
-    kept_score = torch.full((B,), float("-inf"), dtype=torch.float64, device=device)
-    kept_log_p = torch.zeros(B, dtype=torch.float64, device=device)
-    kept_tokens = torch.full((B, int(max_lengths.max())), EOS, dtype=torch.int64, device=device)
     results: list[Hypothesis | None] = [None] * B
-
-    def finish(sentences: torch.Tensor) -> None:
-        """Record the best ended hypothesis of these rows of the state."""
-        for s, tokens_, lp, score in zip(
-            sentences.tolist(),
-            kept_tokens[sentences].tolist(),
-            kept_log_p[sentences].tolist(),
-            kept_score[sentences].tolist(),
-        ):
-            results[int(live[s])] = Hypothesis(_until_eos(tokens_), lp, score)
-
     for t in range(int(max_lengths.max())):
-        S = len(live)
-        rows = torch.arange(S, device=device)[:, None]
-        step = _never_specials_(stepper.step(tokens))
-        cand_token, cand_log_p = _best_tokens(step, S, k, log_p)
-        c = cand_token.shape[2]
-        # Live hypotheses: extended by their best c tokens, all of length t + 1; at the length
-        # limit, by </s> alone. Frozen ones: a single </s> continuation at no cost, at their own
-        # length. (Masked fills of the few candidates, not of the (S * k, V) step: no host sync.)
-        only_first = torch.where(torch.arange(c, device=device) == 0, 0.0, float("-inf"))  # (c,)
-        must_end = (t + 1 >= max_lengths[live])[:, None, None]
-        eos = log_p[:, :, None] + step[:, EOS].view(S, k, 1).double()
-        cand_log_p = torch.where(must_end, eos + only_first, cand_log_p)
-        frozen = finished[:, :, None]
-        cand_log_p = torch.where(frozen, log_p[:, :, None] + only_first, cand_log_p)
-        cand_token = torch.where(must_end | frozen, EOS, cand_token)
-        cand_len = torch.where(frozen, length[:, :, None], t + 1.0).expand(S, k, c)
-        scores = cand_log_p / length_penalty(cand_len, alpha)
-
-        top = scores.reshape(S, k * c).topk(k, dim=1).indices  # one beam: one candidate, its first best token
-        parent, token = top // c, cand_token.reshape(S, k * c).gather(1, top)
-        log_p = cand_log_p.reshape(S, k * c).gather(1, top)
-        length = cand_len.reshape(S, k * c).gather(1, top)
-        finished = finished.gather(1, parent) | (token == EOS)
-        history = torch.cat([history[rows, parent], token[:, :, None]], dim=2)
-        ended = torch.where(finished, log_p / length_penalty(length, alpha), float("-inf"))
-        best, j = ended.max(1)
-        better = best > kept_score
-        kept_score = torch.where(better, best, kept_score)
-        kept_log_p = torch.where(better, log_p[rows[:, 0], j], kept_log_p)
-        kept_tokens[:, : t + 1] = torch.where(better[:, None], history[rows[:, 0], j], kept_tokens[:, : t + 1])
+        rows = torch.arange(len(beams.sentence), device=device)  # the stepper's blocks of k rows
+        beams, token, parent = _advance(beams, _never_specials_(stepper.step(tokens)), t, max_lengths, alpha)
         if (t + 1) % check_every == 0:  # the only reads back from the device
-            done = finished.all(1)
+            done = beams.finished.all(1)
             if bool(done.all()):
-                finish(rows[:, 0])
-                return results
+                break
             if drop_finished and bool(done.any()):
-                finish(done.nonzero().squeeze(1))
+                for s, hyp in beams.results(done.nonzero().squeeze(1)):
+                    results[s] = hyp
                 keep = survivors(~done)
-                live, log_p, length, finished = live[keep], log_p[keep], length[keep], finished[keep]
-                history, token, parent, rows = history[keep], token[keep], parent[keep], keep[:, None]
-                kept_score, kept_log_p, kept_tokens = kept_score[keep], kept_log_p[keep], kept_tokens[keep]
-        stepper.reorder((rows * k + parent).flatten())
+                beams, token, parent, rows = beams.select(keep), token[keep], parent[keep], keep
+        stepper.reorder((rows[:, None] * k + parent).flatten())
         tokens = token.flatten()
-    finish(torch.arange(len(live), device=device))
+    for s, hyp in beams.results(torch.arange(len(beams.sentence), device=device)):
+        results[s] = hyp
     return results
 
 

@@ -95,7 +95,7 @@ class IncrementalStepper:
         self.memory_kv = _map_tensors(lambda x: x[slots], model.memory_kv(memory))
         self.num_hyps = batch.size * hyps_per_sentence
         cfg = model.cfg
-        self.depth = cfg.max_depth if cfg.model == "universal" else cfg.layers  # cache slices
+        self.depth = model.cache_depth  # cache slices
         self.causal = self.pool.dec is patterns.causal
         # Keys (cache[0]) and values (cache[1]), sized for the longest output allowed, and left
         # unwritten (no zeroing, no page touched in advance): a step's keys are slots up to its

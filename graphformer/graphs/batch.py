@@ -180,7 +180,7 @@ def make_batch(
         gold=gold,
         src_lengths=src_lengths,
         tgt_lengths=tgt_lengths,
-        src_nodes=src_lengths + torch.tensor(spans, dtype=torch.int64),
+        src_nodes=torch.tensor([pool.source_nodes(len(s)) for s in src], dtype=torch.int64),
         targets=pool.targets,
         cls_node=pool.cls_node,
     )

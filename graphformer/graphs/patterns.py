@@ -33,10 +33,11 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from graphformer.choices import PATTERN_NAMES
 from graphformer.errors import UserError
 from graphformer.graphs import tree as tree_graph
+from graphformer.graphs.edges import EdgeList
 
-EdgeList = tuple[torch.Tensor, torch.Tensor]
 Pattern = Callable[[int, int], EdgeList]
 
 
@@ -264,7 +265,7 @@ _BUILDERS = {
     "tree": (tree, 1),
 }
 _PLAIN = {"full": full, "causal": causal}
-NAMES = sorted([*_BUILDERS, *_PLAIN])
+NAMES = PATTERN_NAMES
 
 
 def _parse_one(term: str) -> Pattern:

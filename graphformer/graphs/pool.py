@@ -33,6 +33,7 @@ import torch
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import heterograph, patterns, tree
+from graphformer.graphs.edges import EdgeList
 from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.patterns import Pattern
 
@@ -54,7 +55,7 @@ def _as_pattern(p: Pattern | str) -> Pattern:
     return p
 
 
-def _edge_list(edges, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _edge_list(edges, name: str) -> EdgeList:
     """A pattern's (u, v): two 1-D integer tensors of one length, or a UserError saying so."""
     if not (isinstance(edges, tuple) and len(edges) == 2 and all(isinstance(e, torch.Tensor) for e in edges)):
         raise UserError(f"attention pattern {name!r} must return (u, v), two tensors; got {type(edges).__name__}")
@@ -133,7 +134,7 @@ class GraphPool:
         """Span nodes the encoder pattern adds to a source of n tokens (0 but for tree patterns)."""
         return tree.span_count(n) if self.has_spans else 0
 
-    def _edges(self, relation, n_keys: int, n_queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _edges(self, relation, n_keys: int, n_queries: int) -> EdgeList:
         if n_queries == 0:
             empty = torch.zeros(0, dtype=torch.int64)
             return empty, empty

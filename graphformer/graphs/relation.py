@@ -94,11 +94,12 @@ class Relation:
         query_counts: torch.Tensor | None = None,
         device: torch.device | str | None = None,
         verified: bool = False,
+        key_rows: torch.Tensor | None = None,
     ) -> Relation:
         """Key u[i] -> query v[i] for each edge i, the index tensors moved to ``device`` (default:
-        where they are); sample counts as in the attributes."""
+        where they are); sample counts and key rows as in the attributes."""
         device = u.device if device is None else device
-        counts = [None if c is None else c.to(device) for c in (key_counts, query_counts)]
+        counts = [None if c is None else c.to(device) for c in (key_counts, query_counts, key_rows)]
         return cls(
             u.to(device, torch.int64), v.to(device, torch.int64), num_keys, num_queries, *counts, verified=verified
         )
@@ -131,7 +132,7 @@ class Relation:
     def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> Relation:
         """Query i attends to the key ids in row i of ``key_rows`` (-1: no key); edges row by row."""
         rows, columns = (key_rows >= 0).nonzero(as_tuple=True)
-        return cls(key_rows[rows, columns], rows, num_keys, len(key_rows), _key_rows=key_rows, verified=True)
+        return cls.of_edges(key_rows[rows, columns], rows, num_keys, len(key_rows), key_rows=key_rows, verified=True)
 
     @classmethod
     def of_tiles(

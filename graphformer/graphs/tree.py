@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import torch
 
-EdgeList = tuple[torch.Tensor, torch.Tensor]
+from graphformer.graphs.edges import EdgeList
 
 
 @lru_cache(maxsize=1024)

@@ -18,6 +18,7 @@ _WHERE = {
     "MODEL_CLASSES": "graphformer.model.factory",
     "build_model": "graphformer.model.factory",
     "make_model": "graphformer.model.factory",
+    "evaluating": "graphformer.model.modes",
 }
 
 

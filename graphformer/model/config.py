@@ -122,7 +122,7 @@ class ModelConfig(DictConfig):
     def check_batch(self, batch) -> None:
         """Refuse a batch made by another kind of graph pool than this model's (a classifier's for a
         sequence model, or one without the `<cls>` node this classifier reads): it would run, wrongly."""
-        cls_node = self.classifies and self.pooling == "cls"
+        cls_node = self.classifies and reads_cls_node(self.pooling)
         if batch.targets == self.classifies or batch.cls_node != cls_node:
             made = (
                 "a sequence model's pool"
@@ -160,4 +160,9 @@ def classifier_pool(enc_attention: str, pooling: str):
     pooling puts a global `<cls>` node before each sample's tokens, mean and last add nothing."""
     from graphformer.graphs.pool import GraphPool  # torch and DGL: only once a model is made
 
-    return GraphPool(enc_attention, targets=False, cls_node=pooling == "cls")
+    return GraphPool(enc_attention, targets=False, cls_node=reads_cls_node(pooling))
+
+
+def reads_cls_node(pooling: str) -> bool:
+    """Whether a classifier pooling this way reads a global `<cls>` node (its pool adds one)."""
+    return pooling == "cls"

@@ -53,10 +53,17 @@ def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
     dense = nn.Transformer(num_decoder_layers=cfg.layers, custom_encoder=encoder, **layer).to(
         device=weight.device, dtype=weight.dtype
     )
+    _copy_weights(model, dense)
+    return dense
 
-    def copy(dst: nn.Module, src: nn.Module):
-        dst.load_state_dict(src.state_dict())
 
+def _copy(dst: nn.Module, src: nn.Module) -> None:
+    dst.load_state_dict(src.state_dict())
+
+
+def _copy_weights(model, dense: nn.Transformer) -> None:
+    """Every layer's projections, feed-forward and norms from ``model`` into its twin ``dense``."""
+    copy, cfg = _copy, model.cfg
     for mine, theirs in zip(model.encoder.layers, dense.encoder.layers):
         theirs.self_attn.in_proj_weight.data.copy_(mine.self_attn.in_proj.weight)
         theirs.self_attn.in_proj_bias.data.copy_(mine.self_attn.in_proj.bias)
@@ -81,4 +88,3 @@ def to_torch_transformer(model, masks_given: bool = False) -> nn.Transformer:
     else:  # the paper's post-norm stack has no final norm; nn.Transformer always adds one
         dense.encoder.norm = nn.Identity()
         dense.decoder.norm = nn.Identity()
-    return dense

@@ -94,6 +94,11 @@ class GraphTransformer(nn.Module):
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)
         init_and_tie(self)
 
+    @property
+    def cache_depth(self) -> int:
+        """Decoder layers an incremental decoding cache holds keys and values for: one per layer."""
+        return self.cfg.layers
+
     def make_pool(self) -> GraphPool:
         """A graph pool with this model's attention patterns."""
         return self.cfg.graph_pool()

@@ -135,6 +135,11 @@ class UniversalTransformer(nn.Module):
         self.record_states = False  # keep every step's states in the ACT statistics (for plots and tests)
         self._register_load_state_dict_pre_hook(_rename_flat_encoder_keys)
 
+    @property
+    def cache_depth(self) -> int:
+        """Steps an incremental decoding cache holds keys and values for: the shared layer's, up to max_depth."""
+        return self.cfg.max_depth
+
     def make_pool(self):
         """A graph pool with this model's attention patterns."""
         return self.cfg.graph_pool()

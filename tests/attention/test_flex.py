@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import refused_training
 
-from graphformer.attention import flex, torch_ops
+from graphformer.attention import flex, flex_layout, torch_ops
 from graphformer.errors import UserError
 from graphformer.graphs import patterns
 from graphformer.graphs.relation import Relation
@@ -177,7 +177,7 @@ def test_training_on_the_cpu_is_one_line_naming_the_backends_that_train():
     assert "\n" not in message and "only on CUDA" in message and "blocked" in message and "torch" in message
     assert not flex.runs_on(q, k, v)
     with torch.no_grad():  # the same tensors serve a forward pass without gradients
-        assert flex.runs_on(q, k, v) == flex._cpu_kernel_runs()
+        assert flex.runs_on(q, k, v) == flex.cpu_kernel_runs()
         flex.attend(relation, q, k, v, compiled=False, block=16)
 
 
@@ -204,7 +204,7 @@ def test_worth_it_takes_long_filled_relations_without_gradients():
     x = torch.randn(2048, 1, 4)
     window = pattern_relation("window:64", 2048, 2048)
     with torch.no_grad():
-        assert flex.worth_it(window, x) == flex._cpu_kernel_runs()
+        assert flex.worth_it(window, x) == flex.cpu_kernel_runs()
         assert not flex.worth_it(pattern_relation("window:64", 512, 512), x[:512])  # short
         assert not flex.worth_it(pattern_relation("random:2", 2048, 2048), x)  # scattered: blocks mostly empty
         assert not flex.worth_it(window, x.double())
@@ -216,7 +216,7 @@ def test_worth_it_takes_long_filled_relations_without_gradients():
 def test_the_compiled_kernel_equals_the_torch_backend_across_sizes():
     """The compiled kernel, what the backend runs: one relation of several samples, then a cross
     relation of other sizes (the compilation with dynamic shapes), under inference mode too."""
-    if not flex._cpu_kernel_runs():
+    if not flex.cpu_kernel_runs():
         pytest.skip("this CPU has no AVX2: FlexAttention's CPU kernel does not compile here")
     first = sample_relation([130, 64, 200], [130, 64, 200], 0.05, seed=4)
     second = pattern_relation("window:16+global:1", 300, 170)
@@ -231,7 +231,7 @@ def test_the_compiled_kernel_equals_the_torch_backend_across_sizes():
 def test_weights_computed_one_block_at_a_time(monkeypatch):
     """The weights' scores come block by block in chunks (`FlexLayout.edge_scores`); chunks of one
     block give the same weights, in the relation's edge order."""
-    monkeypatch.setattr(flex, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(flex_layout, "CHUNK_BYTES", 1)
     relation = CASES["samples, cross"]()
     assert_matches_torch_backend(relation, *qkv(relation, seed=8), compiled=False, block=8)
 

@@ -271,37 +271,37 @@ def test_decoding_with_the_padded_backend_equals_recompute():
     assert [h.score for h in fast] == pytest.approx([h.score for h in reference], abs=1e-9)
 
 
-def test_full_attention_is_read_in_place_run_by_run():
-    """A length-sorted batch reads full attention one run of equal-size samples at a time, in
+def test_full_attention_is_read_in_place_stretch_by_stretch():
+    """A length-sorted batch reads full attention one stretch of equal-size samples at a time, in
     place, with the numbers of the edge-wise kernel; a causal pattern, or sizes that change at
     almost every sample, keep the gathered layout."""
-    from graphformer.attention.padded import Run, full_runs
+    from graphformer.attention.padded import Stretch, full_stretches
     from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
 
     gen = torch.Generator().manual_seed(7)
     pool = GraphPool()
-    # Three runs of four samples: 3, 2 and 4 source tokens (+ </s>) with 2, 2 and 1 target tokens (+ <s>).
+    # Three stretches of four samples: 3, 2 and 4 source tokens (+ </s>) with 2, 2 and 1 target tokens (+ <s>).
     src = [[4, 5, 6]] * 4 + [[4, 5]] * 4 + [[7, 8, 9, 10]] * 4
     tgt = [[7, 8]] * 4 + [[9, 9]] * 4 + [[5]] * 4
     batch = make_batch(pool, src, tgt)
     expected = {
-        ENC: [Run(0, 0, 4, 4, 4), Run(16, 16, 4, 3, 3), Run(28, 28, 4, 5, 5)],
-        CROSS: [Run(0, 0, 4, 4, 3), Run(16, 12, 4, 3, 3), Run(28, 24, 4, 5, 2)],
+        ENC: [Stretch(0, 0, 4, 4, 4), Stretch(16, 16, 4, 3, 3), Stretch(28, 28, 4, 5, 5)],
+        CROSS: [Stretch(0, 0, 4, 4, 3), Stretch(16, 12, 4, 3, 3), Stretch(28, 24, 4, 5, 2)],
     }
-    for etype, runs in expected.items():
+    for etype, stretches in expected.items():
         relation = batch.relation(etype)
-        assert full_runs(relation) == runs
+        assert full_stretches(relation) == stretches
         q = torch.randn(relation.num_queries, 2, 4, dtype=torch.float64, generator=gen)
         k, v = (torch.randn(relation.num_keys, 2, 4, dtype=torch.float64, generator=gen) for _ in range(2))
         torch.testing.assert_close(
             BACKENDS["padded"](relation, q, k, v), BACKENDS[reference_backend()](relation, q, k, v), atol=1e-12, rtol=0
         )
-    assert full_runs(batch.relation(DEC)) is None  # causal: not every pair is an edge
+    assert full_stretches(batch.relation(DEC)) is None  # causal: not every pair is an edge
     alternating = make_batch(pool, [[4, 5, 6], [4, 5]] * 4, [[7], [7]] * 4)
-    assert full_runs(alternating.relation(ENC)) is None  # eight runs of one sample
+    assert full_stretches(alternating.relation(ENC)) is None  # eight stretches of one sample
     one_length = make_batch(pool, [[4, 5, 6]] * 3, [[7, 8]] * 3)
-    assert full_runs(one_length.relation(ENC)) == [Run(0, 0, 3, 4, 4)]
-    # Queries without keys (four samples of 0 keys, then four of 2, one query each) are no run.
+    assert full_stretches(one_length.relation(ENC)) == [Stretch(0, 0, 3, 4, 4)]
+    # Queries without keys (four samples of 0 keys, then four of 2, one query each) are no stretch.
     keys = torch.tensor([0] * 4 + [2] * 4)
     u = torch.arange(8)
     keyless = Relation(
@@ -312,13 +312,13 @@ def test_full_attention_is_read_in_place_run_by_run():
         key_counts=keys,
         query_counts=torch.ones(8, dtype=torch.int64),
     )
-    assert full_runs(keyless) is None
+    assert full_stretches(keyless) is None
 
 
-def test_runs_refuse_an_edge_that_joins_two_samples():
+def test_stretches_refuse_an_edge_that_joins_two_samples():
     """Full attention is told by its edge count; an edge swapped across samples keeps the count,
     so counts that do not match the edges must still be refused, as the masked tiles refuse them."""
-    from graphformer.attention.padded import full_runs
+    from graphformer.attention.padded import full_stretches
 
     keys = torch.tensor([2] * 4 + [3] * 4)
     first = torch.cumsum(keys, 0) - keys
@@ -327,7 +327,7 @@ def test_runs_refuse_an_edge_that_joins_two_samples():
     u[[0, 2]] = u[[2, 0]]  # query 0 takes a key of sample 1 and query 1 one of sample 0
     relation = Relation(u, v, int(keys.sum()), 8, key_counts=keys, query_counts=torch.ones(8, dtype=torch.int64))
     with pytest.raises(ValueError, match="joins two samples"):
-        full_runs(relation)
+        full_stretches(relation)
     q, k = torch.randn(8, 2, 4), torch.randn(int(keys.sum()), 2, 4)
     for backend in ("padded", "auto"):
         with pytest.raises(ValueError, match="joins two samples"):
@@ -335,10 +335,10 @@ def test_runs_refuse_an_edge_that_joins_two_samples():
 
 
 def test_training_on_runs_of_lengths_gives_the_same_gradients():
-    """Encoder and cross-attention of a length-sorted batch run in place, run by run, under
+    """Encoder and cross-attention of a length-sorted batch run in place, stretch by stretch, under
     ``padded``: loss and gradients equal those of the edge-wise ``dgl`` kernels."""
     from graphformer import make_model
-    from graphformer.attention.padded import full_runs
+    from graphformer.attention.padded import full_stretches
     from graphformer.graphs import CROSS, ENC, make_batch
     from graphformer.vocab import EOS
 
@@ -351,7 +351,7 @@ def test_training_on_runs_of_lengths_gives_the_same_gradients():
         model.attention_backend = name
         model.zero_grad()
         batch = make_batch(model.make_pool(), src, tgt)
-        assert len(full_runs(batch.relation(ENC))) == len(full_runs(batch.relation(CROSS))) == 2
+        assert len(full_stretches(batch.relation(ENC))) == len(full_stretches(batch.relation(CROSS))) == 2
         out = model(batch)
         out.gather(1, torch.tensor([t for y in tgt for t in (*y, EOS)])[:, None]).sum().backward()
         results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))

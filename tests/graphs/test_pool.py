@@ -82,3 +82,39 @@ def test_inference_batch_has_no_target_nodes():
 def test_empty_source_is_rejected():
     with pytest.raises(ValueError, match="empty source"):
         make_batch(GraphPool(), [[4], []], [[5], [6]])
+
+
+def test_a_batch_numbers_its_samples_one_after_another():
+    pool = GraphPool("window:1")
+    src, tgt = [[4, 5, 6], [7], [8, 9]], [[4], [5, 6], [7]]
+    batch = make_batch(pool, src, tgt)
+    assert batch.src_nodes.tolist() == [4, 2, 3]  # tokens and </s>
+    assert batch.src_offsets.tolist() == [0, 4, 6]
+    assert batch.graph.num_nodes(SRC) == 9 and batch.graph.num_nodes(TGT) == 2 + 3 + 2
+    u, v = batch.graph.edges(ENC)
+    sample = torch.repeat_interleave(torch.arange(3), batch.src_nodes)
+    assert bool((sample[u] == sample[v]).all())
+    for b, first in enumerate(batch.src_offsets.tolist()):  # each sample's graph, shifted by its offset
+        alone = pool.graph(len(src[b]) + 1, len(tgt[b]) + 1)
+        au, av = alone.edges(ENC)
+        mine = sample[v] == b
+        assert set(zip((u[mine] - first).tolist(), (v[mine] - first).tolist())) == set(zip(au.tolist(), av.tolist()))
+
+
+def test_a_batch_is_built_from_the_graphs_cached_by_length():
+    pool = GraphPool()
+    make_batch(pool, [[4, 5], [6, 7], [8]], [[4], [5], [6, 7]])
+    assert sorted(pool.graph.graphs) == [(2, 3), (3, 2)]  # two samples of one length pair share a graph
+    first = pool.graph(3, 2)
+    make_batch(pool, [[9, 10]], [[11]])
+    assert pool.graph(3, 2) is first and len(pool.graph) == 2
+
+
+def test_moving_a_batch_moves_its_tensors_and_relations():
+    batch = make_batch(GraphPool(), [[4, 5], [6]], [[7], [8, 9]])
+    relation = batch.relation(CROSS)
+    moved = batch.to("meta")
+    assert moved.src_tokens.device.type == "meta" and moved.src_nodes.device.type == "meta"
+    assert moved.gold.device.type == "meta" and moved.device.type == "meta"
+    assert moved.relation(CROSS).u.device.type == "meta" and moved.relation(CROSS) is not relation
+    assert batch.src_tokens.device.type == "cpu" and batch.relation(CROSS) is relation  # the original stays
