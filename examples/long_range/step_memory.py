@@ -49,9 +49,9 @@ def main(argv=None) -> int:
     import torch
 
     from graphformer.graphs import make_batch
-    from graphformer.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
     from graphformer.model import build_model
     from graphformer.model.config import ModelConfig
+    from graphformer.rss import peak_rss_bytes, reset_peak_rss, rss_bytes
     from graphformer.training.run_dir import RunDir
     from graphformer.vocab import UNK
 

@@ -14,6 +14,7 @@ from graphformer.data.corpus import Split
 from graphformer.decoding import DEFAULT_ALPHA, translate_ids
 from graphformer.graphs import GraphPool, make_batch
 from graphformer.model.classifier import NEVER_LABELS
+from graphformer.model.modes import evaluating
 from graphformer.training.bleu import bleu_scores
 from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.vocab import NEVER_EMITTED
@@ -22,8 +23,6 @@ from graphformer.vocab import NEVER_EMITTED
 @torch.no_grad()
 def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 4096) -> dict:
     """Mean per-token NLL (no smoothing) and token accuracy over the split."""
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     total_loss, correct, total = 0.0, 0, 0
     ponder = PonderTally()
@@ -31,15 +30,15 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
     plan = plan_batches(
         [len(s) for s in split.src], [len(t) for t in split.tgt], batch_tokens=batch_tokens, shuffle=False
     )
-    for idx in plan:
-        batch = make_batch(pool, [split.src[i] for i in idx], [split.tgt[i] for i in idx]).to(device)
-        output = model(batch, full_output=True)
-        log_probs = output.log_probs
-        total_loss += float(label_smoothed_nll(log_probs, batch.gold, 0.0))
-        c, n = token_accuracy_counts(log_probs, batch.gold, never)
-        correct, total = correct + c, total + n
-        ponder.add(output.stats or {}, model.cfg.max_depth)
-    model.train(was_training)
+    with evaluating(model):
+        for idx in plan:
+            batch = make_batch(pool, [split.src[i] for i in idx], [split.tgt[i] for i in idx]).to(device)
+            output = model(batch, full_output=True)
+            log_probs = output.log_probs
+            total_loss += float(label_smoothed_nll(log_probs, batch.gold, 0.0))
+            c, n = token_accuracy_counts(log_probs, batch.gold, never)
+            correct, total = correct + c, total + n
+            ponder.add(output.stats or {}, model.cfg.max_depth)
     return {"loss": total_loss / total, "token_accuracy": correct / total, **ponder.summary()}
 
 

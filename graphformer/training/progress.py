@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,13 +37,25 @@ def _rounded(value) -> str:
 
 class Progress:
     """Training progress on stderr: a tqdm bar on a terminal, else a plain line every 30 seconds,
-    at the epoch's last step and at a stop before it (log files get no carriage-return clutter)."""
+    at the epoch's last step and at a stop before it (log files get no carriage-return clutter).
 
-    def __init__(self, total: int, done: int, desc: str, enabled: bool, every_s: float = 30.0):
-        self.total, self.done, self.desc, self.every_s = total, done, desc, every_s
+    Its tokens/s is the rate since the last line (an interval of at most ``every_s``), not since
+    the epoch began: an average over the whole epoch hides a slowdown for long and, on a shared
+    machine, swings with whatever ran before. ``clock`` is injectable so a test can set the time."""
+
+    def __init__(
+        self,
+        total: int,
+        done: int,
+        desc: str,
+        enabled: bool,
+        every_s: float = 30.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.total, self.done, self.desc, self.every_s, self.clock = total, done, desc, every_s, clock
         self.enabled, self.tty = enabled, sys.stderr.isatty()
-        self.tic = self.last_line = time.perf_counter()
-        self.tokens = 0
+        self.last_line = clock()
+        self.tokens = 0  # since the last line
         self.unprinted = None  # the latest step's line, if the plain output has not shown it
         self.bar = tqdm(
             total=total, initial=done, desc=desc, dynamic_ncols=True, leave=False, disable=not (enabled and self.tty)
@@ -50,17 +63,18 @@ class Progress:
 
     def step(self, tokens: int, loss: float, lr: float) -> float:
         """Count one optimizer step of ``tokens`` tokens (the target tokens of a sequence model, the
-        source nodes of a classifier, whose target is one label); returns tokens/s so far."""
+        source nodes of a classifier, whose target is one label); returns tokens/s over the
+        interval since the last line."""
         self.done += 1
         self.tokens += tokens
-        now = time.perf_counter()
-        rate = self.tokens / max(now - self.tic, 1e-9)
+        now = self.clock()
+        rate = self.tokens / max(now - self.last_line, 1e-9)
         self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", lr=f"{lr:.2e}", refresh=False)
         self.bar.update()
         self.unprinted = f"{self.desc} step {self.done}/{self.total}: loss {loss:.3f}, {rate:.0f} tokens/s, lr {lr:.2e}"
         if now - self.last_line >= self.every_s or self.done == self.total:
             self._print_line()
-            self.last_line = now
+            self.last_line, self.tokens = now, 0
         return rate
 
     def _print_line(self) -> None:

@@ -85,10 +85,10 @@ def check_init_vocab(train: Split, src_vocab: Vocab, tgt_vocab: Vocab, path: Pat
     return None
 
 
-def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
-    """Every sample must fit the positional table: fail before training, naming max_len and the
-    value that would fit (source positions count `</s>` and a `<cls>` node, target positions `<s>`)."""
-    longest = None  # (positions, split, side, line, tokens)
+def longest_sample(splits: dict[str, Split], pool) -> tuple[int, str, str, int, int] | None:
+    """(positions, split, side, line, tokens) of the sample that takes the most positions (source
+    positions count `</s>` and a `<cls>` node, target positions `<s>`); None without samples."""
+    longest = None
     for name, split in splits.items():
         for side, seqs, positions in (
             ("src", split.src_words, pool.source_positions),
@@ -97,6 +97,20 @@ def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
             for i, seq in enumerate(seqs):
                 if longest is None or positions(len(seq)) > longest[0]:
                     longest = (positions(len(seq)), name, side, i + 1, len(seq))
+    return longest
+
+
+def fitted_max_len(splits: dict[str, Split], pool, max_len: int) -> int:
+    """The max_len of a new run whose user did not choose one: the default, or the positions of
+    the longest sample where that is more (a task's own data must fit its defaults)."""
+    longest = longest_sample(splits, pool)
+    return max(max_len, longest[0]) if longest else max_len
+
+
+def check_lengths(splits: dict[str, Split], pool, max_len: int) -> None:
+    """Every sample must fit the positional table: fail before training, naming max_len and the
+    value that would fit (see `longest_sample`)."""
+    longest = longest_sample(splits, pool)
     if longest is not None and longest[0] > max_len:
         needed, name, side, line, tokens = longest
         raise ConfigError(

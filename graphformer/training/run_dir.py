@@ -13,6 +13,7 @@
     RUN_DIR/data/                generated data (copy, sort, listops, recall; unless --data-dir says otherwise)
                                  or Multi30k tokenized (data-bpeN: in subword pieces)
     RUN_DIR/subwords.model       the SentencePiece model of --bpe (subwords.json: its options)
+    RUN_DIR/ranks.json           the parameter digests of each process of a multi-process run
     RUN_DIR/.lock                held by the training process that writes the run
 
 Every file is replaced atomically (`graphformer.files`); the logs are appended a line at a
@@ -48,6 +49,7 @@ STEPS, METRICS = "steps.jsonl", "metrics.jsonl"
 EPOCHS = "checkpoints"
 ATTENTION, TENSORBOARD = "attention", "tensorboard"
 LOCK = ".lock"
+RANKS = "ranks.json"  # a multi-process run's parameter digests per rank, after training
 
 
 class RunDir:

@@ -47,16 +47,15 @@ from graphformer.training.run import (
     check_matches_run,
     check_model_fits_task,
     checkpoint_vocabs,
+    fitted_max_len,
     init_weights,
     load_model,
     read_init,
     read_splits,
     vocabs_for,
 )
-from graphformer.training.run_dir import METRICS, STEPS, TENSORBOARD, RunDir, resume_command
+from graphformer.training.run_dir import METRICS, RANKS, STEPS, TENSORBOARD, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
-from graphformer.viz import plots
-from graphformer.viz.recording import check_map_size, check_recordable, picture, record_epoch
 from graphformer.vocab import SPECIALS
 
 
@@ -73,7 +72,9 @@ class Trainer:
 
     ``model_cfg`` and ``train_cfg`` describe a new run; with ``resume=True`` they are the run's
     saved configuration (``graphformer.training.config.resume_config`` says what may change)
-    and training continues from ``checkpoint_last.pt``.
+    and training continues from ``checkpoint_last.pt``. ``fit_max_len``: a new run's max_len is
+    the default, not the user's choice, so it grows to the data's longest sample (`fitted_max_len`);
+    a max_len the user gave that is too short stays an error.
 
     ``abort`` is what a second Ctrl-C does: by default it raises KeyboardInterrupt for the caller
     (a notebook, say) to handle; the command line ends the process at once instead.
@@ -87,7 +88,16 @@ class Trainer:
         resume: bool = False,
         show_progress: bool = True,
         abort: Callable[[], None] | None = None,
+        fit_max_len: bool = False,
+        recorder=None,
     ):
+        if train_cfg.viz_every and recorder is None:
+            raise ConfigError(
+                "viz_every",
+                "records attention maps through a recorder: give Trainer(..., recorder="
+                "graphformer.viz.recording.AttentionRecorder()) (the command line does)",
+            )
+        self.recorder = recorder  # draws and writes attention maps: viz stands above training
         if abort is not None:
             self.abort = abort
         self.files = RunDir(run_dir)
@@ -112,7 +122,7 @@ class Trainer:
             if resume:
                 self._resume(model_cfg)
             else:
-                self._start(model_cfg)
+                self._start(model_cfg, fit_max_len)
         except BaseException:
             self.files.unlock()
             if self._made_run_dir and not resume:  # a refused start leaves no half-made run behind
@@ -139,19 +149,23 @@ class Trainer:
         if self.files.holds_run():
             raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
 
-    def _start(self, model_cfg: ModelConfig):
+    def _start(self, model_cfg: ModelConfig, fit_max_len: bool = False):
         if self.ctx.is_main:
             self._check_holds_no_run()  # before anything else is checked or written
-        check_recordable(model_cfg.model, self.cfg.viz_every)
+        if self.cfg.viz_every:
+            self.recorder.check_model(model_cfg.model, self.cfg.viz_every)
         check_model_fits_task(model_cfg, self.cfg.task)
         init = read_init(self.cfg.init_from) if self.cfg.init_from else None  # before anything is written
         if init:
             check_init_fits(*init, model_cfg)
         self._open_run_dir(new_run=True)
         self._load_data()
-        pool = model_cfg.graph_pool()
-        check_lengths({**self.splits, **self._test_split()}, pool, model_cfg.max_len)  # test: evaluate must fit too
-        check_map_size(self.splits["valid"], pool, self.cfg.viz_every)
+        pool, samples = model_cfg.graph_pool(), {**self.splits, **self._test_split()}  # test: evaluate must fit too
+        if fit_max_len:
+            model_cfg = dataclasses.replace(model_cfg, max_len=fitted_max_len(samples, pool, model_cfg.max_len))
+        check_lengths(samples, pool, model_cfg.max_len)
+        if self.cfg.viz_every:
+            self.recorder.check_split(self.splits["valid"], pool, self.cfg.viz_every)
         self._choose_vocabs(init)
         if model_cfg.tie == "all" and self.src_vocab != self.tgt_vocab:  # equal sizes are not enough
             raise ConfigError(
@@ -630,20 +644,18 @@ class Trainer:
         """DDP keeps replicas identical by construction; verify it and record the digests."""
         digests = distributed.parameter_digests(self.model, self.ctx)
         if self.ctx.is_main:
-            write_json_atomic(self.run_dir / "ranks.json", {"parameter_sha256": digests})
+            write_json_atomic(self.run_dir / RANKS, {"parameter_sha256": digests})
         if len(set(digests)) != 1:
             raise RuntimeError(f"parameters differ across ranks after training: {digests}")
 
     def _record_attention(self, epoch: int) -> None:
         """Maps of the first validation sample, for ``graphformer animate`` (and TensorBoard)."""
-        path = record_epoch(
+        path = self.recorder.record(
             self.model, self.splits["valid"], self.pool, self.src_vocab, self.tgt_vocab, self.run_dir, epoch
         )
         if self.board and path is not None:
-            record = checkpoint.load(path)
-            for relation in record["maps"]:
-                figure = plots.draw(picture(record, relation, layer=-1, head="all"))
-                self.board.attention(f"attention/{relation}", plots.png_bytes(figure), self.progress["step"])
+            for relation, png in self.recorder.pngs(path).items():
+                self.board.attention(f"attention/{relation}", png, self.progress["step"])
 
     def _improves(self, metrics: dict) -> bool:
         best, value = self.progress["best"], metrics[f"valid_{self.cfg.select_by}"]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from graphformer.attention import record_attention
+from graphformer.choices import RELATIONS
 from graphformer.graphs import GraphBatch
+from graphformer.model.modes import evaluating
 
-RELATIONS = ("enc", "dec", "cross")
 # Models with one map per layer. The Universal Transformer attends on shrinking subgraphs of its
 # still-active nodes at every step; those are drawn as ponder maps instead
 # (`graphformer.viz.plots.ponder_map`).
@@ -55,13 +56,8 @@ def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: in
         raise ValueError(f"no {relation} attention to map: {why}; give make_batch(pool, src, tgt) or relation 'enc'")
     if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample < batch.size:
         raise ValueError(f"sample {sample!r} is not a sample of the batch of {batch.size}")
-    was_training = model.training
-    model.eval()
-    try:
-        with record_attention() as records:
-            model(batch)
-    finally:
-        model.train(was_training)
+    with evaluating(model), record_attention() as records:
+        model(batch)
     key_first, n_keys, query_first, n_queries = _ranges(batch, relation, sample)
     maps = []
     for name, graph, weights in records:

@@ -14,6 +14,7 @@ from graphformer.graphs import make_batch, tree
 from graphformer.training import checkpoint
 from graphformer.training.checkpoint import save_atomic
 from graphformer.training.run_dir import ATTENTION
+from graphformer.viz import plots
 from graphformer.viz.maps import RECORDED_MODELS, RELATIONS, attention_maps
 from graphformer.viz.plots import AttentionPicture
 from graphformer.vocab import EOS, SOS
@@ -137,7 +138,31 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
         keys=list(keys),
         queries=list(queries),
         panel_titles=[f"head {h}" for h in chosen],
-        title=f"{relation} layer {layer % layers} {which}, {when}",
+        # counted from 1 (`--layer 0` is "layer 1 of 2"): "layer 1" reads as the first
+        title=f"{relation} layer {layer % layers + 1} of {layers}, {which}, {when}",
         key_axis=key_axis,
         query_axis=query_axis,
     )
+
+
+class AttentionRecorder:
+    """Attention maps recorded while a run trains (``viz_every``). The `Trainer` stands below
+    `graphformer.viz` and never imports it; it is given a recorder (the command line makes one)
+    and calls these methods."""
+
+    def check_model(self, model_kind: str, viz_every: int) -> None:
+        check_recordable(model_kind, viz_every)
+
+    def check_split(self, split, pool, viz_every: int) -> None:
+        check_map_size(split, pool, viz_every)
+
+    def record(self, model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch: int) -> Path | None:
+        return record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir, epoch)
+
+    def pngs(self, path: Path) -> dict[str, bytes]:
+        """Each relation's last layer, every head, of the recording at ``path``, as PNG bytes."""
+        record = checkpoint.load(path)
+        return {
+            relation: plots.png_bytes(plots.draw(picture(record, relation, layer=-1, head="all")))
+            for relation in record["maps"]
+        }

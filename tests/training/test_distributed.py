@@ -12,6 +12,7 @@ import torch
 from helpers import TINY_MODEL, read_jsonl, small_copy_data, small_recall_data
 
 from graphformer.training import checkpoint
+from graphformer.training.run_dir import RANKS
 
 TASKS = {
     "transformer": (small_copy_data, ["--task", "parallel"]),
@@ -59,7 +60,7 @@ def test_two_processes_match_single_process(tmp_path, model):
     )
     assert single.returncode == 0, single.stderr[-3000:]
 
-    digests = json.loads((tmp_path / "ddp" / "ranks.json").read_text())["parameter_sha256"]
+    digests = json.loads((tmp_path / "ddp" / RANKS).read_text())["parameter_sha256"]
     assert len(digests) == 2 and digests[0] == digests[1]
     ddp_steps = read_jsonl(tmp_path / "ddp" / "steps.jsonl")
     single_steps = read_jsonl(tmp_path / "single" / "steps.jsonl")
