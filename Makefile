@@ -20,7 +20,7 @@ MULTI30K ?= ../shared/data/multi30k
 # then also times bfloat16 decoding, with the recipe's decoding choices (docs/results.md).
 MULTI30K_RUN ?= runs/multi30k-cpu
 
-.PHONY: install install-current test test-current test-all test-fast test-fast-current demo bench gpu-check gpu-wheels docs lab clean
+.PHONY: install install-current lint format test test-current test-all test-fast test-fast-current demo bench gpu-check gpu-wheels docs lab clean
 
 install: $(STAMP)
 
@@ -39,14 +39,31 @@ $(STAMP_CURRENT): setup.cfg pyproject.toml
 	$(BIN_CURRENT)/python -m pip install --quiet -e ".[dev,current]"
 	touch $(STAMP_CURRENT)
 
-# Both stacks, one after the other (CI runs this).
-test-all: test test-current
+# The linter and the formatter's check, then both stacks, one after the other (CI runs this).
+test-all: lint test test-current
+
+LINTED := graphformer tests benchmarks examples notebooks
+
+lint: install
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+format: install
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
 
 test: install
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=10 tests
 
 test-current: install-current
 	$(TEST_ENV) $(BIN_CURRENT)/python -m pytest -n 2 --durations=10 tests
+
+# The HTML animation player in a headless Chromium, on both stacks; fails without the browser
+# (as root: apt-get install chromium chromium-driver).
+.PHONY: test-player
+test-player: install install-current
+	CI=1 $(TEST_ENV) $(BIN)/python -m pytest tests/viz/test_player.py
+	CI=1 $(TEST_ENV) $(BIN_CURRENT)/python -m pytest tests/viz/test_player.py
 
 test-fast: install
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow" tests

@@ -69,8 +69,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
-import platform
 import pstats
 import random
 import statistics
@@ -91,6 +89,7 @@ from graphformer.model.dense import to_torch_transformer
 from graphformer.vocab import EOS, PAD, UNK, Vocab
 
 sys.path.insert(0, str(Path(__file__).parent))
+from provenance import machine, versions  # noqa: E402
 from recipe import MODEL_SIZES, RECIPE_MODEL  # noqa: E402
 
 BEAMS = (1, 5)
@@ -738,8 +737,8 @@ def main():
             ),
         },
         "rows": rows,
-        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "machine": machine(),
+        "versions": versions(),
     }
     (out / "decoding.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'decoding.json'}")

@@ -31,7 +31,6 @@ import ctypes
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from graphformer.memory import peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
+from provenance import machine, versions  # noqa: E402
+
+from graphformer.rss import peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
 
 PATTERNS = {
     "window": "window:64",
@@ -179,8 +180,6 @@ def main():
         parser.error(f"--rounds: must be at least 1, got {args.rounds}")
     lengths = sorted(set(args.lengths))
 
-    import torch
-
     rows, compile_rows = [], []
     with tempfile.TemporaryDirectory(prefix="flex-bench-inductor-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
@@ -210,7 +209,7 @@ def main():
                         "pattern": pattern,
                         "spec": PATTERNS[pattern],
                         "L": L,
-                        "error": (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1],
+                        "error": (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1],
                     }
                     for L in job_lengths
                 ]
@@ -235,8 +234,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     result = {
         "command": "python " + " ".join(sys.argv),
-        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "machine": machine(),
+        "versions": versions(),
         "heads": HEADS,
         "dim": DIM,
         "dtype": "float32",

@@ -43,6 +43,8 @@ import time
 import traceback
 from pathlib import Path
 
+from provenance import versions
+
 BENCHMARKS = Path(__file__).resolve().parent
 ROOT = BENCHMARKS.parent
 # Each stage's time limit, seconds; together under 7 minutes with the start and the wheels.
@@ -121,7 +123,7 @@ def device_facts() -> dict:
     cuda = torch.cuda.is_available()
     return {
         "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
-        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+        "versions": versions(cuda=torch.version.cuda),
     }
 
 
@@ -379,7 +381,7 @@ def training_stage(device, rows: Rows, out: Path):
                 graph.attention_backend = "auto" if model is dense else system
                 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
-                def epoch(model=model, optimizer=optimizer):
+                def epoch(model=model, optimizer=optimizer, dense=dense):
                     for src, tgt in batches:
                         with autocast(dtype, device):
                             loss, n = (

@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import torch
+from provenance import machine, versions
 
 from graphformer.cli import at_least_one
 from graphformer.data.corpus import Split
@@ -113,18 +113,15 @@ def main():
         + (f" --sentences {args.sentences}" if args.sentences else ""),
         "sentences": len(split),
         "rows": rows,
-        "machine": {
-            "cores": os.cpu_count(),
-            "threads": torch.get_num_threads(),
-            "platform": platform.platform(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "bfloat16_instructions": cpu_bfloat16_instructions(),
+        "machine": machine(
+            cpu_capability=torch.backends.cpu.get_cpu_capability(),
+            bfloat16_instructions=cpu_bfloat16_instructions(),
             # what limits the kernels PyTorch and oneDNN pick (to emulate an older CPU)
-            "environment": {
+            environment={
                 name: os.environ[name] for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if name in os.environ
             },
-        },
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        ),
+        "versions": versions(),
     }
     (out / "precision.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'precision.json'}")

@@ -16,14 +16,15 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from graphformer.memory import peak_rss_bytes, reset_peak_rss, rss_bytes
+from provenance import machine, versions
+
+from graphformer.rss import peak_rss_bytes, reset_peak_rss, rss_bytes
 
 # The edge-wise kernels: DGL's where it is installed, else the same message passing as PyTorch ops.
 EDGEWISE = "dgl" if importlib.util.find_spec("dgl") else "torch"
@@ -123,8 +124,6 @@ def main():
 
     if min(args.lengths) < 2:
         parser.error(f"--lengths must be at least 2, got {min(args.lengths)}")
-    import torch
-
     rows = []
     for L in args.lengths:
         for method in METHODS:
@@ -150,8 +149,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     result = {
         "command": "python " + " ".join(sys.argv),
-        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "machine": machine(),
+        "versions": versions(),
         "heads": HEADS,
         "dim": DIM,
         "rows": rows,

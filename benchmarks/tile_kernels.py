@@ -8,7 +8,7 @@ several queries, methods interleaved (best of ``--rounds``):
 
 * training: one forward and backward pass of the copy configuration (2 layers, d_model 128,
   4 heads) on a batch of about 4,096 tokens per side, every sample of one length L, so that the
-  encoder's and the cross-attention's relations are (L + 1) x (L + 1) tiles (`full_runs`: one run; L
+  encoder's and the cross-attention's relations are (L + 1) x (L + 1) tiles (`full_stretches`: one stretch; L
   tokens and `</s>`, `<s>` and L tokens);
 * beam search: incremental decoding of the fixed-length benchmark's 32 sentences (20 tokens, 50
   output tokens, `</s>` suppressed until the limit) with beam 5 and 10: cross-attention tiles of 5
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import random
 import sys
 import time
@@ -33,6 +32,7 @@ from unittest import mock
 
 import torch
 import torch.nn.functional as F
+from provenance import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
 from decoding import FIXED_OUTPUT_TOKENS, fixed_model_and_sources  # noqa: E402
@@ -131,8 +131,8 @@ def main():
     result = {
         "command": f"python benchmarks/tile_kernels.py --rounds {args.rounds}",
         "rows": rows,
-        "machine": {"threads": torch.get_num_threads(), "platform": platform.platform()},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "machine": machine(),
+        "versions": versions(),
     }
     (out / "tile_kernels.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'tile_kernels.json'}")

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from provenance import machine, versions
 from torch import nn
 
 from graphformer import make_model
@@ -245,8 +244,8 @@ def main():
         "batching_share_of_step": batching / step_time,
         "fixed_seconds_per_step": fixed,
         "fixed_share_of_step": fixed / step_time,
-        "machine": {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "platform": platform.platform()},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "machine": machine(),
+        "versions": versions(),
     }
     name = "training_throughput.json" if args.task == "copy" else f"training_throughput_{args.task}.json"
     (out / name).write_text(json.dumps(result, indent=1) + "\n")

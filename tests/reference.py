@@ -10,14 +10,12 @@ import torch
 from torch import nn
 
 from graphformer.model.dense import to_torch_transformer
+from graphformer.vocab import EOS, PAD, SOS
 
 
 def dense_copy(model) -> nn.Transformer:
     """The model's weights in nn.Transformer; the tests pass a sparse pattern's masks themselves."""
     return to_torch_transformer(model, masks_given=True)
-
-
-from graphformer.vocab import EOS, PAD, SOS
 
 
 def pad(seqs, value=PAD) -> torch.Tensor:

@@ -1,0 +1,80 @@
+"""The package's shape: each subpackage imports only those below it, and no module or function
+grows past what a reader takes in at once."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "graphformer"
+
+# Lowest first. A module may import its own layer and those before it; the top-level modules
+# that are not listed (errors, files, config_io, vocab, choices, rss...) are the floor.
+LAYERS = ["data", "graphs", "attention", "model", "decoding", "training", "viz", "cli"]
+FLOOR = -1
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# Modules still to be split (issue #41), each held to the size it has so it cannot grow.
+TOO_LONG_FOR_NOW = {"training/trainer.py": 710}
+
+
+def modules():
+    return sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def layer_of(module: str) -> int:
+    """``graphformer.model.layers`` -> the index of ``model``; the floor for anything else."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return FLOOR
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(tree: ast.AST, name: str):
+    """Every graphformer module a file imports, lazily inside functions too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("graphformer"))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against the importing package
+                base = ".".join(name.split(".")[: len(name.split(".")) - node.level + 1] + ([base] if base else []))
+            if base.startswith("graphformer"):
+                yield base
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = []
+    for path in modules():
+        name = module_name(path)
+        if name in ("graphformer", "graphformer.__main__"):
+            continue  # the package's lazy exports and the entry point stand above everything
+        for target in imported(ast.parse(path.read_text(encoding="utf-8")), name):
+            if layer_of(target) > layer_of(name):
+                upward.append(f"{name} imports {target}")
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_and_functions_stay_short(path):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    limit = TOO_LONG_FOR_NOW.get(path.relative_to(PACKAGE).as_posix(), MAX_MODULE_LINES)
+    assert len(lines) <= limit, f"{path.name} has {len(lines)} lines"
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse("\n".join(lines)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+def test_the_layer_check_sees_an_upward_import():
+    tree = ast.parse("def f():\n    from graphformer.viz import plots\n")
+    assert [layer_of(t) for t in imported(tree, "graphformer.training.trainer")] == [LAYERS.index("viz")]
+    assert layer_of("graphformer.training.trainer") < LAYERS.index("viz")
