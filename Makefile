@@ -42,7 +42,7 @@ $(STAMP_CURRENT): setup.cfg pyproject.toml
 # The linter and the formatter's check, then both stacks, one after the other (CI runs this).
 test-all: lint test test-current
 
-LINTED := graphformer tests benchmarks examples notebooks
+LINTED := graphformer tests benchmarks examples notebooks docs
 
 lint: install
 	$(BIN)/ruff check $(LINTED)

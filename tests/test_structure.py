@@ -15,7 +15,7 @@ FLOOR = -1
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 # Modules still to be split (issue #41), each held to the size it has so it cannot grow.
-TOO_LONG_FOR_NOW = {"training/trainer.py": 710}
+TOO_LONG_FOR_NOW = {"training/trainer.py": 580}
 
 
 def modules():

@@ -12,7 +12,6 @@ import enum
 import math
 import random
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -24,7 +23,6 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from graphformer.attention import check_backend_trains
-from graphformer.data.batching import plan_batches, shard
 from graphformer.data.corpus import Split, read_split
 from graphformer.data.splits import RECORD, generated_by
 from graphformer.data.tasks import GeneratedTask, get_task
@@ -34,9 +32,10 @@ from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
 from graphformer.precision import autocast, warn_if_emulated
-from graphformer.training import checkpoint, distributed
+from graphformer.training import checkpoint, distributed, random_states
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
+from graphformer.training.interrupts import StopRequest, raise_keyboard_interrupt
 from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
 from graphformer.training.run import (
@@ -56,6 +55,13 @@ from graphformer.training.run import (
 )
 from graphformer.training.run_dir import METRICS, RANKS, STEPS, TENSORBOARD, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
+from graphformer.training.steps import (
+    check_batches_per_step,
+    check_epoch_has_steps,
+    check_limits_not_below_progress,
+    epoch_plan,
+    step_counts,
+)
 from graphformer.vocab import SPECIALS
 
 
@@ -98,8 +104,6 @@ class Trainer:
                 "graphformer.viz.recording.AttentionRecorder()) (the command line does)",
             )
         self.recorder = recorder  # draws and writes attention maps: viz stands above training
-        if abort is not None:
-            self.abort = abort
         self.files = RunDir(run_dir)
         self.run_dir = self.files.path
         self.ctx = distributed.setup(train_cfg.device)
@@ -114,7 +118,7 @@ class Trainer:
         self.show_progress = show_progress and self.ctx.is_main
         self.board = None  # TensorBoardLog once the run directory is open, with cfg.tensorboard
         self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
-        self._stop_requested = False
+        self.stop = StopRequest(abort or raise_keyboard_interrupt, announce=self.ctx.is_main)
         self._deadline = None  # perf_counter() time at which max_minutes runs out (set by run)
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
         self._made_run_dir = False  # set once this process has created the run directory and holds it
@@ -236,7 +240,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.progress = dict(state["progress"])
-        self._restore_rng(state["rng"])
+        random_states.restore(state["rng"], self.ctx)
         self._check_epoch_has_steps()
         self._open_board()
         if self.ctx.is_main:
@@ -247,45 +251,9 @@ class Trainer:
         """The checkpoint to resume from, read and checked against the run's files and this launch."""
         state = checkpoint.load(path)
         check_matches_run(state, self.files, path)
-        self._check_batches_per_step(state)
-        self._check_limits_not_below_progress(state["progress"], self.files.read_config()[1])
+        check_batches_per_step(state, self.cfg.accumulate, self.ctx.world, self.run_dir)
+        check_limits_not_below_progress(state["progress"], self.files.read_config()[1], self.cfg, self.run_dir)
         return state
-
-    def _check_batches_per_step(self, state: dict) -> None:
-        """A resumed run keeps its batches per optimizer step, accumulate x processes: step s of an
-        epoch then takes the same batches, however many processes share them (another product would
-        train some batches twice and skip others). Resuming on another number of processes takes
-        the --accumulate that keeps the product."""
-        saved_k = state["train_config"]["accumulate"]
-        trained_by = state.get("processes", self.ctx.world)  # not recorded before 2026-12-01: taken as this count
-        per_step, k, world = saved_k * trained_by, self.cfg.accumulate, self.ctx.world
-        if k * world == per_step:
-            return
-        how = (
-            f"{self.run_dir} takes {per_step} batches per optimizer step (--accumulate {saved_k} x {trained_by} "
-            f"process(es)), this would take {k * world} ({k} x {world})"
-        )
-        if per_step % world:
-            raise UserError(
-                f"{how}; {world} process(es) cannot share {per_step} batches evenly: resume it on "
-                f"{trained_by} process(es) ({resume_command(self.run_dir, trained_by)})"
-            )
-        raise UserError(f"{how}: resume it with {resume_command(self.run_dir, world)} --accumulate {per_step // world}")
-
-    def _check_limits_not_below_progress(self, progress: dict, saved: dict) -> None:
-        """A resumed run's new --epochs and --max-steps must not undercut what it has done:
-        config.json would no longer describe the run (as --config, it would train a shorter one).
-        (A lower value saved by an earlier version is kept: the run is then done.)"""
-        for flag, name, done, unit in (
-            ("--epochs", "epochs", progress["epoch"], "epochs"),
-            ("--max-steps", "max_steps", progress["step"], "steps"),
-        ):
-            limit = getattr(self.cfg, name)
-            if limit is not None and limit < done and limit != saved.get(name):  # config.json's: given now
-                raise UserError(
-                    f"{flag} {limit} is fewer than the {done} {unit} {self.run_dir} has trained; give at "
-                    f"least {done} (or leave it out)"
-                )
 
     def _load_data(self):
         task = get_task(self.cfg.task)
@@ -346,7 +314,7 @@ class Trainer:
 
     # ---- checkpoints ------------------------------------------------------------------------
     def state(self, rng_by_rank: dict | None = None) -> dict:
-        """What a checkpoint holds; ``rng_by_rank``: every rank's own random states (`_rng_by_rank`),
+        """What a checkpoint holds; ``rng_by_rank``: every rank's own random states (`random_states.by_rank`),
         by default this process's alone."""
         return {
             "model_config": self.model.cfg.to_dict(),
@@ -358,7 +326,7 @@ class Trainer:
             "rng": {
                 "torch": torch.get_rng_state(),
                 "python": random.getstate(),
-                **(rng_by_rank or self._rng_by_rank(gather=False)),
+                **(rng_by_rank or random_states.by_rank(self.ctx, gather=False)),
             },
             "vocab": {"src": self.src_vocab.itos, "tgt": self.tgt_vocab.itos},
             "progress": dict(self.progress),
@@ -369,7 +337,7 @@ class Trainer:
         """Write the last checkpoint (and the best one with ``best``, and first the epoch's own with
         ``keep_epoch``: a kill between the two then resumes from before that epoch). Every rank
         calls it, since each one's random states go in; rank 0 writes."""
-        rng_by_rank = self._rng_by_rank()
+        rng_by_rank = random_states.by_rank(self.ctx)
         if not self.ctx.is_main:
             return
         state = self.state(rng_by_rank)
@@ -377,81 +345,20 @@ class Trainer:
             self.files.keep_epoch_checkpoint(state, keep_epoch, self.cfg.keep_last)
         self.files.save_checkpoint(state, best)
 
-    def _rng_by_rank(self, gather: bool = True) -> dict:
-        """Each rank's own random states, in rank order: its CPU generator's ("torch_by_rank") and
-        its own GPU's ("cuda_by_rank", None on the CPU, where no CUDA state is touched). Ranks
-        draw alike, but how far a draw moves a generator can depend on its size, and each rank's
-        batches have their own. ``gather``: from every rank (a collective: every rank calls it)."""
-        gpu = torch.cuda.get_rng_state(self.ctx.device) if self.ctx.device.type == "cuda" else None
-        mine = (torch.get_rng_state(), gpu)
-        states = distributed.all_gather(mine, self.ctx) if gather else [mine]
-        return {
-            "torch_by_rank": [cpu for cpu, _ in states],
-            "cuda_by_rank": [gpu for _, gpu in states] if gpu is not None else None,
-        }
-
-    def _restore_rng(self, rng: dict) -> None:
-        """This rank's random states from a checkpoint's: this rank's entries (rank 0's when the
-        run had fewer processes). A checkpoint of an earlier graphformer holds rank 0's CPU state
-        ("torch") and rank 0's view of every visible GPU ("cuda"): those, this rank's GPU's entry
-        there if it has one (exact on one process)."""
-        random.setstate(_tuplify(rng["python"]))
-        cpu = _own(rng.get("torch_by_rank"), self.ctx.rank)
-        torch.set_rng_state(rng["torch"] if cpu is None else cpu)
-        device = self.ctx.device
-        if device.type != "cuda":
-            return
-        saved = _own(rng.get("cuda_by_rank"), self.ctx.rank)
-        if saved is None:
-            every = rng.get("cuda") or []
-            saved = every[device.index] if device.index < len(every) else None
-        if saved is not None:
-            torch.cuda.set_rng_state(saved, device)
-
     # ---- the loop ---------------------------------------------------------------------------
     def _check_epoch_has_steps(self, steps: list | None = None) -> None:
-        """An epoch of fewer batches than one optimizer step takes would train nothing, silently
-        (checked at the start, and again by each epoch, which plans its own batches)."""
+        """Checked at the start, and again by each epoch, which plans its own batches."""
         if steps is None:
             steps, _ = self.epoch_plan(self.progress["epoch"])
-        if not steps:
-            k, world = self.cfg.accumulate, self.ctx.world
-            raise UserError(
-                f"an epoch holds fewer batches than one optimizer step takes (--accumulate {k} x {world} "
-                "process(es)): nothing would be trained; give smaller batches (--batch-size or "
-                "--batch-tokens), a smaller --accumulate, fewer processes, or more data"
-            )
+        check_epoch_has_steps(steps, self.cfg.accumulate, self.ctx.world)
 
     def epoch_plan(self, epoch: int):
-        """The optimizer steps of an epoch: this rank's batches for each step (``accumulate`` of
-        them), and all ranks' batches for each step (``accumulate * world`` of them)."""
-        train = self.splits["train"]
-        plan = plan_batches(
-            [len(s) for s in train.src],
-            [len(t) for t in train.tgt],
-            batch_size=self.cfg.batch_size,
-            batch_tokens=self.cfg.batch_tokens,
-            seed=self.cfg.seed,
-            epoch=epoch,
-        )
-        k, world = self.cfg.accumulate, self.ctx.world
-        steps = len(plan) // (k * world)
-        per_step = [plan[s * k * world : (s + 1) * k * world] for s in range(steps)]
-        return [shard(group, self.ctx.rank, world) for group in per_step], per_step
+        """This rank's and all ranks' batches of each step of ``epoch`` (`steps.epoch_plan`)."""
+        return epoch_plan(self.splits["train"], self.cfg, self.ctx, epoch)
 
     def step_counts(self, step_batches: list[list[int]]) -> dict:
-        """Counts of a step, from all ranks' batches of the step: what its loss is averaged over,
-        gold entries ('gold') and the nodes of each side that ACT runs on ('src', 'tgt'); and the
-        tokens it reads ('tokens', for tokens/s and steps.jsonl): a sequence model's target tokens
-        and `</s>` (its gold), a classifier's source nodes (its gold is one label per sample)."""
-        train, pool = self.splits["train"], self.pool
-        samples = [j for batch in step_batches for j in batch]
-        counts = {
-            "gold": sum(pool.gold_count(len(train.tgt[j])) for j in samples),
-            "src": sum(pool.source_nodes(len(train.src[j])) for j in samples),
-            "tgt": sum(pool.target_nodes(len(train.tgt[j])) for j in samples),
-        }
-        return counts | {"tokens": counts["gold"] if pool.targets else counts["src"]}
+        """What a step's loss is averaged over, and the tokens it reads (`steps.step_counts`)."""
+        return step_counts(self.splits["train"], self.pool, step_batches)
 
     def train_step(self, batches: list[list[int]], counts: dict) -> float:
         """One optimizer step over this rank's ``batches``; returns the summed loss of all ranks.
@@ -490,40 +397,33 @@ class Trainer:
 
     def run(self) -> dict | None:
         """Train until cfg.epochs (or cfg.max_steps); returns the last validation metrics."""
-        # Every rank: a signal that reaches any of them (the launcher passes Ctrl-C on to all) stops all at one step.
-        # A signal ignored on entry stays ignored, as the launcher leaves it: a shell starts a script's
-        # background job (cmd &) with SIGINT ignored, so that a Ctrl-C at the terminal spares it.
-        handlers = {
-            sig: signal.signal(sig, self._on_interrupt)
-            for sig in (signal.SIGINT, signal.SIGTERM)
-            if signal.getsignal(sig) is not signal.SIG_IGN
-        }
+        with self.stop.installed():
+            try:
+                return self._train_epochs()
+            except WriteRefused as err:  # every file written before is whole: say how to go on from them
+                raise WriteRefused(err.path, err.error, self._how_to_go_on()) from None
+
+    def _train_epochs(self) -> dict | None:
         metrics = None
-        try:
-            if self.progress["batch"] and self.progress["batch"] == len(self.epoch_plan(self.progress["epoch"])[0]):
-                metrics = self._end_epoch()  # stopped (a signal, a kill) after its last step: validate it now
-            # A resumed run that had stopped early stays stopped unless it is given more patience.
-            done = (
-                self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
-            ) or self._out_of_patience()
-            if self.cfg.max_minutes is not None:
-                self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
-            if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
-                self._record_attention(0)  # the untrained model: the first frame of an animation
-            while self.progress["epoch"] < self.cfg.epochs and not done:
-                end = self._train_epoch()
-                if end is EpochEnd.STOPPED:
-                    break
-                metrics = self._end_epoch()
-                done = end is EpochEnd.LAST_STEP_STOPS or self._out_of_patience()
-            if self.ctx.distributed:
-                self._check_ranks_in_sync()
-            return metrics
-        except WriteRefused as err:  # every file written before is whole: say how to go on from them
-            raise WriteRefused(err.path, err.error, self._how_to_go_on()) from None
-        finally:
-            for sig, previous in handlers.items():
-                signal.signal(sig, previous)
+        if self.progress["batch"] and self.progress["batch"] == len(self.epoch_plan(self.progress["epoch"])[0]):
+            metrics = self._end_epoch()  # stopped (a signal, a kill) after its last step: validate it now
+        # A resumed run that had stopped early stays stopped unless it is given more patience.
+        done = (
+            self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
+        ) or self._out_of_patience()
+        if self.cfg.max_minutes is not None:
+            self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
+        if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
+            self._record_attention(0)  # the untrained model: the first frame of an animation
+        while self.progress["epoch"] < self.cfg.epochs and not done:
+            end = self._train_epoch()
+            if end is EpochEnd.STOPPED:
+                break
+            metrics = self._end_epoch()
+            done = end is EpochEnd.LAST_STEP_STOPS or self._out_of_patience()
+        if self.ctx.distributed:
+            self._check_ranks_in_sync()
+        return metrics
 
     def _how_to_go_on(self) -> str:
         """What to do once a refused write is put right: resume from the last checkpoint, or start again."""
@@ -594,7 +494,7 @@ class Trainer:
             self._deadline is not None and time.perf_counter() >= self._deadline
         )
         # Every rank must stop at the same step, whichever of them the signal reached.
-        requested, limit = distributed.any_rank((self._stop_requested, limit), self.ctx)
+        requested, limit = distributed.any_rank((self.stop.requested, limit), self.ctx)
         self.interrupted = requested
         return requested or limit
 
@@ -666,21 +566,6 @@ class Trainer:
         if self.ctx.is_main:
             self.files.log(name, record)
 
-    @staticmethod
-    def abort() -> None:
-        """What a second Ctrl-C does, unless the trainer was given another ``abort``."""
-        raise KeyboardInterrupt
-
-    def _on_interrupt(self, signum, frame):
-        if self._stop_requested and signum == signal.SIGINT:  # a second Ctrl-C: stop now, the last checkpoint stays
-            self.abort()
-            return
-        # A repeated SIGTERM only asks again: a scheduler may send one to every process of a job, and the
-        # launcher of several processes passes its own copy on.
-        self._stop_requested = True
-        if self.ctx.is_main:
-            tqdm.write("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort)")
-
 
 class NonFiniteLoss(ArithmeticError):
     def __init__(self, value: float):
@@ -692,15 +577,3 @@ def _version(path: Path) -> tuple:
     """What tells one version of a file from the next: each atomic write makes a new file."""
     stat = path.stat()
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
-
-
-def _own(by_rank: list | None, rank: int):
-    """A rank's entry of a list by rank; rank 0's for a rank past its end; None without a list."""
-    if not by_rank:
-        return None
-    return by_rank[rank] if rank < len(by_rank) else by_rank[0]
-
-
-def _tuplify(x):
-    """JSON-like lists back into the nested tuples random.setstate wants."""
-    return tuple(_tuplify(i) for i in x) if isinstance(x, (list, tuple)) else x

@@ -31,7 +31,7 @@ from helpers import TINY_MODEL, assert_same_last_weights, read_jsonl, small_copy
 from graphformer.cli import main
 from graphformer.data import multi30k
 from graphformer.errors import UserError
-from graphformer.training import checkpoint, distributed
+from graphformer.training import checkpoint, distributed, random_states
 from graphformer.training.run_dir import STEPS, RunDir
 
 MIRROR = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
@@ -510,14 +510,10 @@ def test_a_cpu_run_on_a_gpu_host_reads_and_restores_no_gpu_state(data, tmp_path,
     assert cuda.calls == []
 
 
-def gpu_rank(rank: int, world: int, device: str = "cuda"):
-    """A trainer of rank ``rank`` of ``world``, on that rank's GPU (or the CPU), with nothing else set up."""
-    from graphformer.training.trainer import Trainer
-
-    trainer = Trainer.__new__(Trainer)
+def gpu_rank(rank: int, world: int, device: str = "cuda") -> distributed.Context:
+    """The context of rank ``rank`` of ``world``, on that rank's GPU (or the CPU)."""
     where = torch.device("cuda", rank) if device == "cuda" else torch.device("cpu")
-    trainer.ctx = distributed.Context(rank=rank, world=world, device=where)
-    return trainer
+    return distributed.Context(rank=rank, world=world, device=where)
 
 
 def rng(**entries) -> dict:
@@ -530,13 +526,13 @@ def test_each_rank_saves_and_restores_its_own_gpus_random_state_only(monkeypatch
     cuda = FakeCuda(monkeypatch, states={"cuda:1": mine})
     cpu0 = torch.get_rng_state()
     monkeypatch.setattr(distributed, "all_gather", lambda value, ctx: [(cpu0, rank0s), value])  # rank 0's from rank 0
-    saved = gpu_rank(1, 2)._rng_by_rank()
+    saved = random_states.by_rank(gpu_rank(1, 2))
     assert saved["cuda_by_rank"] == [rank0s, mine] and saved["torch_by_rank"][1].equal(torch.get_rng_state())
     assert cuda.calls == [("get_rng_state", torch.device("cuda", 1))]
 
     def restored(states: dict, rank: int = 1, world: int = 2, device: str = "cuda"):
         cuda.calls.clear()
-        gpu_rank(rank, world, device)._restore_rng(states)
+        random_states.restore(states, gpu_rank(rank, world, device))
         return cuda.calls
 
     own = [("set_rng_state", mine, torch.device("cuda", 1))]
@@ -549,15 +545,15 @@ def test_each_rank_saves_and_restores_its_own_gpus_random_state_only(monkeypatch
     assert restored(rng(cuda=None)) == restored(rng(cuda_by_rank=None)) == []  # a CPU run's
     assert restored(rng(cuda_by_rank=[rank0s, mine]), rank=0, world=1, device="cpu") == []
     cuda.calls.clear()
-    assert gpu_rank(0, 1, "cpu")._rng_by_rank()["cuda_by_rank"] is None and cuda.calls == []
+    assert random_states.by_rank(gpu_rank(0, 1, "cpu"))["cuda_by_rank"] is None and cuda.calls == []
 
 
 def test_each_rank_restores_its_own_cpu_random_state(monkeypatch):
     """How far a draw moves the CPU generator can depend on its size, and each rank has its own batches."""
     states = [torch.Generator().manual_seed(seed).get_state() for seed in (10, 11)]
     for rank, world in ((0, 2), (1, 2), (1, 3)):
-        gpu_rank(rank, world, "cpu")._restore_rng(rng(torch_by_rank=states))
+        random_states.restore(rng(torch_by_rank=states), gpu_rank(rank, world, "cpu"))
         assert torch.get_rng_state().equal(states[rank])
     earlier = rng()  # an earlier graphformer's: rank 0's state, for every rank
-    gpu_rank(1, 2, "cpu")._restore_rng({**earlier, "torch": states[0]})
+    random_states.restore({**earlier, "torch": states[0]}, gpu_rank(1, 2, "cpu"))
     assert torch.get_rng_state().equal(states[0])

@@ -166,28 +166,23 @@ def test_under_torchrun_a_process_past_the_first_says_its_rank_in_its_one_line(t
 
 
 def test_batches_per_step_that_processes_cannot_share_evenly_name_the_original_count(tmp_path):
-    from types import SimpleNamespace
-
     from graphformer.errors import UserError
-    from graphformer.training.trainer import Trainer
+    from graphformer.training.steps import check_batches_per_step
 
-    trainer = Trainer.__new__(Trainer)
-    trainer.run_dir, trainer.cfg, trainer.ctx = tmp_path, SimpleNamespace(accumulate=1), SimpleNamespace(world=2)
     with pytest.raises(
         UserError,
         match=r"takes 3 batches per optimizer step \(--accumulate 3 x 1 process\(es\)\), "
         r"this would take 2 \(1 x 2\); 2 process\(es\) cannot share 3 batches evenly: "
         r"resume it on 1 process\(es\) \(graphformer train --out",
     ):
-        trainer._check_batches_per_step({"train_config": {"accumulate": 3}, "processes": 1})
-    trainer.cfg.accumulate = 3
+        check_batches_per_step({"train_config": {"accumulate": 3}, "processes": 1}, 1, 2, tmp_path)
     with pytest.raises(
         UserError,
         match=r"resume it with graphformer train --processes 2 --out .* --resume "
         r"--accumulate 1",
     ):  # 3 x 2 = 6 batches
-        trainer._check_batches_per_step({"train_config": {"accumulate": 1}, "processes": 2})
-    trainer._check_batches_per_step({"train_config": {"accumulate": 6}, "processes": 1})  # 3 x 2: accepted
+        check_batches_per_step({"train_config": {"accumulate": 1}, "processes": 2}, 3, 2, tmp_path)
+    check_batches_per_step({"train_config": {"accumulate": 6}, "processes": 1}, 3, 2, tmp_path)  # 3 x 2: accepted
 
 
 def test_processes_under_torchrun_of_another_count_is_one_line_and_starts_nothing(tmp_path, capsys, monkeypatch):
@@ -244,17 +239,15 @@ def test_only_a_second_ctrl_c_aborts_a_stopping_run_a_repeated_sigterm_asks_agai
     """A job scheduler may send SIGTERM to every process and the launcher passes its own copy on:
     a second SIGTERM must not throw away the checkpoint the first one asked for."""
     import signal
-    from types import SimpleNamespace
 
-    from graphformer.training.trainer import Trainer
+    from graphformer.training.interrupts import StopRequest
 
-    trainer = Trainer.__new__(Trainer)
-    trainer._stop_requested, trainer.ctx = False, SimpleNamespace(is_main=True)
-    trainer._on_interrupt(signal.SIGTERM, None)
-    trainer._on_interrupt(signal.SIGTERM, None)
-    assert trainer._stop_requested
+    stop = StopRequest()
+    stop(signal.SIGTERM, None)
+    stop(signal.SIGTERM, None)
+    assert stop.requested
     with pytest.raises(KeyboardInterrupt):
-        trainer._on_interrupt(signal.SIGINT, None)
+        stop(signal.SIGINT, None)
 
 
 def test_a_processes_run_blames_a_process_killed_from_outside_before_the_ones_that_lost_it():
@@ -932,7 +925,7 @@ def test_a_run_stopped_after_an_epochs_last_step_validates_it_on_resume(data, tm
     original = trainer_module.Trainer._should_stop
 
     def signal_at_step_6(self):
-        self._stop_requested = self._stop_requested or self.progress["step"] == 6
+        self.stop.requested = self.stop.requested or self.progress["step"] == 6
         return original(self)
 
     monkeypatch.setattr(trainer_module.Trainer, "_should_stop", signal_at_step_6)
