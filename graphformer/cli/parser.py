@@ -12,6 +12,7 @@ import argparse
 from dataclasses import MISSING, fields
 
 from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, RELATIONS, SCALES, VIEWS, pattern_syntax
+from graphformer.data.tasks import EVALUATION_SPLITS
 from graphformer.model.config import ModelConfig
 from graphformer.training.config import DEVICES, PER_PROCESS, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig
 
@@ -120,7 +121,12 @@ def _eval_parser(sub):
         description="Loss, token accuracy and exact match (and BLEU for translation) of a run's model on a data split.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="the split to score")
+    p.add_argument(
+        "--split",
+        default="test",
+        choices=EVALUATION_SPLITS,
+        help="the split to score (multi30k: also its test sets by name; test is test_2016_flickr)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--data-dir",

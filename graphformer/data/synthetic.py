@@ -49,6 +49,17 @@ def parse_lengths(text: str, task: str, option: str) -> tuple[int, int]:
     return low, high
 
 
+def split_lengths(task: str, train: str | None, test: str | None) -> Lengths | None:
+    """The ``lengths`` of `write_task` from the options ``train_lengths`` and ``test_lengths``
+    (ranges as `parse_lengths` reads them): valid and test take ``test``, else ``train``; None
+    when neither is given (the default distribution)."""
+    if not (train or test):
+        return None
+    lengths = {"train": parse_lengths(train, task, "train_lengths")} if train else {}
+    held_out = parse_lengths(test, task, "test_lengths") if test else lengths.get("train")
+    return lengths | ({"valid": held_out, "test": held_out} if held_out else {})
+
+
 def draw_length(task: str, rng: random.Random, span: tuple[int, int] | None) -> int:
     if span is None:
         return max(shortest(task), round(rng.gauss(15, 3)))

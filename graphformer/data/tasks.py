@@ -55,6 +55,12 @@ class Task:
         """Raw (untokenized) target lines of a split, for BLEU; None where the task has none."""
         return None
 
+    def split_file(self, name: str) -> str:
+        """The file stem of the split ``evaluate --split`` names (``test`` -> ``test.src``...)."""
+        if name not in ("train", "valid", "test"):
+            raise UserError(f"this run's task has no split {name!r}: give train, valid or test")
+        return name
+
     def bleu_tokenize(self, cfg) -> Tokenize | None:
         """How text is tokenized for the tokenized BLEU score, if the model's own tokens are not
         the words to score (subwords); None: score the model's tokens."""
@@ -79,6 +85,19 @@ class GeneratedTask(Task):
         return self.write(self.data_dir(cfg, run_dir), seed=cfg.seed)
 
 
+class SyntheticTask(GeneratedTask):
+    """copy, sort, reverse and addition (`graphformer.data.synthetic`), with the lengths of each
+    split that ``train_lengths`` and ``test_lengths`` give."""
+
+    def __init__(self, name: str):
+        super().__init__(partial(synthetic.write_task, name))
+        self.name = name
+
+    def prepare(self, cfg, run_dir):
+        lengths = synthetic.split_lengths(self.name, cfg.train_lengths, cfg.test_lengths)
+        return self.write(self.data_dir(cfg, run_dir), seed=cfg.seed, lengths=lengths)
+
+
 class LabelFiles(Task):
     """The user's own classification data (``--data-dir``): ``{split}.src`` whitespace-tokenized
     texts and ``{split}.tgt`` one label per line, for ``--model encoder``."""
@@ -95,6 +114,12 @@ class Multi30kTask(Task):
 
     def data_dir(self, cfg, run_dir):
         return run_dir / (f"{subwords.DATA_PREFIX}{cfg.bpe}" if cfg.bpe else "data")
+
+    def split_file(self, name):
+        """Every split of `multi30k.SPLIT_FILES`; ``test_2016_flickr`` is ``test``."""
+        if name == multi30k.TEST_SETS[0]:
+            return "test"
+        return name if name in multi30k.SPLIT_FILES else super().split_file(name)
 
     def prepare(self, cfg, run_dir):
         if not cfg.bpe:
@@ -145,16 +170,20 @@ class Multi30kTask(Task):
 
 
 TASKS: dict[str, Task] = {
-    "copy": GeneratedTask(partial(synthetic.write_task, "copy")),
-    "sort": GeneratedTask(partial(synthetic.write_task, "sort")),
-    "reverse": GeneratedTask(partial(synthetic.write_task, "reverse")),
-    "addition": GeneratedTask(partial(synthetic.write_task, "addition")),
+    "copy": SyntheticTask("copy"),
+    "sort": SyntheticTask("sort"),
+    "reverse": SyntheticTask("reverse"),
+    "addition": SyntheticTask("addition"),
     "listops": GeneratedTask(listops.write_listops, classification=True),  # 500-2000 tokens: raise max_len
     "recall": GeneratedTask(recall.write_recall, classification=True),  # 1024 tokens: raise max_len
     "parallel": Task(),
     "classify": LabelFiles(),
     "multi30k": Multi30kTask(),
 }
+
+
+# What ``evaluate --split`` may name: every task's train, valid and test, and Multi30k's test sets.
+EVALUATION_SPLITS = ("train", "valid", "test", *multi30k.TEST_SETS)
 
 
 def classification_tasks() -> list[str]:

@@ -9,7 +9,7 @@ Resuming a run keeps its configuration: only the fields marked ``RESUME_OVERRIDE
 train) may be given again with another value, ``RUNTIME`` fields (where and how fast to run)
 may differ between sessions of one run without changing what it computes, and ``accumulate`` may
 change with the number of processes as long as their product, the batches of an optimizer step,
-stays (the trainer checks it: see ``Trainer._check_batches_per_step``).
+stays (the trainer checks it: see ``steps.check_batches_per_step``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Optional
 
 from graphformer.choices import ATTENTION_BACKENDS, DEFAULT_ALPHA, DEFAULT_BACKEND, PRECISIONS, TRAIN_PRECISIONS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
+from graphformer.data import synthetic
 from graphformer.data.batching import DECODE_BATCH_TOKENS
 from graphformer.data.tasks import TASKS, get_task
 from graphformer.errors import ConfigError, UserError
@@ -54,6 +55,18 @@ class TrainConfig(DictConfig):
         metavar="DIR",
     )
     train_limit: Optional[int] = option(None, "use only the first N training pairs", range=AT_LEAST_1)
+    train_lengths: Optional[str] = option(
+        None,
+        "copy, sort, reverse, addition: source lengths of the training split, LOW-HIGH or one "
+        "length, drawn uniformly (default: around 15)",
+        metavar="RANGE",
+    )
+    test_lengths: Optional[str] = option(
+        None,
+        "copy, sort, reverse, addition: source lengths of the valid and test splits, e.g. 400 "
+        "after --train-lengths 1-40 to test length generalisation (default: --train-lengths)",
+        metavar="RANGE",
+    )
     bpe: Optional[int] = option(
         None,
         "multi30k: a SentencePiece BPE vocabulary of this many pieces, learned on the "
@@ -165,6 +178,10 @@ class TrainConfig(DictConfig):
                 "batch_size", "and a token budget per batch (batch_tokens, --batch-tokens) exclude each other: give one"
             )
         check_device_name(self.device)
+        if (self.train_lengths or self.test_lengths) and self.task not in synthetic.NAMES:
+            option = "train_lengths" if self.train_lengths else "test_lengths"
+            raise ConfigError(option, f"applies to the tasks {', '.join(synthetic.NAMES)}, not to {self.task!r}")
+        synthetic.split_lengths(self.task, self.train_lengths, self.test_lengths)  # refuses a malformed range
         if self.bpe and self.task != "multi30k":
             raise ConfigError("bpe", f"applies to the multi30k task (raw text), not to {self.task!r}")
 

@@ -167,6 +167,8 @@ class LoadedRun:
                     f"{folder} has no {name}.src and {name}.tgt; --data-dir takes a folder laid out as the "
                     f"run's own data ({own}: one tokenized sample per line), not raw corpus files"
                 )
+        if folder is None:
+            name = self.task.split_file(name)
         split = read_split(self.data_dir() if folder is None else Path(folder), name)
         if folder is None:
             split.src_words, split.tgt_words = (
@@ -183,6 +185,7 @@ class LoadedRun:
 
     def references(self, name: str) -> list[str] | None:
         """Raw (untokenized) references of a translation task, for BLEU."""
+        name = self.task.split_file(name)
         self.data_dir()
         references = self.task.references(self.train_cfg, self.run_dir, name)
         return None if references is None else self.train_cfg.used(name, references)

@@ -1,10 +1,13 @@
 """reverse and addition, and lengths chosen per split (train short, test long), against checkers
 written here from the tasks' definitions."""
 
+import json
 import random
 
 import pytest
+from helpers import TINY_MODEL
 
+from graphformer.cli import main
 from graphformer.data import synthetic
 from graphformer.data.corpus import read_split
 from graphformer.errors import ConfigError, UserError
@@ -75,3 +78,31 @@ def test_bad_lengths_name_the_option(text, task):
 def test_the_tasks_read_as_parallel_data(tmp_path):
     split = read_split(synthetic.write_task("addition", tmp_path, sizes=SMALL), "train")
     assert len(split) == SMALL["train"]
+
+
+def test_train_takes_the_lengths_of_each_split_from_the_command_line(tmp_path):
+    run = tmp_path / "run"
+    argv = ["train", "--task", "reverse", "--out", str(run), "--train-lengths", "2-6", "--test-lengths", "12"]
+    assert main([*argv, "--epochs", "1", "--max-steps", "2", *TINY_MODEL]) == 0
+    lengths = {
+        split: {len(x.split()) for x in (run / "data" / f"{split}.src").read_text().splitlines()}
+        for split in ("train", "valid", "test")
+    }
+    assert max(lengths["train"]) <= 6 and min(lengths["train"]) >= 2 and lengths["valid"] == lengths["test"] == {12}
+    config = json.loads((run / "config.json").read_text())
+    assert config["train"]["train_lengths"] == "2-6" and config["train"]["test_lengths"] == "12"
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["--task", "multi30k", "--train-lengths", "1-40"], "train-lengths"),
+        (["--task", "copy", "--test-lengths", "40-4"], "test-lengths"),
+        (["--task", "addition", "--train-lengths", "1-9"], "train-lengths"),
+    ],
+)
+def test_lengths_a_task_cannot_take_are_one_line_naming_the_option(argv, option, tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "run"), *argv, "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert option in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

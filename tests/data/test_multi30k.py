@@ -16,7 +16,8 @@ import torch
 from helpers import TINY_MODEL, read_jsonl
 
 from graphformer.cli import main, read_config_file
-from graphformer.data import multi30k
+from graphformer.data import multi30k, synthetic
+from graphformer.data.tasks import EVALUATION_SPLITS, get_task
 from graphformer.errors import UserError
 from graphformer.training.bleu import bleu_scores
 
@@ -171,6 +172,12 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 1000 and {"bleu", "bleu_tokenized", "bleu_signature"} <= set(scores)
     assert 0.0 <= scores["bleu"] <= 100.0
+    for name in multi30k.TEST_SETS[1:]:  # every test set is prepared with the run's data, aligned
+        lines = multi30k.read_gz(MIRROR / f"{name}.de.gz")
+        assert len((run / "data" / f"{name}.src").read_text().splitlines()) == len(lines) > 400
+    assert main(["evaluate", str(run), "--split", "test_2017_mscoco", "--json"]) == 0  # out of domain
+    coco = json.loads(capsys.readouterr().out)
+    assert coco["n"] == len(multi30k.read_gz(MIRROR / "test_2017_mscoco.de.gz")) and "bleu_signature" in coco
     # the recipe's tuning step: every candidate scored on val, the best one printed as flags
     env = {
         **os.environ,
@@ -377,3 +384,23 @@ def test_the_cpu_recipe_script_trains_with_its_config_averages_tunes_and_resumes
     assert len(averaged["averaged_from"]) == 5
     assert cpu_sh(epochs=8) == [f"epoch_{e:04d}.pt" for e in range(1, 9)]  # resumed: 2 more epochs, all kept
     assert len(read_jsonl(run / "metrics.jsonl")) == 8
+
+
+def test_every_test_set_is_a_split_by_its_name_and_test_is_the_2016_one():
+    task = get_task("multi30k")
+    assert task.split_file("test_2016_flickr") == "test" and task.split_file("test") == "test"
+    assert [task.split_file(name) for name in multi30k.TEST_SETS[1:]] == list(multi30k.TEST_SETS[1:])
+    assert set(multi30k.TEST_SETS) <= set(EVALUATION_SPLITS)
+    with pytest.raises(UserError, match="test_2017_flickr"):  # the other tasks have train, valid and test
+        get_task("copy").split_file("test_2017_flickr")
+
+
+def test_a_test_set_another_task_lacks_is_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    data = synthetic.write_task("copy", tmp_path / "data", sizes={"train": 40, "valid": 8, "test": 8})
+    argv = ["train", "--out", str(run), "--data-dir", str(data), "--epochs", "1", *TINY_MODEL]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--split", "test_2017_mscoco"]) == 2
+    err = capsys.readouterr().err
+    assert "test_2017_mscoco" in err and err.count("\n") == 1, err
