@@ -43,3 +43,11 @@ def token_accuracy_counts(log_probs: torch.Tensor, gold: torch.Tensor, never: Se
     if never:
         log_probs = log_probs.index_fill(1, torch.tensor(never, device=log_probs.device), float("-inf"))
     return int((log_probs.argmax(1) == gold[keep]).sum()), int(keep.sum())
+
+
+class NonFiniteLoss(ArithmeticError):
+    """A step's loss overflowed (inf or nan): the step is not applied."""
+
+    def __init__(self, value: float):
+        super().__init__(f"non-finite loss {value}")
+        self.value = value

@@ -12,7 +12,6 @@ import enum
 import math
 import random
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -23,46 +22,21 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from graphformer.attention import check_backend_trains
-from graphformer.data.corpus import Split, read_split
-from graphformer.data.splits import RECORD, generated_by
-from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
 from graphformer.files import WriteRefused, write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
-from graphformer.model import build_model as model_from_config
 from graphformer.precision import autocast, warn_if_emulated
 from graphformer.training import checkpoint, distributed, random_states
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.interrupts import StopRequest, raise_keyboard_interrupt
-from graphformer.training.loss import label_smoothed_nll
+from graphformer.training.loss import NonFiniteLoss, label_smoothed_nll
 from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run import (
-    check_init_fits,
-    check_init_vocab,
-    check_labels,
-    check_lengths,
-    check_matches_run,
-    check_model_fits_task,
-    checkpoint_vocabs,
-    fitted_max_len,
-    init_weights,
-    load_model,
-    read_init,
-    read_splits,
-    vocabs_for,
-)
 from graphformer.training.run_dir import METRICS, RANKS, STEPS, TENSORBOARD, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
-from graphformer.training.steps import (
-    check_batches_per_step,
-    check_epoch_has_steps,
-    check_limits_not_below_progress,
-    epoch_plan,
-    step_counts,
-)
-from graphformer.vocab import SPECIALS
+from graphformer.training.start import RunState, resume_run, start_run, warn_about_generated_data
+from graphformer.training.steps import check_epoch_has_steps, epoch_plan, step_counts
 
 
 class EpochEnd(enum.Enum):
@@ -117,190 +91,48 @@ class Trainer:
             warn_if_emulated(self.cfg.precision, self.ctx.device)
         self.show_progress = show_progress and self.ctx.is_main
         self.board = None  # TensorBoardLog once the run directory is open, with cfg.tensorboard
-        self.progress = {"epoch": 0, "batch": 0, "step": 0, "best": None}
         self.stop = StopRequest(abort or raise_keyboard_interrupt, announce=self.ctx.is_main)
         self._deadline = None  # perf_counter() time at which max_minutes runs out (set by run)
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
-        self._made_run_dir = False  # set once this process has created the run directory and holds it
+        made_run_dir = False
         try:
             if resume:
-                self._resume(model_cfg)
+                run = resume_run(self.files, self.ctx, self.cfg)
             else:
-                self._start(model_cfg, fit_max_len)
+                run = start_run(self.files, self.ctx, self.cfg, model_cfg, recorder, fit_max_len)
+                made_run_dir = run.made_run_dir
+            self._take(run)
         except BaseException:
             self.files.unlock()
-            if self._made_run_dir and not resume:  # a refused start leaves no half-made run behind
+            if made_run_dir:  # a refused start leaves no half-made run behind
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
 
-    # ---- setting up -------------------------------------------------------------------------
-    def _open_run_dir(self, new_run: bool) -> None:
-        if self.ctx.is_main:
-            created = not self.run_dir.exists()
-            self.files.create()
-            self.files.lock()  # raises if another process holds the run: then nothing here is ours
-            self._made_run_dir = created
-            if new_run:
-                self._check_holds_no_run()  # again, now that no other trainer can write here
-
-    def _open_board(self) -> None:
-        """TensorBoard's log, once the run directory holds no earlier run's records; a resumed
-        run's drops what was logged after its checkpoint (as `RunDir.cut_logs` does)."""
-        if self.ctx.is_main and self.cfg.tensorboard:
-            self.board = TensorBoardLog(self.run_dir / TENSORBOARD, after_step=self.progress["step"])
-
-    def _check_holds_no_run(self) -> None:
-        if self.files.holds_run():
-            raise UserError(f"{self.run_dir} already holds a run; continue it with --resume or choose another --out")
-
-    def _start(self, model_cfg: ModelConfig, fit_max_len: bool = False):
-        if self.ctx.is_main:
-            self._check_holds_no_run()  # before anything else is checked or written
-        if self.cfg.viz_every:
-            self.recorder.check_model(model_cfg.model, self.cfg.viz_every)
-        check_model_fits_task(model_cfg, self.cfg.task)
-        init = read_init(self.cfg.init_from) if self.cfg.init_from else None  # before anything is written
-        if init:
-            check_init_fits(*init, model_cfg)
-        self._open_run_dir(new_run=True)
-        self._load_data()
-        pool, samples = model_cfg.graph_pool(), {**self.splits, **self._test_split()}  # test: evaluate must fit too
-        if fit_max_len:
-            model_cfg = dataclasses.replace(model_cfg, max_len=fitted_max_len(samples, pool, model_cfg.max_len))
-        check_lengths(samples, pool, model_cfg.max_len)
-        if self.cfg.viz_every:
-            self.recorder.check_split(self.splits["valid"], pool, self.cfg.viz_every)
-        self._choose_vocabs(init)
-        if model_cfg.tie == "all" and self.src_vocab != self.tgt_vocab:  # equal sizes are not enough
-            raise ConfigError(
-                "tie",
-                "'all' shares one embedding between source and target tokens, and this run has "
-                "one vocabulary per side; drop --no-shared-vocab, or tie decoder only",
-            )
-        self._encode()
-        self._check_epoch_has_steps()  # before a model is built for nothing
-        model_cfg = dataclasses.replace(model_cfg, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
-        torch.manual_seed(self.cfg.seed)
-        random.seed(self.cfg.seed)
-        self.model = model_from_config(model_cfg, self.cfg.attention_backend)
-        if init:
-            init_weights(self.model, *init)
+    def _take(self, run: RunState) -> None:
+        """Train ``run``: its optimizer (restored when resumed), random states and logs."""
+        self.splits, self.src_vocab, self.tgt_vocab = run.splits, run.src_vocab, run.tgt_vocab
+        self.model, self.progress = run.model, run.progress
         self.pool = self.model.make_pool()
-        if self.ctx.is_main:
-            self.files.clear_records()  # every check has passed: this run starts here
-            self.files.write_config(model_cfg, self.cfg)
-            self.files.write_vocab(self.src_vocab, self.tgt_vocab)
-        self._open_board()
         self._build_optimizer()
-        self._warn_about_generated_data()  # once the run has started: a refused start says only why
-
-    def _choose_vocabs(self, init: tuple[dict, Path] | None) -> None:
-        """A new run's vocabularies: built from its training split, or those of the checkpoint it
-        starts from (``--init-from``), whose embeddings it takes over."""
-        if init is None:
-            self.src_vocab, self.tgt_vocab = vocabs_for(self.splits["train"], self.cfg)
-            if len(self.src_vocab) == len(SPECIALS):  # every source token would read as <unk>
-                raise ConfigError(
-                    "min_count",
-                    f"({self.cfg.min_count}) is more than any training source token is "
-                    "seen: the vocabulary would hold no word; lower it",
-                )
+        if run.resumed_from is None:
+            self._open_board()
+            if self.ctx.is_main:
+                warn_about_generated_data(self.cfg, self.run_dir)
             return
-        state, path = init
-        self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
-        warning = check_init_vocab(
-            self.splits["train"], self.src_vocab, self.tgt_vocab, path, get_task(self.cfg.task).classification
-        )
-        if warning and self.ctx.is_main:
-            tqdm.write(warning, file=sys.stderr)
-
-    def _resume(self, model_cfg: ModelConfig):
-        path = self.run_dir / checkpoint.LAST
-        if not path.is_file():
-            owner = self.files.trainer()  # a run still in its first epoch has no checkpoint yet
-            if owner:
-                raise UserError(
-                    f"{self.run_dir} is being trained by {owner} and has no checkpoint yet; wait for "
-                    "one (an epoch's end), or for that run to finish"
-                )
-            raise UserError(f"no checkpoint to resume in {self.run_dir}; start a new run without --resume")
-        # Checked before the run is locked, since locking writes .lock: a refused resume must leave
-        # the run directory as it was.
-        written = _version(path)
-        state = self._resumable_state(path)
-        self._open_run_dir(new_run=False)
-        if _version(path) != written:  # a trainer that held the run wrote it meanwhile
-            state = self._resumable_state(path)
-        self._load_data()
-        self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
-        self._encode()
-        self.model = load_model(state, path, self.cfg.attention_backend)
-        self.pool = self.model.make_pool()
-        self._build_optimizer()
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["schedule"])
-        self.progress = dict(state["progress"])
-        random_states.restore(state["rng"], self.ctx)
+        self.optimizer.load_state_dict(run.resumed_from["optimizer"])
+        self.schedule.load_state_dict(run.resumed_from["schedule"])
+        random_states.restore(run.resumed_from["rng"], self.ctx)
         self._check_epoch_has_steps()
         self._open_board()
         if self.ctx.is_main:
             self.files.cut_logs(self.progress["step"], self.progress["epoch"])
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
 
-    def _resumable_state(self, path: Path) -> dict:
-        """The checkpoint to resume from, read and checked against the run's files and this launch."""
-        state = checkpoint.load(path)
-        check_matches_run(state, self.files, path)
-        check_batches_per_step(state, self.cfg.accumulate, self.ctx.world, self.run_dir)
-        check_limits_not_below_progress(state["progress"], self.files.read_config()[1], self.cfg, self.run_dir)
-        return state
-
-    def _load_data(self):
-        task = get_task(self.cfg.task)
-        if self.ctx.is_main:
-            task.prepare(self.cfg, self.run_dir)
-        if self.ctx.distributed:
-            torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
-        self.splits = read_splits(task.data_dir(self.cfg, self.run_dir))
-        if task.classification:
-            check_labels(self.splits)
-        train = self.splits["train"]
-        train.src_words, train.tgt_words = (
-            self.cfg.used("train", train.src_words),
-            self.cfg.used("train", train.tgt_words),
-        )
-
-    def _warn_about_generated_data(self) -> None:
-        """Files already in a generated task's data folder are used as they are, whatever --seed
-        says, and even if no generator made them: say so."""
-        task = get_task(self.cfg.task)
-        if not (self.ctx.is_main and isinstance(task, GeneratedTask)):
-            return
-        folder = task.data_dir(self.cfg, self.run_dir)  # --data-dir, or RUN_DIR/data (a killed run's, maybe)
-        record = generated_by(folder)
-        if record is None and self.cfg.data_dir:
-            warning = (
-                f"{folder} has no record of a generator ({RECORD}); training task {self.cfg.task!r} "
-                "on its files as they are (for your own files, --task parallel)"
-            )
-        elif record is not None and record.get("seed", self.cfg.seed) != self.cfg.seed:
-            warning = (
-                f"the data in {folder} was generated with seed {record['seed']}; training on it as it is "
-                f"(--seed {self.cfg.seed} sets the initialisation, dropout and batch order; give a new "
-                "--data-dir for data of this seed)"
-            )
-        else:
-            return
-        tqdm.write(f"graphformer: warning: {warning}", file=sys.stderr)
-
-    def _test_split(self) -> dict[str, Split]:
-        """{"test": the test split} where the data has one, else {}."""
-        folder = get_task(self.cfg.task).data_dir(self.cfg, self.run_dir)
-        return {"test": read_split(folder, "test")} if (folder / "test.src").is_file() else {}
-
-    def _encode(self):
-        for split in self.splits.values():
-            split.encode(self.src_vocab, self.tgt_vocab)
+    def _open_board(self) -> None:
+        """TensorBoard's log, once the run directory holds no earlier run's records; a resumed
+        run's drops what was logged after its checkpoint (as `RunDir.cut_logs` does)."""
+        if self.ctx.is_main and self.cfg.tensorboard:
+            self.board = TensorBoardLog(self.run_dir / TENSORBOARD, after_step=self.progress["step"])
 
     def _build_optimizer(self):
         self.model.to(self.ctx.device)
@@ -565,15 +397,3 @@ class Trainer:
     def _log(self, name: str, record: dict):
         if self.ctx.is_main:
             self.files.log(name, record)
-
-
-class NonFiniteLoss(ArithmeticError):
-    def __init__(self, value: float):
-        super().__init__(f"non-finite loss {value}")
-        self.value = value
-
-
-def _version(path: Path) -> tuple:
-    """What tells one version of a file from the next: each atomic write makes a new file."""
-    stat = path.stat()
-    return stat.st_ino, stat.st_mtime_ns, stat.st_size
