@@ -7,9 +7,9 @@ decoding cache keeps keys and values in the dtype the projections give them, hal
 memory. Training (`train --precision bfloat16`) runs each step's forward pass in this context;
 the backward pass follows its dtypes, and weights, gradients and Adam's moments stay float32.
 
-On a CPU with bfloat16 instructions (AVX512-BF16, AMX) decoding in bfloat16 is faster
-(`benchmarks/precision.py`: 1.5x greedy, 1.2x at beam 5 on Multi30k, 2 threads); on one without
-them PyTorch emulates them, many times slower than float32 (about 28x with AVX2 only).
+On a CPU with bfloat16 instructions (AVX512-BF16, AMX) decoding in bfloat16 is faster; on one
+without them PyTorch emulates them, many times slower than float32 (`benchmarks/precision.py`
+measures both; its figures are in docs/results.md).
 `cpu_bfloat16_instructions` says which the CPU has, where Linux tells. float16 is for GPUs: a
 CPU emulates it too (and a model converted to float16 fails there: PyTorch 2.2 has no float16
 layer norm on a CPU).

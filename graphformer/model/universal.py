@@ -2,13 +2,10 @@ r"""The Adaptive Universal Transformer on graphs (Dehghani et al., 2018; Graves,
 
 One shared encoder layer and one shared decoder layer are applied up to ``max_depth`` times. At
 step s every token's state gets its position and the step encoded (the same sinusoids over
-positions and over steps), and a halting unit says how sure the token is that it is done:
-
-    p_s   = sigmoid(w_h . LN(h_s) + b_h)                          per token, per step
-    halt at the first step S where  p_1 + ... + p_S > threshold   (or at s = max_depth)
-    w_s   = p_s for s < S,   w_S = R = 1 - (p_1 + ... + p_{S-1})     (the weights sum to 1)
-    out   = sum_s w_s h_s                                         the halting-weighted state
-    ponder cost = S + R, averaged over tokens and added to the loss with weight ``ponder_weight``
+positions and over steps), and a halting unit says how sure the token is that it is done
+(adaptive computation time: the equations are in `graphformer.model.act`). The token's output is
+the halting-weighted sum of its states, out = sum_s w_s h_s, and the ponder cost S + R joins the
+loss with weight ``ponder_weight``.
 
 Halted tokens drop out of the graph: each step's pre functions, messages and post functions run
 only on the tokens still active and their incoming edges. A halted token keeps serving as key and
