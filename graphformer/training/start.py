@@ -131,7 +131,8 @@ def _new_run(files, ctx, cfg, model_cfg, recorder, fit_max_len, init) -> RunStat
 
 
 def resume_run(files: RunDir, ctx: Context, cfg: TrainConfig) -> RunState:
-    """The run of ``files`` as its last checkpoint left it."""
+    """The run of ``files`` as its last checkpoint left it, locked; the caller (`Trainer`)
+    unlocks it when the resume fails."""
     path = files.path / checkpoint.LAST
     if not path.is_file():
         owner = files.trainer()  # a run still in its first epoch has no checkpoint yet
@@ -143,17 +144,13 @@ def resume_run(files: RunDir, ctx: Context, cfg: TrainConfig) -> RunState:
         raise UserError(f"no checkpoint to resume in {files.path}; start a new run without --resume")
     written = _version(path)
     state = resumable_state(path, files, cfg, ctx)
-    open_run_dir(files, ctx)
-    try:
-        if _version(path) != written:  # a trainer that held the run wrote it meanwhile
-            state = resumable_state(path, files, cfg, ctx)
-        splits = load_splits(cfg, files.path, ctx)
-        src_vocab, tgt_vocab = checkpoint_vocabs(state)
-        encode(splits, src_vocab, tgt_vocab)
-        model = load_model(state, path, cfg.attention_backend)
-    except BaseException:
-        files.unlock()
-        raise
+    open_run_dir(files, ctx)  # the caller unlocks it if what follows fails
+    if _version(path) != written:  # a trainer that held the run wrote it meanwhile
+        state = resumable_state(path, files, cfg, ctx)
+    splits = load_splits(cfg, files.path, ctx)
+    src_vocab, tgt_vocab = checkpoint_vocabs(state)
+    encode(splits, src_vocab, tgt_vocab)
+    model = load_model(state, path, cfg.attention_backend)
     return RunState(splits, src_vocab, tgt_vocab, model, dict(state["progress"]), resumed_from=state)
 
 
