@@ -470,7 +470,7 @@ def random_length_forced_model(en: list[str], de: list[str]):
 def trained_model(run_dir: Path, en: list[str]):
     """(model, source ids, per-sentence limits) of a trained run: translate's limits, natural stops."""
     from graphformer.decoding import max_target_lengths
-    from graphformer.training.run import LoadedRun
+    from graphformer.training.loaded import LoadedRun
 
     run = LoadedRun(run_dir)
     tokenize, _ = run.pipelines()
@@ -702,10 +702,10 @@ def main():
         )
     if args.multi30k_run:  # before the fixed setting's minutes, not after
         from graphformer.errors import UserError
-        from graphformer.training import checkpoint
+        from graphformer.training.run_dir import find_checkpoint
 
         try:
-            checkpoint.find(args.multi30k_run, "best")
+            find_checkpoint(args.multi30k_run, "best")
         except UserError as err:
             parser.error(f"--multi30k-run: {err}")
     rows = fixed_setting(args.rounds)

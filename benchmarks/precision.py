@@ -50,7 +50,7 @@ def main():
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     from graphformer.errors import UserError
-    from graphformer.training.run import LoadedRun
+    from graphformer.training.loaded import LoadedRun
 
     try:
         run = LoadedRun(args.run, args.checkpoint)

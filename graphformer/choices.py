@@ -35,6 +35,9 @@ PATTERN_ARGUMENTS = {
 }
 PATTERN_NAMES = sorted(PATTERN_ARGUMENTS)
 ENCODER_ONLY_PATTERNS = ("tree",)
+# Terms naming each sample's own edges (graphformer.graphs.sample_edges): derived from its tokens
+# (encoder only), or given beside the data.
+SAMPLE_TERMS = {"parse-tree": "the source's parse tree (encoder only)", "edges": "{split}.{relation}.edges"}
 
 # What graphformer.viz draws: the relations it records, a panel's view, the colour scale, and the
 # files it writes.
@@ -53,4 +56,5 @@ def pattern_syntax() -> str:
         shown = f"{name}:{arguments}" if arguments else name
         return shown + (" (encoder only)" if name in ENCODER_ONLY_PATTERNS else "")
 
-    return ", ".join(one(name) for name in PATTERN_ARGUMENTS)
+    sample = ", ".join(f"{name} ({what})" for name, what in SAMPLE_TERMS.items())
+    return ", ".join(one(name) for name in PATTERN_ARGUMENTS) + "; each sample's own edges: " + sample

@@ -150,7 +150,7 @@ for side in ("src", "tgt"):
     plt.plot(range(1, len(metrics[-1][f"valid_{side}_step_fraction"]) + 1),
              metrics[-1][f"valid_{side}_step_fraction"], "o-", label=side)
 plt.xlabel("ACT step"); plt.ylabel("fraction of tokens still active"); plt.legend(); plt.show()"""),
-        figure_cell("""from graphformer.training.run import LoadedRun
+        figure_cell("""from graphformer.training.loaded import LoadedRun
 from graphformer.graphs import make_batch
 from graphformer.viz.plots import ponder_map
 loaded = LoadedRun(run)
@@ -158,8 +158,8 @@ split = loaded.split("valid")
 batch = make_batch(loaded.model.make_pool(), split.src[:1], split.tgt[:1])
 with torch.no_grad():
     stats = loaded.model(batch, full_output=True).stats
-labels = split.src_words[0] + ["</s>"]
-ponder_map(stats["src"].steps.tolist(), labels, WORK / "ponder.png", "source tokens: ACT steps")
+tokens = split.src_words[0] + ["</s>"]
+ponder_map(stats["src"].steps.tolist(), tokens, WORK / "ponder.png", "source tokens: ACT steps")
 display(Image(WORK / "ponder.png"))"""),
     ],
 }

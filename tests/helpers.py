@@ -55,9 +55,10 @@ def train_straight_and_interrupted(root, common, stop_at=7):
 def assert_same_last_weights(run_a, run_b):
     """The two runs' last checkpoints hold bit-identical weights."""
     from graphformer.training import checkpoint
+    from graphformer.training.run_dir import LAST
 
-    a = checkpoint.load(run_a / checkpoint.LAST)["model"]
-    b = checkpoint.load(run_b / checkpoint.LAST)["model"]
+    a = checkpoint.load(run_a / LAST)["model"]
+    b = checkpoint.load(run_b / LAST)["model"]
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
 
 

@@ -16,7 +16,8 @@ stopped; ``OUT/options.json`` keeps a sweep of other options from reusing them).
 * step memory: what one training step (forward, loss, backward on one batch) adds above the
   resident set just before it (``step_memory.py``, a fresh process per pattern): the memory that
   grows with the pattern's edges, without the fixed floor the peak memory carries;
-* edges per query: the encoder graph's edges divided by its nodes, for one sample of the length;
+* edges per query: the encoder graph's edges divided by its nodes, for one sample of the length
+  (for a pattern with each sample's own edges, such as ``parse-tree``: over the test split);
 * reach: the share of the context whose information can meet the last token's (recall's query)
   in one node within the model's layers (`graphformer.graphs.reach`), and for recall the accuracy
   bound that follows, reach + (1 - reach) / values: what no training budget can beat.
@@ -42,7 +43,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphformer.model.config import POOLINGS, classifier_pool
+from graphformer.model.config import POOLINGS
 
 PATTERNS = {  # name -> encoder pattern; BigBird = window + global + random
     "full": "full",
@@ -53,6 +54,7 @@ PATTERNS = {  # name -> encoder pattern; BigBird = window + global + random
     "random": "window:1+random:32",
     "bigbird": "window:32+global:2+random:16",
     "tree": "tree:4",
+    "parse-tree": "parse-tree",  # each sample's own parse tree (listops; graphformer.graphs.sample_edges)
 }
 
 
@@ -60,6 +62,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--task", choices=("recall", "listops"), required=True)
     p.add_argument("--length", type=int, required=True, help="tokens per sample (listops: the longest)")
+    p.add_argument("--min-length", type=int, help="listops: the shortest sample (default: half of --length)")
     p.add_argument(
         "--patterns",
         default=",".join(PATTERNS),
@@ -98,12 +101,13 @@ def pattern_specs(text: str) -> dict[str, str]:
     return specs
 
 
-def make_data(task: str, length: int, sizes: dict, seed: int, folder: Path) -> Path:
+def make_data(task: str, length: int, sizes: dict, seed: int, folder: Path, min_length: int | None = None) -> Path:
     from graphformer.data import listops, recall
 
     if task == "recall":
         return recall.write_recall(folder, seed=seed, sizes=sizes, min_length=length, max_length=length)
-    return listops.write_listops(folder, seed=seed, sizes=sizes, min_length=max(4, length // 2), max_length=length)
+    shortest = min_length or max(4, length // 2)
+    return listops.write_listops(folder, seed=seed, sizes=sizes, min_length=shortest, max_length=length)
 
 
 def run_measured(command: list[str]) -> tuple[int, int]:
@@ -117,25 +121,51 @@ def run_measured(command: list[str]) -> tuple[int, int]:
     return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024
 
 
-def edges_per_query(spec: str, length: int, pooling: str) -> float:
+def sample_graphs(spec: str, length: int, pooling: str, data: Path | None, limit: int | None = None) -> list:
+    """Encoder graphs to measure: one sample of the length, or for a pattern with each sample's
+    own edges, those of the test split's samples (the first ``limit``)."""
+    from graphformer.data.corpus import read_split
     from graphformer.graphs.pool import ENC
+    from graphformer.graphs.sample_edges import split_edges
+    from graphformer.model.classifier import classifier_pool
 
     pool = classifier_pool(spec, pooling)
-    graph = pool.graph(pool.source_positions(length), 0)  # the tokens, </s> (and <cls>)
-    return graph.num_edges(ENC) / graph.num_nodes("src")
+    if not pool.sample_terms:
+        return [(pool.graph(pool.source_positions(length), 0), length)]  # the tokens, </s> (and <cls>)
+    test = read_split(data, "test")
+    edges = split_edges(pool.sample_terms, data, "test", test.src_words, test.tgt_words)
+    count = min(len(test), limit or len(test))
+    lengths = [len(test.src_words[i]) for i in range(count)]
+    return [
+        (pool.with_sample_edges(pool.graph(pool.source_positions(n), 0), {ENC: edges[i][ENC]}, i), n)
+        for i, n in enumerate(lengths)
+    ]
 
 
-def reach(spec: str, length: int, pooling: str, run: Path) -> float:
+def edges_per_query(spec: str, length: int, pooling: str, data: Path | None = None) -> float:
+    from graphformer.graphs.pool import ENC
+
+    graphs = [graph for graph, _ in sample_graphs(spec, length, pooling, data)]
+    return sum(g.num_edges(ENC) for g in graphs) / sum(g.num_nodes("src") for g in graphs)
+
+
+def reach(spec: str, length: int, pooling: str, run: Path, data: Path | None = None) -> float:
     """Share of the context that can meet the last token (recall's query) within the run's layers
     in one node: any node for mean pooling, the node the label is read from for the others
-    (`graphformer.graphs.reach`)."""
+    (`graphformer.graphs.reach`); for a pattern with each sample's own edges, the mean over the
+    first 20 test samples."""
     from graphformer.graphs.reach import meeting_share, readout_node
+    from graphformer.model.classifier import classifier_pool
     from graphformer.training.run_dir import RunDir
 
     model, _ = RunDir(run).read_config()
     layers = model["max_depth"] if model["model"] == "universal-encoder" else model["layers"]
     pool = classifier_pool(spec, pooling)
-    return meeting_share(pool, length, layers, readout_node(pool, length, pooling))
+    shares = [
+        meeting_share(pool, n, layers, readout_node(pool, n, pooling), graph)
+        for graph, n in sample_graphs(spec, length, pooling, data, limit=20)
+    ]
+    return sum(shares) / len(shares)
 
 
 def accuracy_bound(task: str, share: float) -> float | None:
@@ -194,7 +224,7 @@ def train_one(name: str, spec: str, args, data: Path) -> str | None:
     return None
 
 
-def measure_one(name: str, spec: str, args) -> dict:
+def measure_one(name: str, spec: str, args, data: Path) -> dict:
     """A trained pattern's row: test accuracy, step time, memory, edges per query and reach."""
     run = args.out / "runs" / name
     scores = json.loads(
@@ -216,8 +246,8 @@ def measure_one(name: str, spec: str, args) -> dict:
         "seconds_per_step": statistics.median(timed),
         "peak_rss_bytes": int((run / "peak_rss_bytes").read_text()),
         "step_bytes": step_memory(run, args),
-        "edges_per_query": edges_per_query(spec, args.length, args.pooling),
-        "reach": (share := reach(spec, args.length, args.pooling, run)),
+        "edges_per_query": edges_per_query(spec, args.length, args.pooling, data),
+        "reach": (share := reach(spec, args.length, args.pooling, run, data)),
         "accuracy_bound": accuracy_bound(args.task, share),
     }
 
@@ -338,7 +368,7 @@ def main(argv=None) -> int:
     specs = pattern_specs(args.patterns)
     check_same_sweep(args)
     sizes = dict(zip(("train", "valid", "test"), map(int, args.sizes.split(","))))
-    data = make_data(args.task, args.length, sizes, args.seed, args.out / "data")
+    data = make_data(args.task, args.length, sizes, args.seed, args.out / "data", args.min_length)
     baseline = baseline_rss()
     # Every run trains before this process imports torch or builds a graph: a child's peak resident
     # set counts the parent's at the fork (Linux keeps it across exec).
@@ -349,7 +379,9 @@ def main(argv=None) -> int:
     rows = []
     for name, spec in specs.items():
         rows.append(
-            {"name": name, "pattern": spec, "error": errors[name]} if errors[name] else measure_one(name, spec, args)
+            {"name": name, "pattern": spec, "error": errors[name]}
+            if errors[name]
+            else measure_one(name, spec, args, data)
         )
         print(f"  {rows[-1]}", flush=True)
     (args.out / "sweep.json").write_text(

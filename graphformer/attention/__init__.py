@@ -8,7 +8,7 @@ Six backends compute the same thing, each from a `graphformer.graphs.relation.Re
   PyTorch runs, so CUDA needs no CUDA build of DGL.
 * ``blocked``: block-sparse tiles in plain PyTorch (BLAS matmuls, chunked, recomputed in the
   backward pass); much faster and leaner on long sequences with local patterns.
-* ``padded``: one masked dense tile per sample (batched matmuls); the fastest for batches of
+* ``padded``: one padded, masked dense matrix per sample (batched matmuls); the fastest for batches of
   short sentences, as in translation.
 * ``flex``: the edges as a block mask for PyTorch's compiled FlexAttention (torch >= 2.5); it
   trains on CUDA and, on a CPU, serves forward passes without gradients (see

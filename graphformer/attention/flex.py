@@ -156,7 +156,7 @@ def worth_it(
     block = default_block(q.device) if block is None else block
 
     def pays(r: Relation) -> bool:
-        if r.tiles is not None or r.key_rows is not None:  # decoding's rows: a new layout at every step
+        if r.groups is not None or r.key_rows is not None:  # decoding's rows: a new layout at every step
             return False
         if r.query_counts is not None and int(r.query_counts.max()) < min_queries:  # many short samples
             return False

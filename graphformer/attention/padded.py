@@ -1,4 +1,4 @@
-r"""Graph attention per sample: each sample's edges as one padded, masked dense tile.
+r"""Graph attention per sample: each sample's edges as one padded, masked dense matrix.
 
 In a batch no edge crosses samples: sample b's keys are nodes [k_b, k_b + n_b) and its queries
 [q_b, q_b + m_b). Padding every sample to (M, N) = (max m_b, max n_b) turns attention into two
@@ -9,14 +9,14 @@ batched matmuls at BLAS speed, masked to the edges:
 
 Only attention is padded: projections and feed-forward layers still run on the real nodes alone.
 With length-bucketed batches of short sentences padding is small, so this is the fastest backend
-for training; for long sequences with local patterns (most of the tile empty) ``blocked`` is.
+for training; for long sequences with local patterns (most of each padded matrix empty) ``blocked`` is.
 
 The layout comes from what the relation's builder knew (`graphformer.graphs.relation.Relation`):
 per-sample key and query counts (a batch's relations, and the Universal Transformer's subgraphs of
 active nodes), or one row of keys per query (incremental decoding). A relation with neither is
-one sample: a single (N_dst, N_src) tile, still exact, but only cheap when the relation is dense.
-A tiled relation (`Relation.of_tiles`: incremental decoding's full and causal attention) already
-keeps each tile's keys as one block of the key tensor, so its tiles are views: nothing is gathered,
+one sample: a single (N_dst, N_src) matrix, still exact, but only cheap when the relation is dense.
+A grouped relation (`Relation.of_groups`: incremental decoding's full and causal attention) already
+keeps each group's keys as one block of the key tensor, so its blocks are views: nothing is gathered,
 and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in place. A batch's
 relation of full attention (the encoder's, and training's cross-attention) is read the same way,
 one fused call per stretch of consecutive samples of one size (`full_stretches`): length-bucketed batches
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from graphformer.graphs.relation import Relation, Tiles, sample_of
+from graphformer.graphs.relation import DenseGroups, Relation, sample_of
 
-# Keys per tile up to which one query's attention is cheaper as plain products than fused
+# Keys per group up to which one query's attention is cheaper as plain products than fused
 # attention, whose fixed cost dominates on a CPU (timed in docs/results.md, Decoding). A GPU
 # pays per kernel launch instead, and keeps the one fused call.
 SHORT_SPAN = 12
@@ -112,21 +112,21 @@ def _build_segments(relation: Relation) -> Segments:
 
 
 def worth_it(relation: Relation, return_weights: bool = False, max_waste: float = 4.0) -> bool:
-    """Whether this backend suits the relation: tiles or stretches it reads in place (`full_stretches`,
-    unless the weights are asked for: those come from padded tiles), or padded tiles that hold at
+    """Whether this backend suits the relation: groups or stretches it reads in place (`full_stretches`,
+    unless the weights are asked for: those come from padded matrices), or padded matrices that hold at
     most ``max_waste`` slots per edge (dense patterns on similar lengths: yes; a window over long
     sequences: no). Decided once per relation: the counts may live on a GPU, and reading them
     waits for it."""
-    if relation.tiles is not None:  # read in place: the padding of uneven tiles is all it wastes
+    if relation.groups is not None:  # read in place: the padding of uneven groups is all it wastes
         return True
     if not return_weights and full_stretches(relation) is not None:  # read in place, stretch by stretch: nothing padded
         return True
-    return relation.layout(("padded pays", max_waste), lambda r: _tile_slots(r) <= max_waste * r.num_edges)
+    return relation.layout(("padded pays", max_waste), lambda r: _padded_slots(r) <= max_waste * r.num_edges)
 
 
-def _tile_slots(relation: Relation) -> int:
+def _padded_slots(relation: Relation) -> int:
     if relation.num_edges == 0:
-        return 1  # nothing to compute: never worth a tile
+        return 1  # nothing to compute: never worth padding
     if relation.key_rows is not None:
         return relation.key_rows.numel()
     if relation.key_counts is not None and relation.query_counts is not None:
@@ -153,8 +153,8 @@ class Stretch:
     keys: int
     queries: int
 
-    def tiles(self, device: torch.device) -> Tiles:
-        return Tiles(self.queries, self.keys, self.keys, device)
+    def groups(self, device: torch.device) -> DenseGroups:
+        return DenseGroups(self.queries, self.keys, self.keys, device)
 
 
 def full_stretches(relation: Relation, max_stretches_per_sample: float = 0.25) -> list[Stretch] | None:
@@ -164,7 +164,7 @@ def full_stretches(relation: Relation, max_stretches_per_sample: float = 0.25) -
     for samples of one length). None when some pair of a sample is not an edge (causal, windows:
     edges are unique, so full attention has sum(n_b * m_b) of them), or when sizes change so
     often (more than ``max_stretches_per_sample`` stretches per sample) that the calls' fixed cost would
-    exceed one padded tile's. Decided once per relation."""
+    exceed one padded matrix's. Decided once per relation."""
 
     def build(r: Relation) -> list[Stretch] | None:
         keys, queries = r.key_counts, r.query_counts
@@ -175,10 +175,10 @@ def full_stretches(relation: Relation, max_stretches_per_sample: float = 0.25) -
         sizes, counts = torch.unique_consecutive(torch.stack([keys, queries], 1), dim=0, return_counts=True)
         if len(counts) > 1 and len(counts) > max_stretches_per_sample * len(keys):
             return None
-        if bool(((sizes[:, 0] == 0) & (sizes[:, 1] > 0)).any()):  # queries without keys: the masked tiles' case
+        if bool(((sizes[:, 0] == 0) & (sizes[:, 1] > 0)).any()):  # queries without keys: the padded matrices' case
             return None
         # The count means full attention only if no edge crosses samples, as counts promise:
-        # checked once, as the masked tiles check it.
+        # checked once, as the padded matrices check it.
         _check_within_samples(sample_of(keys)[r.u], sample_of(queries)[r.v])
         stretches, key_start, query_start = [], 0, 0
         for (n, m), count in zip(sizes.tolist(), counts.tolist()):
@@ -196,38 +196,38 @@ def _attend_stretches(relation: Relation, stretches: list[Stretch], q, k, v):
         if stretch.queries:  # a stretch without queries (no targets) has nothing to compute
             keys = slice(stretch.key_start, stretch.key_start + stretch.count * stretch.keys)
             queries = slice(stretch.query_start, stretch.query_start + stretch.count * stretch.queries)
-            out.append(_attend_tiles(relation, stretch.tiles(q.device), q[queries], k[keys], v[keys], False))
+            out.append(_attend_groups(relation, stretch.groups(q.device), q[queries], k[keys], v[keys], False))
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
-def _blocks(x: torch.Tensor, tiles: Tiles) -> torch.Tensor:
-    """(B, span, H, D) view of the node tensor x (N, H, D): tile b's keys are the nodes
+def _blocks(x: torch.Tensor, groups: DenseGroups) -> torch.Tensor:
+    """(B, span, H, D) view of the node tensor x (N, H, D): group b's keys are the nodes
     b * width + j, j < span (a decoding step makes four per layer)."""
-    return x.view(-1, tiles.width, *x.shape[1:])[:, : tiles.span]
+    return x.view(-1, groups.width, *x.shape[1:])[:, : groups.span]
 
 
-def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: bool):
-    """Attention over tiles: m queries per tile against the tile's block of keys, read in place
+def _attend_groups(relation: Relation, groups: DenseGroups, q, k, v, return_weights: bool):
+    """Attention over groups: m queries per group against the group's block of keys, read in place
     (strided views of the key and value tensors, nothing gathered)."""
-    K, V = _blocks(k, tiles), _blocks(v, tiles)  # (B, span, H, D)
-    short = tiles.span <= SHORT_SPAN and q.device.type == "cpu"
-    if tiles.queries == 1 and not return_weights and (tiles.padding is not None or short):
-        # One query per tile (greedy decoding), of uneven length (cross-attention) or short (the
+    K, V = _blocks(k, groups), _blocks(v, groups)  # (B, span, H, D)
+    short = groups.span <= SHORT_SPAN and q.device.type == "cpu"
+    if groups.queries == 1 and not return_weights and (groups.padding is not None or short):
+        # One query per group (greedy decoding), of uneven length (cross-attention) or short (the
         # first steps' self-attention): broadcast products read the blocks in order, twice as fast
         # on a CPU as a masked batched matmul, and faster than fused attention's fixed cost.
         scores = (K * q[:, None]).sum(-1).mul_(1.0 / math.sqrt(q.shape[-1]))
-        if tiles.padding is not None:
-            scores.masked_fill_(tiles.padding.view(q.shape[0], -1, 1), float("-inf"))
+        if groups.padding is not None:
+            scores.masked_fill_(groups.padding.view(q.shape[0], -1, 1), float("-inf"))
         return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
-    Q = q.view(-1, tiles.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
+    Q = q.view(-1, groups.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
-    if tiles.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
+    if groups.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
         return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)  # scales by 1/sqrt(d) itself
-    # Several queries per tile of uneven length: masked batched matmuls (fused attention is slow
+    # Several queries per group of uneven length: masked batched matmuls (fused attention is slow
     # with a mask on a CPU).
     scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
-    if tiles.padding is not None:
-        scores.masked_fill_(tiles.padding, float("-inf"))
+    if groups.padding is not None:
+        scores.masked_fill_(groups.padding, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     out = (weights @ V).transpose(1, 2).reshape(q.shape)
     if not return_weights:
@@ -239,10 +239,10 @@ def _attend_tiles(relation: Relation, tiles: Tiles, q, k, v, return_weights: boo
 
 def attend(relation: Relation, q, k, v, return_weights: bool = False):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
-    if relation.num_queries == 0:  # e.g. the decoder of a batch without targets: no tile to pad
+    if relation.num_queries == 0:  # e.g. the decoder of a batch without targets: nothing to pad
         return (q.new_zeros(q.shape), q.new_zeros(0, q.shape[1], 1)) if return_weights else q.new_zeros(q.shape)
-    if relation.tiles is not None:
-        return _attend_tiles(relation, relation.tiles, q, k, v, return_weights)
+    if relation.groups is not None:
+        return _attend_groups(relation, relation.groups, q, k, v, return_weights)
     stretches = None if return_weights else full_stretches(relation)  # weights come back in edge order below
     if stretches is not None:
         return _attend_stretches(relation, stretches, q, k, v)

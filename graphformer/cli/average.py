@@ -4,12 +4,11 @@ from __future__ import annotations
 
 
 def cmd_average(args) -> int:
-    from graphformer.training import checkpoint
     from graphformer.training.average import average_path, choose, write_average
     from graphformer.training.config import SELECT_BY
-    from graphformer.training.run_dir import RunDir
+    from graphformer.training.run_dir import RunDir, check_run_dir
 
-    run = RunDir(checkpoint.check_run_dir(args.run_dir))
+    run = RunDir(check_run_dir(args.run_dir))
     select_by = run.read_config()[1].get("select_by") or "loss"
     paths = choose(run, last=args.last, best=args.best, select_by=select_by, larger_is_better=SELECT_BY[select_by])
     replaced = average_path(run, args.output).exists()  # only ever an earlier average: write_average checks

@@ -14,13 +14,13 @@ from graphformer.training.config import DecodeConfig, TrainConfig
 
 
 def _load_run(args):
-    from graphformer.training.checkpoint import BEST, LAST
-    from graphformer.training.run import LoadedRun
+    from graphformer.training.loaded import LoadedRun
+    from graphformer.training.run_dir import BEST, LAST
 
     decoding = DecodeConfig(**given(args, DecodeConfig))
     backend = getattr(args, "attention_backend", TrainConfig.defaults()["attention_backend"])
     run = LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend)
-    asked = {"best": BEST, "last": LAST}.get(args.checkpoint)  # checkpoint.find falls back from one to the other
+    asked = {"best": BEST, "last": LAST}.get(args.checkpoint)  # find_checkpoint falls back from one to the other
     if asked and run.path.name != asked:
         print(
             f"graphformer: warning: {args.run_dir} has no {asked} (yet: best is written at the end of an epoch); "

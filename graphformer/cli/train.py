@@ -11,6 +11,7 @@ from graphformer.cli.signals import abort_on_ctrl_c_at_exit, abort_training
 from graphformer.errors import UserError
 from graphformer.model.config import ModelConfig, unused_layers
 from graphformer.training.config import TrainConfig, run_configs
+from graphformer.training.progress import Progress
 
 
 def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
@@ -77,7 +78,7 @@ def cmd_train(args) -> int:
     if warning and trainer.ctx.is_main:  # after the run's checks: an error stays the only line
         print(warning, file=sys.stderr)
     try:
-        metrics = trainer.run()
+        metrics = trainer.train()
     except BaseException:
         trainer.close(failed=True)
         raise
@@ -96,18 +97,17 @@ def _report_end(args, trainer, metrics: dict | None) -> int:
     resume = resume_command(args.out, trainer.ctx.world, trainer.ctx.per_node)
     if trainer.interrupted:
         print(
-            f"interrupted at step {trainer.progress['step']}; checkpoint written to {args.out}; "
-            f"continue with: {resume}",
+            f"interrupted at step {trainer.progress.step}; checkpoint written to {args.out}; continue with: {resume}",
             file=sys.stderr,
         )
         return 130
     cfg, progress = trainer.cfg, trainer.progress
-    where = f"step {progress['step']}, {progress['epoch']} of {cfg.epochs} epochs complete"
+    where = f"step {progress.step}, {progress.epoch} of {cfg.epochs} epochs complete"
     scores = metrics and (
         f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
         f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}"
     )
-    if scores and progress["epoch"] < cfg.epochs and cfg.out_of_patience(progress):
+    if scores and progress.epoch < cfg.epochs and cfg.out_of_patience(progress):
         span = f"{cfg.patience} epochs" if cfg.patience != 1 else "1 epoch"
         print(f"stopped early ({where}: no better valid {cfg.select_by} in the last {span}): {scores}")
     elif scores and _finished(cfg, progress):
@@ -120,21 +120,21 @@ def _report_end(args, trainer, metrics: dict | None) -> int:
     return 0
 
 
-def _finished(cfg: TrainConfig, progress: dict) -> bool:
+def _finished(cfg: TrainConfig, progress: Progress) -> bool:
     """Whether the run trained its --epochs, or stopped early (--patience)."""
-    return progress["epoch"] >= cfg.epochs or cfg.out_of_patience(progress)
+    return progress.epoch >= cfg.epochs or cfg.out_of_patience(progress)
 
 
-def _how_to_go_on(cfg: TrainConfig, progress: dict, resume: str) -> str:
+def _how_to_go_on(cfg: TrainConfig, progress: Progress, resume: str) -> str:
     """What resumes a run that stopped without finishing an epoch in this call (``resume``: the
     command that continues it as it is)."""
-    if progress["epoch"] >= cfg.epochs:
-        return f"it has finished its --epochs {cfg.epochs}; to train longer: {resume} --epochs {progress['epoch'] + 1}"
-    if cfg.max_steps is not None and progress["step"] >= cfg.max_steps:
+    if progress.epoch >= cfg.epochs:
+        return f"it has finished its --epochs {cfg.epochs}; to train longer: {resume} --epochs {progress.epoch + 1}"
+    if cfg.max_steps is not None and progress.step >= cfg.max_steps:
         return f"it has taken its --max-steps {cfg.max_steps}; to go on: {resume} --max-steps {2 * cfg.max_steps}"
     if _finished(cfg, progress):
         return (
-            f"it stopped early (no better valid {cfg.select_by} for {progress['epochs_since_best']} epochs); "
-            f"to go on: {resume} --patience {progress['epochs_since_best'] + cfg.patience}"
+            f"it stopped early (no better valid {cfg.select_by} for {progress.epochs_since_best} epochs); "
+            f"to go on: {resume} --patience {progress.epochs_since_best + cfg.patience}"
         )
     return f"continue with: {resume}"

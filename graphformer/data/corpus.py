@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,12 +13,19 @@ from graphformer.vocab import Vocab
 
 @dataclass
 class Split:
-    """Sentence pairs as words (token strings) and as token ids."""
+    """Sentence pairs as words (token strings) and as token ids, and where the model's patterns
+    take them, each sample's own attention edges (``edges[i]``, see
+    `graphformer.graphs.sample_edges`)."""
 
     src_words: list[list[str]]
     tgt_words: list[list[str]]
     src: list[list[int]] = field(default_factory=list)
     tgt: list[list[int]] = field(default_factory=list)
+    edges: Sequence | None = None
+
+    def edges_of(self, idx: Sequence[int]) -> list | None:
+        """The sample edges of the samples ``idx`` (None where the split has none)."""
+        return None if self.edges is None else [self.edges[i] for i in idx]
 
     def __len__(self) -> int:
         return len(self.src_words)

@@ -11,7 +11,7 @@ from graphformer.decoding.buckets import in_length_buckets
 from graphformer.decoding.inputs import SourceLines, encode_lines, source_limit
 from graphformer.decoding.labels import classify_ids
 from graphformer.decoding.search import DEFAULT_ALPHA, Hypothesis, beam_search, check_alpha, greedy_search
-from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper
+from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper, check_decodable
 from graphformer.graphs import GraphPool, make_batch
 from graphformer.model.modes import evaluating
 
@@ -36,6 +36,7 @@ def translate_ids(
     extra_len: int = EXTRA_TARGET_TOKENS,
     incremental: bool = True,
     progress: Callable[[int], object] | None = None,
+    edges: list | None = None,
 ) -> list[Hypothesis]:
     """Decode each source id sequence; results in input order.
 
@@ -43,25 +44,28 @@ def translate_ids(
     (`graphformer.data.batching.decoding_batches`: ``translate`` and ``evaluate`` decode in these
     batches); ``beam=1`` is greedy search. A classifier (``model.cfg.classifies``) has nothing to
     search: each result is its one most likely label. ``progress(n)``, if given, is called with
-    the number of sentences each batch finished (a progress bar's ``update``).
+    the number of sentences each batch finished (a progress bar's ``update``). ``edges``: each
+    source's own edges, where the model's patterns take them (`graphformer.graphs.make_batch`);
+    only the encoder's can be decoded with, as a decoder's or cross edges need the whole target.
     """
     for name, value, low in (("beam", beam, 1), ("batch_tokens", batch_tokens, 1), ("extra_len", extra_len, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
     check_alpha(alpha)
     if model.cfg.classifies:
-        return classify_ids(model, src, pool, batch_tokens, progress)
+        return classify_ids(model, src, pool, batch_tokens, progress, edges)
     pool = pool or model.make_pool()
+    check_decodable(pool)
     device = next(model.parameters()).device
 
     def decode(idx: list[int]) -> list[Hypothesis]:
         chunk = [src[i] for i in idx]
-        batch = make_batch(pool, chunk).to(device)
+        batch = make_batch(pool, chunk, edges=None if edges is None else [edges[i] for i in idx]).to(device)
         limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
         if incremental:
             stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool)
         else:
-            stepper = RecomputeStepper(model, chunk, beam, pool, device)
+            stepper = RecomputeStepper(model, chunk, beam, pool, device, [edges[i] for i in idx] if edges else None)
         if beam == 1:
             return greedy_search(stepper, limits)
         return beam_search(stepper, limits, beam, alpha)

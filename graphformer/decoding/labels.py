@@ -18,15 +18,22 @@ from graphformer.model.modes import evaluating
 
 @torch.no_grad()
 def classify_ids(
-    model, src: list[list[int]], pool: GraphPool | None = None, batch_tokens: int = DECODE_BATCH_TOKENS, progress=None
+    model,
+    src: list[list[int]],
+    pool: GraphPool | None = None,
+    batch_tokens: int = DECODE_BATCH_TOKENS,
+    progress=None,
+    edges: list | None = None,
 ) -> list[Hypothesis]:
     """The predicted label of each source id sequence, in input order, in batches of at most
-    ``batch_tokens`` source tokens (`decoding_batches`); ``progress(n)`` hears of each batch's n."""
+    ``batch_tokens`` source tokens (`decoding_batches`); ``progress(n)`` hears of each batch's n.
+    ``edges``: each source's own edges, where the encoder pattern takes them (`make_batch`)."""
     pool = pool or model.make_pool()
     device = next(model.parameters()).device
 
     def decode(idx: list[int]) -> list[Hypothesis]:
-        labels, log_probs = model.predict(make_batch(pool, [src[i] for i in idx]).to(device))
+        given = None if edges is None else [edges[i] for i in idx]
+        labels, log_probs = model.predict(make_batch(pool, [src[i] for i in idx], edges=given).to(device))
         return [
             Hypothesis(tokens=[label], log_prob=log_prob, score=log_prob)
             for label, log_prob in zip(labels.tolist(), log_probs.tolist())

@@ -26,14 +26,27 @@ from __future__ import annotations
 import torch
 
 from graphformer.decoding.search import reads_are_free
-from graphformer.graphs import CROSS, DEC, GraphBatch, GraphPool, make_batch, patterns
+from graphformer.errors import UserError
+from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool, make_batch, patterns
 from graphformer.graphs.relation import Relation
 from graphformer.vocab import EOS
 
 
+def check_decodable(pool: GraphPool) -> None:
+    """Refuse a pool whose decoder or cross attention takes each sample's own edges: a target's
+    edges are known only once the whole target is, and decoding makes it a token at a time."""
+    targets = [relation[1] for relation in pool.sample_terms if relation != ENC]
+    if targets:
+        raise UserError(
+            f"cannot decode with per-sample edges in the {' and '.join(targets)} attention (they need the "
+            "whole target); use length patterns there, or score given targets with teacher forcing"
+        )
+
+
 class IncrementalStepper:
-    """Incremental graph decoding for a `graphformer.model.GraphTransformer` or a
-    `graphformer.model.UniversalTransformer`: both run ``model.decode`` on the new nodes.
+    """Incremental graph decoding for a `graphformer.model.base.SequenceModel` (the
+    `graphformer.model.GraphTransformer` and the `graphformer.model.UniversalTransformer`): it runs
+    ``model.decode`` on the new nodes.
 
     Args:
         model: the model, in eval mode (the stepper runs it without gradients).
@@ -53,7 +66,7 @@ class IncrementalStepper:
     layer; per ACT step for the Universal Transformer), and source token j of live sentence s is
     read at id ``s * width + j`` of the padded memory (width: the longest source). With the
     usual patterns (causal decoder self-attention, full cross-attention) a step's relations are
-    then `Relation.of_tiles`: hypothesis h's keys are one block of the table, and the ``padded``
+    then `Relation.of_groups`: hypothesis h's keys are one block of the table, and the ``padded``
     backend attends over the blocks in place. Other patterns list each new node's keys as rows
     (`Relation.of_rows`) in the same numbering, read from the pool.
 
@@ -84,6 +97,7 @@ class IncrementalStepper:
             )
         self.model = model
         self.pool = pool or model.make_pool()
+        check_decodable(self.pool)
         self.device = batch.src_tokens.device
         self.copy_moved_only = reads_are_free(self.device) if copy_moved_only is None else copy_moved_only
         self.k = hyps_per_sentence
@@ -99,7 +113,7 @@ class IncrementalStepper:
         self.causal = self.pool.dec is patterns.causal
         # Keys (cache[0]) and values (cache[1]), sized for the longest output allowed, and left
         # unwritten (no zeroing, no page touched in advance): a step's keys are slots up to its
-        # own, all written, and nothing else reaches a result. Causal tiles are read up to the
+        # own, all written, and nothing else reaches a result. Causal groups are read up to the
         # step, rows gather their listed keys, and blocked tiles zero the keys no edge names.
         # Kept in the dtype the key projections give, the memory's keys' (under torch.autocast
         # a projection gives bfloat16 or float16 while the memory, out of a layer norm, is float32).
@@ -112,13 +126,13 @@ class IncrementalStepper:
 
     def _full_cross(self) -> Relation:
         """Every live hypothesis's new node attends to all of its sentence's source tokens."""
-        return Relation.of_tiles(len(self.src_lengths), self.k, self.width, self.src_lengths, self.device)
+        return Relation.of_groups(len(self.src_lengths), self.k, self.width, self.src_lengths, self.device)
 
     def _self_relation(self) -> Relation:
         """Edges from each live hypothesis's cached target nodes to its new node t."""
         t, T = self.t, self.max_steps
         if self.causal:
-            return Relation.of_tiles(self.num_hyps, 1, T, t + 1, self.device)
+            return Relation.of_groups(self.num_hyps, 1, T, t + 1, self.device)
         keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
         rows = torch.arange(self.num_hyps, device=self.device)[:, None] * T
         return Relation.of_rows(rows + keys, self.num_hyps * T)
@@ -221,9 +235,10 @@ def _map_tensors(fn, obj):
 class RecomputeStepper:
     """Reference stepper: recompute every hypothesis's full prefix at every step."""
 
-    def __init__(self, model, src: list[list[int]], hyps_per_sentence: int, pool: GraphPool, device=None):
+    def __init__(self, model, src: list[list[int]], hyps_per_sentence: int, pool: GraphPool, device=None, edges=None):
         self.model, self.pool, self.device = model, pool, device
         self.src = [s for s in src for _ in range(hyps_per_sentence)]  # of the live hypotheses
+        self.edges = None if edges is None else [e for e in edges for _ in range(hyps_per_sentence)]
         self.prefixes = [[] for _ in self.src]
         self.ended = [False for _ in self.src]  # stepped on after its </s> (search ignores what it gets)
         self.started = False
@@ -236,7 +251,7 @@ class RecomputeStepper:
                 if not self.ended[h]:
                     self.prefixes[h].append(tok)
         self.started = True
-        batch = make_batch(self.pool, self.src, self.prefixes)
+        batch = make_batch(self.pool, self.src, self.prefixes, edges=self.edges)
         if self.device is not None:
             batch = batch.to(self.device)
         log_probs = self.model(batch)
@@ -248,3 +263,5 @@ class RecomputeStepper:
         self.prefixes = [list(self.prefixes[p]) for p in parents]
         self.ended = [self.ended[p] for p in parents]
         self.src = [self.src[p] for p in parents]
+        if self.edges is not None:
+            self.edges = [self.edges[p] for p in parents]

@@ -27,7 +27,7 @@ is the same batch as a DGL heterograph, where DGL is installed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -133,6 +133,7 @@ def make_batch(
     pool: GraphPool,
     src: Sequence[Sequence[int]],
     tgt: Sequence[Sequence[int]] | None = None,
+    edges: Sequence | Callable | None = None,
 ) -> GraphBatch:
     """Batch source sequences and (for training) target sequences of token ids.
 
@@ -140,7 +141,45 @@ def make_batch(
     and `</s>` ends every gold output. Without targets the batch has no target nodes and serves as
     the start of decoding. With a classifier's pool (``pool.targets`` false) each target is one
     label token, the batch has no target nodes either, and ``gold`` holds the (B,) labels.
+
+    ``edges`` gives each sample's own edges where the pool's patterns take them (``parse-tree``,
+    ``edges``: `graphformer.graphs.sample_edges`): one entry per sample, each a mapping from
+    relation name ('enc', 'dec', 'cross') to (u, v) tensors, (key, query) pairs or a networkx
+    graph, or those edges alone where one relation takes them; or a function of a sample's
+    source ids that returns such an entry.
     """
+    _check_samples(pool, src, tgt)
+    src_lengths = torch.tensor([pool.source_positions(len(s)) for s in src])
+    spans = [pool.span_nodes(n) for n in src_lengths.tolist()]
+    cls = (SOS,) * pool.cls_node
+    # Span nodes (tree patterns) carry <pad>: their inputs are pooled from their tokens instead.
+    src_tokens = _ids([t for s, k in zip(src, spans) for t in (*cls, *s, EOS, *[PAD] * k)], "source")
+    if tgt is None or not pool.targets:
+        tgt_lengths = torch.zeros(len(src), dtype=torch.int64)
+        tgt_tokens = torch.zeros(0, dtype=torch.int64)
+        gold = None if tgt is None else labels(tgt)
+    else:
+        tgt_lengths = torch.tensor([len(t) + 1 for t in tgt])
+        tgt_tokens = _ids([t for y in tgt for t in (SOS, *y)], "target")
+        gold = _ids([t for y in tgt for t in (*y, EOS)], "target")
+
+    graph = pool.batch(list(zip(src_lengths.tolist(), tgt_lengths.tolist())), _sample_edges(pool, src, edges))
+    return GraphBatch(
+        graph=graph,
+        src_tokens=src_tokens,
+        src_pos=graph.pos[SRC],
+        tgt_tokens=tgt_tokens,
+        tgt_pos=graph.pos[TGT],
+        gold=gold,
+        src_lengths=src_lengths,
+        tgt_lengths=tgt_lengths,
+        src_nodes=torch.tensor([pool.source_nodes(len(s)) for s in src], dtype=torch.int64),
+        targets=pool.targets,
+        cls_node=pool.cls_node,
+    )
+
+
+def _check_samples(pool: GraphPool, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]] | None) -> None:
     if len(src) == 0:
         raise ValueError("empty batch: give at least one sample")
     for i, s in enumerate(src):
@@ -156,34 +195,35 @@ def make_batch(
     if tgt is not None and pool.targets:
         _check_words(tgt, "target")
 
-    src_lengths = torch.tensor([pool.source_positions(len(s)) for s in src])
-    spans = [pool.span_nodes(n) for n in src_lengths.tolist()]
-    cls = (SOS,) * pool.cls_node
-    # Span nodes (tree patterns) carry <pad>: their inputs are pooled from their tokens instead.
-    src_tokens = _ids([t for s, k in zip(src, spans) for t in (*cls, *s, EOS, *[PAD] * k)], "source")
-    if tgt is None or not pool.targets:
-        tgt_lengths = torch.zeros(len(src), dtype=torch.int64)
-        tgt_tokens = torch.zeros(0, dtype=torch.int64)
-        gold = None if tgt is None else labels(tgt)
-    else:
-        tgt_lengths = torch.tensor([len(t) + 1 for t in tgt])
-        tgt_tokens = _ids([t for y in tgt for t in (SOS, *y)], "target")
-        gold = _ids([t for y in tgt for t in (*y, EOS)], "target")
 
-    graph = pool.batch(list(zip(src_lengths.tolist(), tgt_lengths.tolist())))
-    return GraphBatch(
-        graph=graph,
-        src_tokens=src_tokens,
-        src_pos=graph.pos[SRC],
-        tgt_tokens=tgt_tokens,
-        tgt_pos=graph.pos[TGT],
-        gold=gold,
-        src_lengths=src_lengths,
-        tgt_lengths=tgt_lengths,
-        src_nodes=torch.tensor([pool.source_nodes(len(s)) for s in src], dtype=torch.int64),
-        targets=pool.targets,
-        cls_node=pool.cls_node,
-    )
+def _sample_edges(pool: GraphPool, src: Sequence[Sequence[int]], edges) -> list[dict] | None:
+    """``edges`` as one {relation: edges} per sample (see `make_batch`), or None for a pool without sample terms."""
+    if not pool.sample_terms:
+        if edges is not None:
+            raise ValueError(
+                "edges were given, but no attention pattern of this pool takes them; add a sample term "
+                "to one, e.g. GraphPool(enc='window:1+edges')"
+            )
+        return None
+    if edges is None:
+        return None  # the pool says what is missing
+    per_sample = [edges(s) for s in src] if callable(edges) else list(edges)
+    if len(per_sample) != len(src):
+        raise ValueError(f"{len(src)} samples but {len(per_sample)} entries of edges; give one per sample")
+    names = {relation[1]: relation for relation in (ENC, DEC, CROSS)}
+    only = next(iter(pool.sample_terms)) if len(pool.sample_terms) == 1 else None
+    entries = []
+    for i, entry in enumerate(per_sample):
+        if isinstance(entry, Mapping):
+            unknown = [r for r in entry if names.get(r, r) not in pool.sample_terms]
+            if unknown:
+                raise ValueError(f"sample {i}: edges for {unknown[0]!r}, which takes none here")
+            entries.append({names.get(r, r): e for r, e in entry.items()})
+        elif only is None:
+            raise ValueError(f"sample {i}: several relations take edges; map each name ('enc', ...) to its edges")
+        else:
+            entries.append({only: entry})
+    return entries
 
 
 def _ids(values: list, side: str) -> torch.Tensor:

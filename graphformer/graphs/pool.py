@@ -18,6 +18,10 @@ the defaults give the original Transformer. A tree encoder pattern (`graphformer
 adds span nodes after each sample's n source tokens and a fourth relation, ('src', 'span', 'src'),
 from every token to the spans that hold it, which builds the span nodes' inputs.
 
+A relation may also take each sample's own edges (``parse-tree``, ``edges``, alone or joined to
+length patterns: `graphformer.graphs.sample_edges`). The cached graph then holds the length
+part, and `GraphPool.batch` joins each sample's edges to its copy; those graphs are not cached.
+
 An encoder classifier's pool (``targets=False``) builds source graphs only (m = 0: the decoder's
 relations are empty) and, with ``cls_node``, gives every source a global `<cls>` node in front of
 its tokens: the encoder pattern becomes ``PATTERN+global:1``, so the first node reads every token
@@ -32,7 +36,7 @@ from functools import lru_cache
 import torch
 
 from graphformer.errors import ConfigError, UserError
-from graphformer.graphs import heterograph, patterns, tree
+from graphformer.graphs import heterograph, patterns, sample_edges, tree
 from graphformer.graphs.edges import EdgeList
 from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.patterns import Pattern
@@ -44,15 +48,19 @@ CROSS = (SRC, "cross", TGT)
 SPAN = (SRC, "span", SRC)
 
 
-def _as_pattern(p: Pattern | str) -> Pattern:
+def _as_pattern(p: Pattern | str) -> tuple[Pattern | None, str | None]:
+    """The length pattern of a spec or function (None: the spec has sample terms only) and its sample term."""
     if isinstance(p, str):
-        return patterns.parse(p)
+        if not p.strip():
+            return patterns.parse(p), None  # its own message
+        length, sample = sample_edges.split_spec(p)
+        return (None if length is None else patterns.parse(length)), sample
     if not callable(p):
         raise ValueError(
             f"an attention pattern is a spec string such as 'window:8' or a function (n_keys, "
             f"n_queries) -> (u, v), not {p!r}"
         )
-    return p
+    return p, None
 
 
 def _edge_list(edges, name: str) -> EdgeList:
@@ -97,18 +105,28 @@ class GraphPool:
         if cls_node and targets:
             raise ValueError("a <cls> node serves classifiers only: give targets=False with cls_node=True")
         self.targets, self.cls_node = targets, cls_node
-        self.enc, self.dec, self.cross = _as_pattern(enc), _as_pattern(dec), _as_pattern(cross)
+        (self.enc, enc_term), (self.dec, dec_term), (self.cross, cross_term) = map(_as_pattern, (enc, dec, cross))
+        # The relations that take each sample's own edges, and the term that names where they come from.
+        self.sample_terms = {r: t for r, t in ((ENC, enc_term), (DEC, dec_term), (CROSS, cross_term)) if t}
         if cls_node:  # node 0 of every source is <cls>: it reads every token and every token reads it
-            self.enc = patterns.union(self.enc, patterns.global_tokens(1))
+            cls = patterns.global_tokens(1)
+            self.enc = cls if self.enc is None else patterns.union(self.enc, cls)
+        derived = [r[1] for r, term in self.sample_terms.items() if r != ENC and term != sample_edges.GIVEN]
+        if derived:
+            raise ConfigError(
+                f"{derived[0]}_attention",
+                "a structure derived from the source's tokens (parse-tree) serves the encoder's "
+                "self-attention (enc_attention) only; give a decoder or cross relation its edges with 'edges'",
+            )
         for relation, pattern in (("dec", self.dec), ("cross", self.cross)):
-            if patterns.adds_span_nodes(pattern):
+            if pattern is not None and patterns.adds_span_nodes(pattern):
                 raise ConfigError(
                     f"{relation}_attention",
                     f"{pattern.spec!r}: tree patterns add span nodes to the "
                     "source and serve the encoder's self-attention (enc_attention) only",
                 )
-        self.has_spans = patterns.adds_span_nodes(self.enc)
-        self.cross_is_full = self.cross is patterns.full
+        self.has_spans = self.enc is not None and patterns.adds_span_nodes(self.enc)
+        self.cross_is_full = self.cross is patterns.full and CROSS not in self.sample_terms
         self.graph = GraphCache(self._build, cache_edges)
         self.incoming = lru_cache(maxsize=4096)(self._incoming)  # one row of key ids per entry
         self._edges(DEC, 8, 8)  # a decoder pattern that is not causal fails now, not at the first batch
@@ -139,6 +157,9 @@ class GraphPool:
             empty = torch.zeros(0, dtype=torch.int64)
             return empty, empty
         pattern = {ENC: self.enc, DEC: self.dec, CROSS: self.cross}[relation]
+        if pattern is None:  # the sample's own edges alone: `with_sample_edges` adds them
+            empty = torch.zeros(0, dtype=torch.int64)
+            return empty, empty
         name = getattr(pattern, "spec", getattr(pattern, "__name__", "custom"))
         u, v = _edge_list(pattern(n_keys, n_queries), name)
         if relation == ENC:  # span nodes are keys and queries too
@@ -151,7 +172,7 @@ class GraphPool:
         if len(u) and (int(u.min()) < 0 or int(u.max()) >= n_keys or int(v.min()) < 0 or int(v.max()) >= n_queries):
             raise UserError(f"attention pattern {name!r} returned node ids outside the sequence")
         starved = torch.bincount(v, minlength=n_queries) == 0
-        if bool(starved.any()):
+        if bool(starved.any()) and relation not in self.sample_terms:  # else checked with the sample's edges
             j = int(starved.nonzero()[0])
             raise UserError(
                 f"attention pattern {name!r} ({relation[1]}) gives query {j} no key "
@@ -182,9 +203,48 @@ class GraphPool:
         u, v = self._edges(relation, n_keys, query + 1)
         return u[v == query]
 
-    def batch(self, lengths: list[tuple[int, int]]) -> HeteroGraph:
-        """The batched graph of samples with the given (n, m) lengths, in order."""
-        return heterograph.batch([self.graph(n, m) for n, m in lengths])
+    def batch(self, lengths: list[tuple[int, int]], edges: list[dict] | None = None) -> HeteroGraph:
+        """The batched graph of samples with the given (n, m) lengths, in order; ``edges[b]`` maps
+        each relation of `sample_terms` to sample b's own edges (`with_sample_edges`)."""
+        if not self.sample_terms:
+            return heterograph.batch([self.graph(n, m) for n, m in lengths])
+        if edges is None or len(edges) != len(lengths):
+            raise ValueError(
+                f"this pool's {' and '.join(r[1] for r in self.sample_terms)} attention takes each sample's "
+                "own edges: give make_batch(..., edges=[one per sample])"
+            )
+        return heterograph.batch(
+            [self.with_sample_edges(self.graph(n, m), e, b) for b, ((n, m), e) in enumerate(zip(lengths, edges))]
+        )
+
+    def with_sample_edges(self, graph: HeteroGraph, edges: dict, sample: int = 0) -> HeteroGraph:
+        """A copy of one sample's length graph with its own edges joined to the relations of
+        `sample_terms` (``edges``: relation -> (u, v) in node positions, see `sample_edges`).
+        A ValueError names the sample, the relation and what is wrong."""
+        relations = dict(graph.edges_of)
+        for relation in self.sample_terms:
+            if relation not in edges:
+                raise ValueError(f"sample {sample} has no edges for the {relation[1]} attention, which takes them")
+            utype, _, vtype = relation
+            keys, queries = graph.node_counts[utype], graph.node_counts[vtype]
+            shift = int(self.cls_node)  # positions count the tokens; <cls> is node 0 before them
+            u, v = sample_edges.as_edge_list(edges[relation])
+            u, v = u + (shift if utype == SRC else 0), v + (shift if vtype == SRC else 0)
+            try:
+                sample_edges.check_positions(u, v, keys, queries, causal=relation == DEC)
+            except ValueError as err:
+                raise ValueError(f"sample {sample}, {relation[1]} attention: {err}") from None
+            old_u, old_v = relations[relation]
+            ids = torch.unique(torch.cat([old_v, v]) * keys + torch.cat([old_u, u]))  # each pair once
+            u, v = ids % keys, ids // keys
+            starved = torch.bincount(v, minlength=queries) == 0
+            if bool(starved.any()):
+                raise ValueError(
+                    f"sample {sample}, {relation[1]} attention: query {int(starved.nonzero()[0])} has no key; "
+                    "give it an edge (a self-loop) or join a length pattern, e.g. window:1+parse-tree"
+                )
+            relations[relation] = (u, v)
+        return HeteroGraph(graph.node_counts, relations, graph.pos)
 
 
 class GraphCache:

@@ -24,19 +24,23 @@ from __future__ import annotations
 
 import torch
 
+from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.pool import ENC, SPAN, SRC, GraphPool
 
 
-def meeting_share(pool: GraphPool, n_tokens: int, layers: int, readout: int | None = None) -> float:
+def meeting_share(
+    pool: GraphPool, n_tokens: int, layers: int, readout: int | None = None, graph: HeteroGraph | None = None
+) -> float:
     """Share of the tokens before the last one whose information can meet the last token's (the
     recall query's) in some node after ``layers`` layers, for one sample of ``n_tokens`` tokens;
     with ``readout`` (a node id of the sample's graph, e.g. `readout_node`), in that node.
+    ``graph``: the sample's graph where it has edges of its own (`GraphPool.with_sample_edges`).
 
     Rather than the whole (N, N) ``H_l``, two walks along the edge lists: forward from the query
     to every node that has heard of it, then backward from those (or from the readout node, if it
     has) to every node they heard of.
     """
-    graph = pool.graph(pool.source_positions(n_tokens), 0)
+    graph = graph or pool.graph(pool.source_positions(n_tokens), 0)
     keys, queries = graph.edges(etype=ENC)
     members, spans = graph.edges(etype=SPAN) if SPAN in graph.canonical_etypes else (keys[:0], keys[:0])
     first = int(pool.cls_node)  # node of token 0

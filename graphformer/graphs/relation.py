@@ -7,11 +7,11 @@ nodes group into samples:
 * ``key_counts``, ``query_counts`` (B,): a batch numbers nodes sample by sample, and no edge
   crosses samples (`GraphBatch.relation`);
 * ``key_rows`` (N_dst, K): incremental decoding lists each query's keys as one row, -1 padded;
-* ``tiles``: incremental decoding with full (or causal) attention, where every query of a group
-  attends to all of its group's keys and the keys sit in fixed-width blocks (`Tiles`). Backends
-  that take edges get them built on first use; ``padded`` reads the blocks as dense tiles in place.
+* ``groups``: incremental decoding with full (or causal) attention, where every query of a group
+  attends to all of its group's keys and the keys sit in fixed-width blocks (`DenseGroups`).
+  Backends that take edges get them built on first use; ``padded`` reads the blocks in place.
 
-Layouts that a backend derives from the edges (padded per-sample tiles, block-sparse tiles, a
+Layouts that a backend derives from the edges (padded per-sample matrices, block-sparse tiles, a
 DGL graph on the compute device) are built on first use and kept in `layouts`, so a
 relation reused by every layer of a batch pays for them once. A DGL graph a relation was read
 from (`of_graph`) stays where DGL built it (the CPU for PyPI's DGL); the attention backends read
@@ -22,20 +22,20 @@ needs one there).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 
 @dataclass(frozen=True)
-class Tiles:
-    """Queries and keys in B equal groups ("tiles"), each query attending to all its tile's keys.
+class DenseGroups:
+    """Queries and keys in B equal groups, each query attending to all of its group's keys.
 
-    Query i belongs to tile i // queries. Tile b owns the key ids b * width + j, j < width, and its
-    first ``lengths[b]`` of them are its keys (the rest are unused slots), so a (B * width, H, d)
+    Query i belongs to group i // queries. Group b owns the key ids b * width + j, j < width, and
+    its first ``lengths[b]`` of them are its keys (the rest are unused slots), so a (B * width, H, d)
     key tensor is read as (B, width, H, d) blocks without gathering. ``span`` is the longest
-    tile's key count (a host int). ``lengths`` (B,) and ``padding`` (B, 1, 1, span), True past a
-    tile's last key, are None when every tile has ``span`` keys.
+    group's key count (a host int). ``lengths`` (B,) and ``padding`` (B, 1, 1, span), True past a
+    group's last key, are None when every group has ``span`` keys.
     """
 
     queries: int
@@ -46,7 +46,6 @@ class Tiles:
     padding: torch.Tensor | None = None
 
 
-@dataclass(eq=False)
 class Relation:
     """The edges of one attention sub-layer and the layouts derived from them.
 
@@ -56,32 +55,42 @@ class Relation:
         key_counts, query_counts: (B,) keys and queries of each sample, when nodes are numbered
             sample by sample and no edge joins two samples; ``None`` if unknown.
         key_rows: (num_queries, K) key ids of each query, -1 past its last key, when the edges
-            are listed row by row in this order (`of_rows`, or derived from ``tiles``).
-        tiles: the `Tiles` layout of a relation built by `of_tiles` (its edges are then made only
-            when a backend asks for ``u``/``v``); ``None`` otherwise.
+            are listed row by row in this order (`of_rows`, or derived from ``groups``).
+        groups: the `DenseGroups` layout of a relation built by `of_groups` (its edges are then
+            made only when a backend asks for ``u``/``v``); ``None`` otherwise.
         graph: the DGL graph the edges were read from, where DGL keeps it (may be ``None``).
+        num_edges: E, known without building the edges.
         layouts: backend layouts built from the edges, by name (see `layout`).
         verified: every query has a key and no edge is listed twice. graphformer's own relations
             are made so (a graph pool's patterns are checked when it builds them); one made by
             hand is checked by `graphformer.attention.graph_attention` on first use.
     """
 
-    _u: torch.Tensor | None
-    _v: torch.Tensor | None
-    num_keys: int
-    num_queries: int
-    key_counts: torch.Tensor | None = None
-    query_counts: torch.Tensor | None = None
-    _key_rows: torch.Tensor | None = None
-    graph: object = None
-    tiles: Tiles | None = None
-    num_edges: int = -1
-    layouts: dict = field(default_factory=dict, repr=False)
-    verified: bool = False
+    def __init__(
+        self,
+        u: torch.Tensor | None,
+        v: torch.Tensor | None,
+        num_keys: int,
+        num_queries: int,
+        key_counts: torch.Tensor | None = None,
+        query_counts: torch.Tensor | None = None,
+        key_rows: torch.Tensor | None = None,
+        graph: object = None,
+        groups: DenseGroups | None = None,
+        num_edges: int | None = None,
+        verified: bool = False,
+    ):
+        if u is None and groups is None:
+            raise ValueError("a relation needs its edges (u, v) or the dense groups they come from")
+        self._u, self._v, self._key_rows = u, v, key_rows  # built from the groups on first use when None
+        self.num_keys, self.num_queries = num_keys, num_queries
+        self.key_counts, self.query_counts = key_counts, query_counts
+        self.graph, self.groups, self.verified = graph, groups, verified
+        self.num_edges = len(u) if num_edges is None else num_edges
+        self.layouts: dict = {}
 
-    def __post_init__(self):
-        if self.num_edges < 0:
-            self.num_edges = len(self._u)
+    def __repr__(self) -> str:
+        return f"Relation({self.num_keys} keys -> {self.num_queries} queries, {self.num_edges} edges)"
 
     @classmethod
     def of_edges(
@@ -135,54 +144,56 @@ class Relation:
         return cls.of_edges(key_rows[rows, columns], rows, num_keys, len(key_rows), key_rows=key_rows, verified=True)
 
     @classmethod
-    def of_tiles(
+    def of_groups(
         cls,
-        num_tiles: int,
+        num_groups: int,
         queries: int,
         width: int,
         lengths: list[int] | int,
         device: torch.device | str | None = None,
     ) -> Relation:
-        """``num_tiles`` tiles of ``queries`` queries each, tile b's queries attending to the key
-        ids b * width + j for j < lengths[b] (an int: the same for every tile; see `Tiles`).
+        """``num_groups`` groups of ``queries`` queries each, group b's queries attending to the key
+        ids b * width + j for j < lengths[b] (an int: the same for every group; see `DenseGroups`).
         Edges are listed query by query, keys in increasing order, and built only if a backend
         asks for them."""
         device = torch.device(device or "cpu")
         span = lengths if isinstance(lengths, int) else max(lengths)
         if isinstance(lengths, int) or min(lengths) == span:
-            tiles = Tiles(queries, width, span, device)
-            num_edges = num_tiles * queries * span
+            groups = DenseGroups(queries, width, span, device)
+            num_edges = num_groups * queries * span
         else:
             counts = torch.tensor(lengths, device=device)
             padding = (torch.arange(span, device=device) >= counts[:, None])[:, None, None]
-            tiles = Tiles(queries, width, span, device, counts, padding)
+            groups = DenseGroups(queries, width, span, device, counts, padding)
             num_edges = queries * sum(lengths)
-        return cls(None, None, num_tiles * width, num_tiles * queries, tiles=tiles, num_edges=num_edges, verified=True)
+        return cls(
+            None, None, num_groups * width, num_groups * queries, groups=groups, num_edges=num_edges, verified=True
+        )
 
     @property
     def u(self) -> torch.Tensor:
-        """(E,) key node id of each edge (a tiled relation's edges are made on first use)."""
+        """(E,) key node id of each edge (a grouped relation's edges are made on first use)."""
         if self._u is None:
-            self._u, self._v = _tile_edges(self)
+            self._u, self._v = _group_edges(self)
         return self._u
 
     @property
     def v(self) -> torch.Tensor:
         """(E,) query node id of each edge."""
         if self._v is None:
-            self._u, self._v = _tile_edges(self)
+            self._u, self._v = _group_edges(self)
         return self._v
 
     @property
     def key_rows(self) -> torch.Tensor | None:
-        if self._key_rows is None and self.tiles is not None:
-            self._key_rows = _tile_rows(self)
+        if self._key_rows is None and self.groups is not None:
+            self._key_rows = _group_rows(self)
         return self._key_rows
 
     @property
     def device(self) -> torch.device:
-        if self._u is None and self.tiles is not None:
-            return self.tiles.device
+        if self._u is None and self.groups is not None:
+            return self.groups.device
         return self._u.device
 
     def edges(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,18 +229,18 @@ class Relation:
         )
 
 
-def _tile_rows(relation: Relation) -> torch.Tensor:
-    """(num_queries, span) key ids of each query of a tiled relation, -1 past its tile's length."""
-    tiles = relation.tiles
-    tile = torch.arange(relation.num_queries, device=relation.device) // tiles.queries
-    columns = torch.arange(tiles.span, device=relation.device)
-    rows = tile[:, None] * tiles.width + columns
-    if tiles.lengths is None:
+def _group_rows(relation: Relation) -> torch.Tensor:
+    """(num_queries, span) key ids of each query of a grouped relation, -1 past its group's length."""
+    groups = relation.groups
+    group = torch.arange(relation.num_queries, device=relation.device) // groups.queries
+    columns = torch.arange(groups.span, device=relation.device)
+    rows = group[:, None] * groups.width + columns
+    if groups.lengths is None:
         return rows
-    return torch.where(columns < tiles.lengths[tile][:, None], rows, -1)
+    return torch.where(columns < groups.lengths[group][:, None], rows, -1)
 
 
-def _tile_edges(relation: Relation) -> tuple[torch.Tensor, torch.Tensor]:
+def _group_edges(relation: Relation) -> tuple[torch.Tensor, torch.Tensor]:
     rows = relation.key_rows
     queries, columns = (rows >= 0).nonzero(as_tuple=True)
     return rows[queries, columns], queries
@@ -246,4 +257,4 @@ def _query_sample(relation: Relation) -> torch.Tensor:
     return sample_of(relation.query_counts)
 
 
-__all__ = ["Relation", "Tiles", "sample_of"]
+__all__ = ["DenseGroups", "Relation", "sample_of"]

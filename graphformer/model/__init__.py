@@ -1,6 +1,6 @@
-"""Layers and models: embeddings, multi-head attention, encoder/decoder layers, the Transformer,
-the Adaptive Universal Transformer, the encoder-only classifier, and the factory that picks one
-from a config.
+"""Layers and models: embeddings, multi-head attention, encoder/decoder layers, the protocol every
+model follows (`graphformer.model.base`), the Transformer, the Adaptive Universal Transformer, the
+encoder-only classifiers, and the factory that picks one from a config.
 
 ``ModelConfig`` is imported eagerly (the command line reads its fields without torch); the
 models load torch and DGL on first use.
@@ -14,9 +14,13 @@ _WHERE = {
     "GraphTransformer": "graphformer.model.transformer",
     "UniversalTransformer": "graphformer.model.universal",
     "EncoderClassifier": "graphformer.model.classifier",
+    "UniversalEncoderClassifier": "graphformer.model.classifier",
+    "GraphModel": "graphformer.model.base",
+    "SequenceModel": "graphformer.model.base",
     "ModelOutput": "graphformer.model.output",
     "MODEL_CLASSES": "graphformer.model.factory",
     "build_model": "graphformer.model.factory",
+    "graph_pool": "graphformer.model.factory",
     "make_model": "graphformer.model.factory",
     "evaluating": "graphformer.model.modes",
 }

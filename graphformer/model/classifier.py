@@ -29,9 +29,9 @@ from torch import nn
 
 from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import ENC, GraphBatch, GraphPool
-from graphformer.graphs.relation import sample_of
+from graphformer.graphs.relation import Relation, sample_of
 from graphformer.model.act import ACTStats
-from graphformer.model.attention import BackendChoice
+from graphformer.model.base import GraphModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import TokenEmbedding, check_ids, embed_source, make_embedder
 from graphformer.model.layers import Generator, init_weights
@@ -45,36 +45,49 @@ from graphformer.vocab import EOS, PAD, SOS, UNK
 NEVER_LABELS = (PAD, SOS, EOS, UNK)
 
 
-class EncoderClassifier(nn.Module):
-    """Encoder stack (``model='encoder'``) or universal encoder (``model='universal-encoder'``) and a
-    classification head over ``cfg.tgt_vocab`` labels.
+def reads_cls_node(pooling: str) -> bool:
+    """Whether a classifier pooling this way reads a global `<cls>` node (its pool adds one)."""
+    return pooling == "cls"
 
-    ``attention_backend`` is set as on `graphformer.model.transformer.GraphTransformer`.
-    """
 
-    attention_backend = BackendChoice()
+def classifier_pool(enc_attention: str, pooling: str) -> GraphPool:
+    """The source-only graph pool of a classifier with this encoder pattern and pooling: cls
+    pooling puts a global `<cls>` node before each sample's tokens, mean and last add nothing."""
+    return GraphPool(enc_attention, targets=False, cls_node=reads_cls_node(pooling))
+
+
+class EncoderClassifier(GraphModel):
+    """Encoder stack (``model='encoder'``) and a classification head over ``cfg.tgt_vocab`` labels
+    (`UniversalEncoderClassifier`: the same on the universal encoder)."""
+
+    kind = "encoder"
 
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
-        super().__init__()
-        if not cfg.classifies:
-            raise ValueError(f"EncoderClassifier needs a classifier model, got {cfg.model!r}; use build_model")
-        self.cfg = cfg
-        self.attention_backend = attention_backend
+        super().__init__(cfg, attention_backend)
         self.src_embed = make_embedder(cfg, TokenEmbedding(cfg.src_vocab, cfg.d_model))
-        self.encoder = UniversalEncoder(cfg) if cfg.model == "universal-encoder" else Encoder(cfg)
+        self.encoder = self.make_encoder(cfg)
         self.head = Generator(cfg.d_model, cfg.tgt_vocab)
         init_weights(self)
 
-    def make_pool(self) -> GraphPool:
-        """A source-only graph pool with this model's encoder pattern (and `<cls>` node)."""
-        return self.cfg.graph_pool()
+    @classmethod
+    def pool_of(cls, cfg: ModelConfig) -> GraphPool:
+        """A source-only graph pool with the encoder pattern of ``cfg`` (and `<cls>` node)."""
+        return classifier_pool(cfg.enc_attention, cfg.pooling)
+
+    @classmethod
+    def has_cls_node(cls, cfg: ModelConfig) -> bool:
+        return reads_cls_node(cfg.pooling)
+
+    def make_encoder(self, cfg: ModelConfig) -> nn.Module:
+        return Encoder(cfg)
+
+    def run_encoder(self, batch: GraphBatch, relation: Relation, h: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """(N_src, d_model) encoder output of the embedded source nodes ``h``, and no ACT statistics."""
+        return self.encoder(relation, h, self.attention_backend), None
 
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats | None]:
-        self.cfg.check_batch(batch)
-        relation, h = batch.relation(ENC), embed_source(self.src_embed, batch)
-        if isinstance(self.encoder, UniversalEncoder):
-            return self.encoder(relation, h, batch.src_pos, self.src_embed, self.attention_backend)
-        return self.encoder(relation, h, self.attention_backend), None
+        self.check_batch(batch)
+        return self.run_encoder(batch, batch.relation(ENC), embed_source(self.src_embed, batch))
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output."""
@@ -115,3 +128,18 @@ class EncoderClassifier(nn.Module):
         log_probs[:, list(NEVER_LABELS)] = float("-inf")
         best, labels = log_probs.max(dim=1)
         return labels, best
+
+
+class UniversalEncoderClassifier(EncoderClassifier):
+    """`EncoderClassifier` on the universal encoder (``model='universal-encoder'``): one shared
+    layer repeated with ACT, whose ponder cost joins the loss."""
+
+    kind = "universal-encoder"
+    records_maps = False  # its steps attend on subgraphs of the active nodes
+
+    def make_encoder(self, cfg: ModelConfig) -> nn.Module:
+        return UniversalEncoder(cfg)
+
+    def run_encoder(self, batch: GraphBatch, relation: Relation, h: torch.Tensor) -> tuple[torch.Tensor, ACTStats]:
+        """(N_src, d_model) halting-weighted encoder states and what ACT did."""
+        return self.encoder(relation, h, batch.src_pos, self.src_embed, self.attention_backend)

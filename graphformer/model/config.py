@@ -1,8 +1,8 @@
 """Hyper-parameters of the models, declared once (see `graphformer.config_io`).
 
 Importing this module costs neither torch nor DGL: the command line builds its options from it.
-The defaults train a good copy-task model in a few minutes on 2 CPU cores (test exact match
-0.997 after 12 epochs, ``examples/copy``); the paper's base model is ``layers=6, d_model=512,
+The defaults train a good copy-task model in a few minutes on 2 CPU cores (``examples/copy``;
+its figures are in ``docs/results.md``); the paper's base model is ``layers=6, d_model=512,
 heads=8, d_ff=2048``.
 """
 
@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
 
+# The kinds of model and which options apply to each, without torch (for --help and `check`); the
+# class of each kind (`graphformer.model.factory.MODEL_CLASSES`) declares what it can do.
 MODELS = ("transformer", "universal", "encoder", "universal-encoder")
 CLASSIFIERS = ("encoder", "universal-encoder")  # one label per sample (graphformer.model.classifier)
 UNIVERSALS = ("universal", "universal-encoder")  # a shared layer repeated with ACT (graphformer.model.universal)
@@ -30,7 +32,8 @@ DECODER_ONLY = ("dec_attention", "cross_attention", "tie")
 @dataclass
 class ModelConfig(DictConfig):
     """Hyper-parameters of a ``GraphTransformer``, ``UniversalTransformer`` or ``EncoderClassifier``
-    (saved with every checkpoint). Build the model with ``graphformer.model.build_model(cfg)``."""
+    (saved with every checkpoint). Build the model with ``graphformer.model.build_model(cfg)``, its
+    graph pool (without the model) with ``graphformer.model.graph_pool(cfg)``."""
 
     src_vocab: int = option(help="source vocabulary size", range=AT_LEAST_1, cli=False)
     tgt_vocab: int = option(help="target vocabulary size", range=AT_LEAST_1, cli=False)
@@ -110,7 +113,9 @@ class ModelConfig(DictConfig):
             )
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ConfigError("tie", "'all' needs one vocabulary for source and target (equal sizes)")
-        self.graph_pool()  # parses and checks the attention patterns: fails early, with their own message
+        from graphformer.model.factory import graph_pool  # torch: only once a config is made, never for --help
+
+        graph_pool(self)  # parses and checks the attention patterns: fails early, with their own message
 
     def _refuse_changed(self, names: tuple[str, ...], why: str) -> None:
         changed = [
@@ -119,33 +124,10 @@ class ModelConfig(DictConfig):
         if changed:
             raise ConfigError(changed[0], why)
 
-    def check_batch(self, batch) -> None:
-        """Refuse a batch made by another kind of graph pool than this model's (a classifier's for a
-        sequence model, or one without the `<cls>` node this classifier reads): it would run, wrongly."""
-        cls_node = self.classifies and reads_cls_node(self.pooling)
-        if batch.targets == self.classifies or batch.cls_node != cls_node:
-            made = (
-                "a sequence model's pool"
-                if batch.targets
-                else "a classifier's pool" + (" with a <cls> node" if batch.cls_node else "")
-            )
-            raise ValueError(
-                f"the batch was made with {made}, not with this {self.model} model's; make it with "
-                "make_batch(model.make_pool(), ...)"
-            )
-
     @property
     def classifies(self) -> bool:
         """Whether the model gives one label per sample (an encoder classifier) rather than a sequence."""
         return self.model in CLASSIFIERS
-
-    def graph_pool(self):
-        """A ``GraphPool`` with these attention patterns (a classifier's: source graphs only)."""
-        if self.classifies:
-            return classifier_pool(self.enc_attention, self.pooling)
-        from graphformer.graphs.pool import GraphPool  # torch and DGL: only once a model is made
-
-        return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention)
 
 
 def unused_layers(model: str) -> str | None:
@@ -153,16 +135,3 @@ def unused_layers(model: str) -> str | None:
     if model in UNIVERSALS:
         return f"layers does not apply to model {model!r}, which repeats one shared layer up to max_depth times"
     return None
-
-
-def classifier_pool(enc_attention: str, pooling: str):
-    """The source-only ``GraphPool`` of a classifier with this encoder pattern and pooling: cls
-    pooling puts a global `<cls>` node before each sample's tokens, mean and last add nothing."""
-    from graphformer.graphs.pool import GraphPool  # torch and DGL: only once a model is made
-
-    return GraphPool(enc_attention, targets=False, cls_node=reads_cls_node(pooling))
-
-
-def reads_cls_node(pooling: str) -> bool:
-    """Whether a classifier pooling this way reads a global `<cls>` node (its pool adds one)."""
-    return pooling == "cls"

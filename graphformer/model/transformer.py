@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from graphformer.attention import DEFAULT_BACKEND
-from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool
+from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
 from graphformer.graphs.relation import Relation
-from graphformer.model.attention import BackendChoice
+from graphformer.model.base import SequenceModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import embed_source, make_embedders
 from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
@@ -72,22 +72,14 @@ class Decoder(nn.Module):
         return self.norm(x)
 
 
-class GraphTransformer(nn.Module):
-    """Encoder-decoder Transformer whose attention runs on the edges of a `GraphBatch`.
+class GraphTransformer(SequenceModel):
+    """Encoder-decoder Transformer whose attention runs on the edges of a `GraphBatch`
+    (``model='transformer'``; ``attention_backend``: see `graphformer.model.base.GraphModel`)."""
 
-    ``attention_backend`` names the attention implementation every layer uses (see
-    `graphformer.attention`); it changes speed, never results, so it is not part of the
-    config saved with checkpoints: set it on the model (``model.attention_backend = "torch"``).
-    """
-
-    attention_backend = BackendChoice()
+    kind = "transformer"
 
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
-        super().__init__()
-        if cfg.model != "transformer":
-            raise ValueError(f"GraphTransformer needs model='transformer', got {cfg.model!r}; use build_model")
-        self.cfg = cfg
-        self.attention_backend = attention_backend
+        super().__init__(cfg, attention_backend)
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
@@ -99,13 +91,9 @@ class GraphTransformer(nn.Module):
         """Decoder layers an incremental decoding cache holds keys and values for: one per layer."""
         return self.cfg.layers
 
-    def make_pool(self) -> GraphPool:
-        """A graph pool with this model's attention patterns."""
-        return self.cfg.graph_pool()
-
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """(N_src, d_model) encoder output (the memory)."""
-        self.cfg.check_batch(batch)
+        self.check_batch(batch)
         return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), self.attention_backend)
 
     def memory_kv(self, memory: torch.Tensor) -> list:

@@ -23,7 +23,7 @@ from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
 from graphformer.graphs.relation import Relation
 from graphformer.model.act import ACT, ACTStats, HaltingUnit
-from graphformer.model.attention import BackendChoice
+from graphformer.model.base import SequenceModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source, make_embedders
 from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
@@ -111,17 +111,15 @@ class UniversalEncoder(nn.Module):
         return self.norm(out), stats
 
 
-class UniversalTransformer(nn.Module):
-    """Encoder-decoder Universal Transformer with ACT, on the same graph batches as the Transformer."""
+class UniversalTransformer(SequenceModel):
+    """Encoder-decoder Universal Transformer with ACT, on the same graph batches as the Transformer
+    (``model='universal'``)."""
 
-    attention_backend = BackendChoice()
+    kind = "universal"
+    records_maps = False  # its steps attend on subgraphs of the active nodes: see ponder maps instead
 
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
-        super().__init__()
-        if cfg.model != "universal":
-            raise ValueError("UniversalTransformer needs a config with model='universal'")
-        self.cfg = cfg
-        self.attention_backend = attention_backend  # as in GraphTransformer
+        super().__init__(cfg, attention_backend)
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = UniversalEncoder(cfg)
         self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
@@ -137,12 +135,8 @@ class UniversalTransformer(nn.Module):
         """Steps an incremental decoding cache holds keys and values for: the shared layer's, up to max_depth."""
         return self.cfg.max_depth
 
-    def make_pool(self):
-        """A graph pool with this model's attention patterns."""
-        return self.cfg.graph_pool()
-
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, ACTStats]:
-        self.cfg.check_batch(batch)
+        self.check_batch(batch)
         return self.encoder(
             batch.relation(ENC),
             embed_source(self.src_embed, batch),

@@ -13,8 +13,7 @@ from pathlib import Path
 from graphformer.errors import ConfigError, UserError
 from graphformer.files import epoch_of
 from graphformer.training import checkpoint
-from graphformer.training.checkpoint import AVERAGED
-from graphformer.training.run_dir import ATTENTION, EPOCHS, METRICS, RunDir
+from graphformer.training.run_dir import AVERAGED, METRICS, RunDir
 
 
 def average_states(paths: list[Path]) -> dict:
@@ -88,9 +87,7 @@ def average_path(run: RunDir, output: str | Path | None = None) -> Path:
 
 def write_average(run: RunDir, paths: list[Path], output: Path | None = None) -> Path:
     output = average_path(run, output)
-    inside = output.resolve().is_relative_to(run.path.resolve())
-    managed = any(output.resolve().is_relative_to((run / folder).resolve()) for folder in (EPOCHS, ATTENTION))
-    if inside and (managed or output.exists()) and output.resolve() != (run / AVERAGED).resolve():
+    if run.owns(output) and output.resolve() != (run / AVERAGED).resolve():
         raise UserError(
             f"-o {output} is one of the run's own files (or in a folder the run keeps); write the "
             f"average to another file (by default {run / AVERAGED})"

@@ -25,8 +25,6 @@ from graphformer.files import write_atomic
 
 VERSION = 1
 FORMAT = f"graphformer-checkpoint-{VERSION}"
-LAST, BEST, AVERAGED = "checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_averaged.pt"
-CONFIG = "config.json"  # every run directory has one (`graphformer.training.run_dir`)
 
 
 def save_atomic(state: dict, path: str | Path) -> None:
@@ -71,41 +69,9 @@ def format_version(state) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def check_run_dir(run_dir: str | Path) -> Path:
-    """``run_dir`` as a Path, if it is a folder; else a UserError that says what it is."""
-    run_dir = Path(run_dir)
-    if run_dir.is_dir():
-        return run_dir
-    what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
-    raise UserError(f"run directory {run_dir} {what}; give the --out directory of a training run")
-
-
 def is_average(path: Path) -> bool:
     """Whether ``path`` holds weights that ``graphformer average`` wrote."""
     try:
         return "averaged_from" in load(path)
     except UserError:
         return False
-
-
-def find(run_dir: str | Path, which: str = "best") -> Path:
-    """The run's ``best`` (or ``last``) checkpoint, falling back to the other one; ``averaged``
-    (written by ``graphformer average``); or the path of a checkpoint file."""
-    run_dir = check_run_dir(run_dir)
-    if which not in ("best", "last"):
-        path = run_dir / AVERAGED if which == "averaged" else Path(which)
-        if path.is_dir():
-            raise UserError(f"checkpoint {path} is a folder; give best, last, averaged or a checkpoint file")
-        if not path.is_file():
-            hint = "write it with graphformer average" if which == "averaged" else "give best, last, averaged or a file"
-            raise UserError(f"checkpoint {path} does not exist; {hint}")
-        return path
-    order = (BEST, LAST) if which == "best" else (LAST, BEST)
-    for name in order:
-        if (run_dir / name).is_file():
-            return run_dir / name
-    if not (run_dir / CONFIG).is_file():  # not a run at all (a run's data folder, say)
-        raise UserError(
-            f"{run_dir} is not a run directory (it has no {CONFIG}); give the --out directory of a training run"
-        )
-    raise UserError(f"no checkpoint in {run_dir}; train first with graphformer train --out {run_dir}")

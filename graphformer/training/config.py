@@ -26,6 +26,7 @@ from graphformer.data.batching import DECODE_BATCH_TOKENS
 from graphformer.data.tasks import TASKS, get_task
 from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import ModelConfig
+from graphformer.training.progress import Progress
 
 # metric -> True when larger is better
 SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
@@ -149,7 +150,7 @@ class TrainConfig(DictConfig):
         DEFAULT_BACKEND,
         "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
         "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
-        "(long sequences, local patterns); padded: one dense tile per sample (batches of "
+        "(long sequences, local patterns); padded: one dense matrix per sample (batches of "
         "short sentences); flex: PyTorch's FlexAttention with the edges as a block mask (torch "
         ">= 2.5; trains on CUDA only); auto: padded where edges fill a quarter of the "
         "batch's tiles, flex (no gradients, on a CPU) or blocked on long relations whose blocks hold edges, "
@@ -190,9 +191,9 @@ class TrainConfig(DictConfig):
         ``train_limit``; of the others, all."""
         return lines[: self.train_limit] if split == "train" and self.train_limit else lines
 
-    def out_of_patience(self, progress: dict) -> bool:
+    def out_of_patience(self, progress: Progress) -> bool:
         """Early stopping: ``patience`` epochs in a row without a better validation metric."""
-        return bool(self.patience) and progress.get("epochs_since_best", 0) >= self.patience
+        return bool(self.patience) and progress.epochs_since_best >= self.patience
 
 
 @dataclass
@@ -367,7 +368,7 @@ def _resumed_configs(run_dir: str, model_given: dict, train_given: dict) -> tupl
 def init_model_options(where: str) -> dict:
     """The model options of the checkpoint ``init_from`` names: a new run's defaults, so that
     only what changes (an attention pattern, dropout, max_len) needs to be given."""
-    from graphformer.training.run import read_init
+    from graphformer.training.init_from import read_init
 
     saved = dict(read_init(where)[0]["model_config"])
     for name in ("src_vocab", "tgt_vocab"):  # the run's vocabularies set these

@@ -42,9 +42,9 @@ from graphformer.files import (
     write_text_atomic,
 )
 from graphformer.training import checkpoint
-from graphformer.training.checkpoint import AVERAGED, BEST, CONFIG, LAST
 
-VOCAB = "vocab.json"
+CONFIG, VOCAB = "config.json", "vocab.json"
+LAST, BEST, AVERAGED = "checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_averaged.pt"
 STEPS, METRICS = "steps.jsonl", "metrics.jsonl"
 EPOCHS = "checkpoints"
 ATTENTION, TENSORBOARD = "attention", "tensorboard"
@@ -155,6 +155,24 @@ class RunDir:
             path.unlink()
         checkpoint.save_atomic(state, epoch_file(self.path / EPOCHS, epoch))
 
+    def save_attention(self, record: dict, epoch: int) -> Path:
+        """Write the attention maps recorded at ``epoch`` (`graphformer.viz.recording`)."""
+        (self.path / ATTENTION).mkdir(exist_ok=True)
+        path = epoch_file(self.path / ATTENTION, epoch)
+        checkpoint.save_atomic(record, path)
+        return path
+
+    def attention_files(self) -> list[Path]:
+        """The recorded attention maps, oldest first."""
+        return epoch_files(self.path / ATTENTION)
+
+    def owns(self, path: str | Path) -> bool:
+        """Whether writing ``path`` would replace the run's own: a file in the run directory, or
+        anything in a folder the run writes (epoch checkpoints, attention maps)."""
+        path = Path(path).resolve()
+        kept = any(path.is_relative_to((self.path / folder).resolve()) for folder in (EPOCHS, ATTENTION))
+        return kept or (path.is_relative_to(self.path.resolve()) and path.exists())
+
     def log(self, name: str, record: dict) -> None:
         """Append one JSON line; non-finite numbers are written as null (JSON has no NaN)."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
@@ -214,3 +232,35 @@ def resume_command(run_dir: str | Path, processes: int = 1, per_node: int | None
         return f"graphformer train --processes {processes} --out {run_dir} --resume"
     launch = f"torchrun --nnodes={processes // per_node} --nproc_per_node={per_node} ... -m graphformer"
     return f"{launch} train --out {run_dir} --resume"
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a Path, if it is a folder; else a UserError that says what it is."""
+    run_dir = Path(run_dir)
+    if run_dir.is_dir():
+        return run_dir
+    what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
+    raise UserError(f"run directory {run_dir} {what}; give the --out directory of a training run")
+
+
+def find_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
+    """The run's ``best`` (or ``last``) checkpoint, falling back to the other one; ``averaged``
+    (written by ``graphformer average``); or the path of a checkpoint file."""
+    run_dir = check_run_dir(run_dir)
+    if which not in ("best", "last"):
+        path = run_dir / AVERAGED if which == "averaged" else Path(which)
+        if path.is_dir():
+            raise UserError(f"checkpoint {path} is a folder; give best, last, averaged or a checkpoint file")
+        if not path.is_file():
+            hint = "write it with graphformer average" if which == "averaged" else "give best, last, averaged or a file"
+            raise UserError(f"checkpoint {path} does not exist; {hint}")
+        return path
+    order = (BEST, LAST) if which == "best" else (LAST, BEST)
+    for name in order:
+        if (run_dir / name).is_file():
+            return run_dir / name
+    if not (run_dir / CONFIG).is_file():  # not a run at all (a run's data folder, say)
+        raise UserError(
+            f"{run_dir} is not a run directory (it has no {CONFIG}); give the --out directory of a training run"
+        )
+    raise UserError(f"no checkpoint in {run_dir}; train first with graphformer train --out {run_dir}")

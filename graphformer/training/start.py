@@ -20,31 +20,26 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from graphformer.data.corpus import Split, read_split
+from graphformer.data.corpus import Split, build_vocabs, read_split
 from graphformer.data.splits import RECORD, generated_by
 from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
-from graphformer.model import ModelConfig
+from graphformer.model import ModelConfig, graph_pool
 from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint
-from graphformer.training.config import TrainConfig
-from graphformer.training.distributed import Context
-from graphformer.training.run import (
-    check_init_fits,
-    check_init_vocab,
+from graphformer.training.checks import (
     check_labels,
     check_lengths,
     check_matches_run,
     check_model_fits_task,
-    checkpoint_vocabs,
     fitted_max_len,
-    init_weights,
-    load_model,
-    read_init,
-    read_splits,
-    vocabs_for,
 )
-from graphformer.training.run_dir import RunDir
+from graphformer.training.config import TrainConfig
+from graphformer.training.distributed import Context
+from graphformer.training.init_from import check_init_fits, check_init_vocab, init_weights, read_init
+from graphformer.training.loaded import checkpoint_vocabs, load_model
+from graphformer.training.progress import Progress
+from graphformer.training.run_dir import LAST, RunDir
 from graphformer.training.steps import (
     check_batches_per_step,
     check_epoch_has_steps,
@@ -64,13 +59,9 @@ class RunState:
     src_vocab: Vocab
     tgt_vocab: Vocab
     model: torch.nn.Module
-    progress: dict
+    progress: Progress
     resumed_from: dict | None = None
     made_run_dir: bool = False
-
-
-def new_progress() -> dict:
-    return {"epoch": 0, "batch": 0, "step": 0, "best": None}
 
 
 def start_run(
@@ -102,7 +93,7 @@ def start_run(
 
 def _new_run(files, ctx, cfg, model_cfg, recorder, fit_max_len, init) -> RunState:
     splits = load_splits(cfg, files.path, ctx)
-    pool, samples = model_cfg.graph_pool(), {**splits, **test_split(cfg, files.path)}  # test: evaluate must fit too
+    pool, samples = graph_pool(model_cfg), {**splits, **test_split(cfg, files.path)}  # test: evaluate must fit too
     if fit_max_len:
         model_cfg = dataclasses.replace(model_cfg, max_len=fitted_max_len(samples, pool, model_cfg.max_len))
     check_lengths(samples, pool, model_cfg.max_len)
@@ -127,13 +118,13 @@ def _new_run(files, ctx, cfg, model_cfg, recorder, fit_max_len, init) -> RunStat
         files.clear_records()  # every check has passed: this run starts here
         files.write_config(model_cfg, cfg)
         files.write_vocab(src_vocab, tgt_vocab)
-    return RunState(splits, src_vocab, tgt_vocab, model, new_progress())
+    return RunState(splits, src_vocab, tgt_vocab, model, Progress())
 
 
 def resume_run(files: RunDir, ctx: Context, cfg: TrainConfig) -> RunState:
     """The run of ``files`` as its last checkpoint left it, locked; the caller (`Trainer`)
     unlocks it when the resume fails."""
-    path = files.path / checkpoint.LAST
+    path = files.path / LAST
     if not path.is_file():
         owner = files.trainer()  # a run still in its first epoch has no checkpoint yet
         if owner:
@@ -151,7 +142,8 @@ def resume_run(files: RunDir, ctx: Context, cfg: TrainConfig) -> RunState:
     src_vocab, tgt_vocab = checkpoint_vocabs(state)
     encode(splits, src_vocab, tgt_vocab)
     model = load_model(state, path, cfg.attention_backend)
-    return RunState(splits, src_vocab, tgt_vocab, model, dict(state["progress"]), resumed_from=state)
+    progress = Progress.from_dict(state["progress"])
+    return RunState(splits, src_vocab, tgt_vocab, model, progress, resumed_from=state)
 
 
 def resumable_state(path: Path, files: RunDir, cfg: TrainConfig, ctx: Context) -> dict:
@@ -159,7 +151,7 @@ def resumable_state(path: Path, files: RunDir, cfg: TrainConfig, ctx: Context) -
     state = checkpoint.load(path)
     check_matches_run(state, files, path)
     check_batches_per_step(state, cfg.accumulate, ctx.world, files.path)
-    check_limits_not_below_progress(state["progress"], files.read_config()[1], cfg, files.path)
+    check_limits_not_below_progress(Progress.from_dict(state["progress"]), files.read_config()[1], cfg, files.path)
     return state
 
 
@@ -185,7 +177,8 @@ def load_splits(cfg: TrainConfig, run_dir: Path, ctx: Context) -> dict[str, Spli
         task.prepare(cfg, run_dir)
     if ctx.distributed:
         torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
-    splits = read_splits(task.data_dir(cfg, run_dir))
+    folder = task.data_dir(cfg, run_dir)
+    splits = {name: read_split(folder, name) for name in ("train", "valid")}
     if task.classification:
         check_labels(splits)
     train = splits["train"]
@@ -219,6 +212,16 @@ def choose_vocabs(
     if warning and is_main:
         tqdm.write(warning, file=sys.stderr)
     return src_vocab, tgt_vocab
+
+
+def vocabs_for(train: Split, cfg: TrainConfig) -> tuple[Vocab, Vocab]:
+    """The source and target vocabularies of a new run. A classification task's target vocabulary
+    is its labels (whatever ``shared_vocab`` says): the classifier's head scores only those, and
+    every training label is one, however rare (``min_count`` thins the source words alone: a
+    label read as `<unk>` would be a class the classifier never answers)."""
+    if not get_task(cfg.task).classification:
+        return build_vocabs(train, cfg.min_count, cfg.shared_vocab)
+    return Vocab.build(train.src_words, cfg.min_count), Vocab.build(train.tgt_words, 1)
 
 
 def encode(splits: dict[str, Split], src_vocab: Vocab, tgt_vocab: Vocab) -> None:

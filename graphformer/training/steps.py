@@ -13,6 +13,7 @@ from pathlib import Path
 from graphformer.data.batching import plan_batches, shard
 from graphformer.data.corpus import Split
 from graphformer.errors import UserError
+from graphformer.training.progress import Progress
 from graphformer.training.run_dir import resume_command
 
 
@@ -79,14 +80,14 @@ def check_batches_per_step(state: dict, accumulate: int, world: int, run_dir: Pa
     raise UserError(f"{how}: resume it with {resume_command(run_dir, world)} --accumulate {per_step // world}")
 
 
-def check_limits_not_below_progress(progress: dict, saved: dict, cfg, run_dir: Path) -> None:
+def check_limits_not_below_progress(progress: Progress, saved: dict, cfg, run_dir: Path) -> None:
     """A resumed run's new --epochs and --max-steps must not undercut what it has done:
     config.json would no longer describe the run (as --config, it would train a shorter one).
     (A lower value saved by an earlier version is kept: the run is then done.) ``saved``: the
     run's saved training configuration."""
     for flag, name, done, unit in (
-        ("--epochs", "epochs", progress["epoch"], "epochs"),
-        ("--max-steps", "max_steps", progress["step"], "steps"),
+        ("--epochs", "epochs", progress.epoch, "epochs"),
+        ("--max-steps", "max_steps", progress.step, "steps"),
     ):
         limit = getattr(cfg, name)
         if limit is not None and limit < done and limit != saved.get(name):  # config.json's: given now

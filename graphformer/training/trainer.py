@@ -27,13 +27,13 @@ from graphformer.files import WriteRefused, write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.precision import autocast, warn_if_emulated
-from graphformer.training import checkpoint, distributed, random_states
+from graphformer.training import distributed, random_states
 from graphformer.training.config import SELECT_BY, TrainConfig
 from graphformer.training.evaluate import evaluate
 from graphformer.training.interrupts import StopRequest, raise_keyboard_interrupt
 from graphformer.training.loss import NonFiniteLoss, label_smoothed_nll
-from graphformer.training.progress import Progress, TensorBoardLog, format_metrics
-from graphformer.training.run_dir import METRICS, RANKS, STEPS, TENSORBOARD, RunDir, resume_command
+from graphformer.training.report import ConsoleReport, TensorBoardLog, format_metrics
+from graphformer.training.run_dir import LAST, METRICS, RANKS, STEPS, TENSORBOARD, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
 from graphformer.training.start import RunState, resume_run, start_run, warn_about_generated_data
 from graphformer.training.steps import check_epoch_has_steps, epoch_plan, step_counts
@@ -92,7 +92,7 @@ class Trainer:
         self.show_progress = show_progress and self.ctx.is_main
         self.board = None  # TensorBoardLog once the run directory is open, with cfg.tensorboard
         self.stop = StopRequest(abort or raise_keyboard_interrupt, announce=self.ctx.is_main)
-        self._deadline = None  # perf_counter() time at which max_minutes runs out (set by run)
+        self._deadline = None  # perf_counter() time at which max_minutes runs out (set by train)
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
         made_run_dir = False
         try:
@@ -125,14 +125,14 @@ class Trainer:
         self._check_epoch_has_steps()
         self._open_board()
         if self.ctx.is_main:
-            self.files.cut_logs(self.progress["step"], self.progress["epoch"])
+            self.files.cut_logs(self.progress.step, self.progress.epoch)
             self.files.write_config(self.model.cfg, self.cfg)  # how long it trains may have changed
 
     def _open_board(self) -> None:
         """TensorBoard's log, once the run directory holds no earlier run's records; a resumed
         run's drops what was logged after its checkpoint (as `RunDir.cut_logs` does)."""
         if self.ctx.is_main and self.cfg.tensorboard:
-            self.board = TensorBoardLog(self.run_dir / TENSORBOARD, after_step=self.progress["step"])
+            self.board = TensorBoardLog(self.run_dir / TENSORBOARD, after_step=self.progress.step)
 
     def _build_optimizer(self):
         self.model.to(self.ctx.device)
@@ -161,7 +161,7 @@ class Trainer:
                 **(rng_by_rank or random_states.by_rank(self.ctx, gather=False)),
             },
             "vocab": {"src": self.src_vocab.itos, "tgt": self.tgt_vocab.itos},
-            "progress": dict(self.progress),
+            "progress": self.progress.to_dict(),
             "processes": self.ctx.world,  # an epoch's batches are split among them (see epoch_plan)
         }
 
@@ -181,7 +181,7 @@ class Trainer:
     def _check_epoch_has_steps(self, steps: list | None = None) -> None:
         """Checked at the start, and again by each epoch, which plans its own batches."""
         if steps is None:
-            steps, _ = self.epoch_plan(self.progress["epoch"])
+            steps, _ = self.epoch_plan(self.progress.epoch)
         check_epoch_has_steps(steps, self.cfg.accumulate, self.ctx.world)
 
     def epoch_plan(self, epoch: int):
@@ -227,7 +227,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return total
 
-    def run(self) -> dict | None:
+    def train(self) -> dict | None:
         """Train until cfg.epochs (or cfg.max_steps); returns the last validation metrics."""
         with self.stop.installed():
             try:
@@ -237,17 +237,15 @@ class Trainer:
 
     def _train_epochs(self) -> dict | None:
         metrics = None
-        if self.progress["batch"] and self.progress["batch"] == len(self.epoch_plan(self.progress["epoch"])[0]):
+        if self.progress.batch and self.progress.batch == len(self.epoch_plan(self.progress.epoch)[0]):
             metrics = self._end_epoch()  # stopped (a signal, a kill) after its last step: validate it now
         # A resumed run that had stopped early stays stopped unless it is given more patience.
-        done = (
-            self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps
-        ) or self._out_of_patience()
+        done = (self.cfg.max_steps is not None and self.progress.step >= self.cfg.max_steps) or self._out_of_patience()
         if self.cfg.max_minutes is not None:
             self._deadline = time.perf_counter() + 60 * self.cfg.max_minutes
-        if self.ctx.is_main and self.cfg.viz_every and self.progress["step"] == 0:
+        if self.ctx.is_main and self.cfg.viz_every and self.progress.step == 0:
             self._record_attention(0)  # the untrained model: the first frame of an animation
-        while self.progress["epoch"] < self.cfg.epochs and not done:
+        while self.progress.epoch < self.cfg.epochs and not done:
             end = self._train_epoch()
             if end is EpochEnd.STOPPED:
                 break
@@ -259,20 +257,20 @@ class Trainer:
 
     def _how_to_go_on(self) -> str:
         """What to do once a refused write is put right: resume from the last checkpoint, or start again."""
-        if not (self.run_dir / checkpoint.LAST).is_file():
+        if not (self.run_dir / LAST).is_file():
             return "then start the run again"
         resume = resume_command(self.run_dir, self.ctx.world, self.ctx.per_node)
-        return f"then continue from {checkpoint.LAST} (intact) with: {resume}"
+        return f"then continue from {LAST} (intact) with: {resume}"
 
     def _train_epoch(self) -> EpochEnd:
         """Steps of the current epoch from where progress points."""
-        epoch = self.progress["epoch"]
+        epoch = self.progress.epoch
         steps, global_steps = self.epoch_plan(epoch)
         self._check_epoch_has_steps(steps)
-        report = Progress(
-            len(steps), self.progress["batch"], f"epoch {epoch + 1}/{self.cfg.epochs}", enabled=self.show_progress
+        report = ConsoleReport(
+            len(steps), self.progress.batch, f"epoch {epoch + 1}/{self.cfg.epochs}", enabled=self.show_progress
         )
-        for s in range(self.progress["batch"], len(steps)):
+        for s in range(self.progress.batch, len(steps)):
             counts = self.step_counts(global_steps[s])
             global_tokens = counts["gold"]
             lr = self.schedule.get_last_lr()[0]
@@ -283,21 +281,21 @@ class Trainer:
                 report.close(show_last=False)
                 self.save()
                 raise UserError(
-                    f"the loss became {err.value} at step {self.progress['step'] + 1} (the numbers "
-                    f"overflowed); {self.run_dir / checkpoint.LAST} holds the weights before that step: "
+                    f"the loss became {err.value} at step {self.progress.step + 1} (the numbers "
+                    f"overflowed); {self.run_dir / LAST} holds the weights before that step: "
                     "lower the learning rate (lr_factor), raise warmup or set clip_norm, "
                     "then train a new run"
                 ) from None
-            self.progress["batch"] = s + 1
-            self.progress["step"] += 1
+            self.progress.batch = s + 1
+            self.progress.step += 1
             loss = loss_sum / global_tokens
             rate = report.step(counts["tokens"], loss=loss, lr=lr)
             if self.board:
-                self.board.step(self.progress["step"], loss, lr, rate)
+                self.board.step(self.progress.step, loss, lr, rate)
             self._log(
                 STEPS,
                 {
-                    "step": self.progress["step"],
+                    "step": self.progress.step,
                     "epoch": epoch,
                     "loss": loss,
                     "lr": lr,
@@ -305,10 +303,10 @@ class Trainer:
                     "seconds": time.perf_counter() - tic,
                 },
             )
-            if self.cfg.save_every and self.progress["step"] % self.cfg.save_every == 0:
+            if self.cfg.save_every and self.progress.step % self.cfg.save_every == 0:
                 self.save()
             if self._should_stop():
-                if self.progress["batch"] == len(steps) and not self.interrupted:
+                if self.progress.batch == len(steps) and not self.interrupted:
                     report.close()
                     return EpochEnd.LAST_STEP_STOPS  # its validation and checkpoint follow, as any epoch's
                 try:
@@ -322,7 +320,7 @@ class Trainer:
         return EpochEnd.COMPLETE
 
     def _should_stop(self) -> bool:
-        limit = (self.cfg.max_steps is not None and self.progress["step"] >= self.cfg.max_steps) or (
+        limit = (self.cfg.max_steps is not None and self.progress.step >= self.cfg.max_steps) or (
             self._deadline is not None and time.perf_counter() >= self._deadline
         )
         # Every rank must stop at the same step, whichever of them the signal reached.
@@ -331,18 +329,18 @@ class Trainer:
         return requested or limit
 
     def _end_epoch(self) -> dict:
-        epoch = self.progress["epoch"]
-        metrics = {"epoch": epoch + 1, "step": self.progress["step"]}
+        epoch = self.progress.epoch
+        metrics = {"epoch": epoch + 1, "step": self.progress.step}
         if self.ctx.is_main:
             valid = evaluate(self.model, self.splits["valid"], self.pool, beam=self.cfg.valid_beam)
             metrics.update({f"valid_{k}": v for k, v in valid.items() if k != "n"})
             metrics["lr"] = self.schedule.get_last_lr()[0]
-        self.progress["epoch"] = epoch + 1
-        self.progress["batch"] = 0
+        self.progress.epoch = epoch + 1
+        self.progress.batch = 0
         is_best = self.ctx.is_main and self._improves(metrics)
         if is_best:
-            self.progress["best"] = metrics[f"valid_{self.cfg.select_by}"]
-        self.progress["epochs_since_best"] = 0 if is_best else self.progress.get("epochs_since_best", 0) + 1
+            self.progress.best = metrics[f"valid_{self.cfg.select_by}"]
+        self.progress.epochs_since_best = 0 if is_best else self.progress.epochs_since_best + 1
         self._log(METRICS, metrics)
         if self.board:
             self.board.epoch(metrics)
@@ -387,10 +385,10 @@ class Trainer:
         )
         if self.board and path is not None:
             for relation, png in self.recorder.pngs(path).items():
-                self.board.attention(f"attention/{relation}", png, self.progress["step"])
+                self.board.attention(f"attention/{relation}", png, self.progress.step)
 
     def _improves(self, metrics: dict) -> bool:
-        best, value = self.progress["best"], metrics[f"valid_{self.cfg.select_by}"]
+        best, value = self.progress.best, metrics[f"valid_{self.cfg.select_by}"]
         larger_is_better = SELECT_BY[self.cfg.select_by]
         return best is None or (value > best if larger_is_better else value < best)
 

@@ -1,7 +1,7 @@
 """One attention map drawn as a bipartite graph: keys in a row on top, queries in a row below, an
 edge per weight with width and opacity by weight.
 
-Each row's labels sit just outside it and its name to its left, all inside the panel: edges never
+Each row's tokens sit just outside it and its name to its left, all inside the panel: edges never
 cover them, and neither does the panel's title, which matplotlib places above the panel without
 looking at its texts. How much room the texts need is known only once the figure is laid out,
 so `fit` sets the panel's limits then; `plots.draw` calls it.
@@ -18,10 +18,10 @@ from matplotlib.lines import Line2D
 FONT_SIZE = 8
 EDGE_RGB = (0.12, 0.3, 0.6)
 LEGEND_SHARES = (1.0, 0.5, 0.1)  # of a panel's largest weight: the edges the legend shows
-GAP = 0.07  # inches from a marker's centre to its label: clear of the marker
+GAP = 0.07  # inches from a marker's centre to its token: clear of the marker
 PAD = 0.03  # inches from the outermost text to the panel's edge
 # Room a panel needs besides its positions, in inches, before `fit` measures the texts: a
-# character of an 8-point label, and the space of the row of markers between the label rows.
+# character of 8-point text, and the space of the row of markers between the rows of tokens.
 INCH_PER_CHAR = 0.065
 ROW_GAP = 1.8
 
@@ -29,8 +29,8 @@ ROW_GAP = 1.8
 class GraphTexts(NamedTuple):
     """The texts of one bipartite panel, for `fit` to place."""
 
-    key_labels: list  # above the key row (y = 1)
-    query_labels: list  # below the query row (y = 0)
+    key_tokens: list  # above the key row (y = 1)
+    query_tokens: list  # below the query row (y = 0)
     names: list  # each row's name, left of it
     positions: int  # markers in the longer row
 
@@ -46,10 +46,10 @@ def width_legend(target, vmax: float, **placement):
     of a few widths, for a panel whose widest edge is ``vmax``."""
     widths, alphas = edge_style(np.array(LEGEND_SHARES))
     handles = [Line2D([], [], color=EDGE_RGB, linewidth=w, alpha=a) for w, a in zip(widths, alphas)]
-    labels = [f"{share * vmax:.2g}" for share in LEGEND_SHARES]
+    entries = [f"{share * vmax:.2g}" for share in LEGEND_SHARES]
     return target.legend(
         handles,
-        labels,
+        entries,
         title="edge width: weight",
         fontsize=FONT_SIZE - 1,
         title_fontsize=FONT_SIZE - 1,
@@ -61,18 +61,19 @@ def width_legend(target, vmax: float, **placement):
 def bipartite(
     ax,
     weights,
-    key_labels,
-    query_labels,
+    key_tokens,
+    query_tokens,
     title: str = "",
     vmax: float = 1.0,
     key_axis: str = "keys",
     query_axis: str = "queries",
     threshold: float = 0.02,
 ) -> GraphTexts:
-    """One (queries, keys) map as a bipartite graph on ``ax``, an edge per weight above
-    ``threshold * vmax``. Returns its texts: call `fit` once the figure is laid out."""
+    """One (queries, keys) map as a bipartite graph on ``ax``, a marker per key and query with its
+    token, an edge per weight above ``threshold * vmax``. Returns its texts: call `fit` once the
+    figure is laid out."""
     w = np.asarray(weights, dtype=float)
-    n_keys, n_queries = len(key_labels), len(query_labels)
+    n_keys, n_queries = len(key_tokens), len(query_tokens)
     positions = max(n_keys, n_queries)
     key_x = np.arange(n_keys) + (positions - n_keys) / 2
     query_x = np.arange(n_queries) + (positions - n_queries) / 2
@@ -83,14 +84,14 @@ def bipartite(
     ax.scatter(key_x, np.ones(n_keys), s=30, color="tab:blue", zorder=2)
     ax.scatter(query_x, np.zeros(n_queries), s=30, color="tab:orange", zorder=2)
 
-    def text(x, y, label, **style):
-        made = ax.text(x, y, label, fontsize=FONT_SIZE, **style)
+    def text(x, y, string, **style):
+        made = ax.text(x, y, string, fontsize=FONT_SIZE, **style)
         made.set_in_layout(False)  # `fit` keeps it inside the panel
         return made
 
     texts = GraphTexts(
-        [text(x, 1.1, label, rotation=90, ha="center", va="bottom") for x, label in zip(key_x, key_labels)],
-        [text(x, -0.1, label, rotation=90, ha="center", va="top") for x, label in zip(query_x, query_labels)],
+        [text(x, 1.1, token, rotation=90, ha="center", va="bottom") for x, token in zip(key_x, key_tokens)],
+        [text(x, -0.1, token, rotation=90, ha="center", va="top") for x, token in zip(query_x, query_tokens)],
         [
             text(-0.5, y, name.replace(": ", ":\n", 1), ha="right", va="center", color=colour)
             for y, name, colour in ((1.0, key_axis, "tab:blue"), (0.0, query_axis, "tab:orange"))
@@ -104,33 +105,33 @@ def bipartite(
     return texts
 
 
-def size(key_labels, query_labels, key_axis: str, query_axis: str, inch_per_position: float) -> tuple[float, float]:
+def size(key_tokens, query_tokens, key_axis: str, query_axis: str, inch_per_position: float) -> tuple[float, float]:
     """The (width, height) in inches a bipartite panel wants, title included, estimated from
     how long its texts are."""
 
-    def longest(labels):
-        return INCH_PER_CHAR * max((len(str(label)) for label in labels), default=0)
+    def longest(strings):
+        return INCH_PER_CHAR * max((len(str(string)) for string in strings), default=0)
 
     name = max(longest(n.split(": ", 1)) for n in (key_axis, query_axis))
-    width = inch_per_position * max(len(key_labels), len(query_labels)) + name + 0.4
-    return width, ROW_GAP + longest(key_labels) + longest(query_labels) + 2 * GAP + 0.5
+    width = inch_per_position * max(len(key_tokens), len(query_tokens)) + name + 0.4
+    return width, ROW_GAP + longest(key_tokens) + longest(query_tokens) + 2 * GAP + 0.5
 
 
 def fit(ax, texts: GraphTexts, renderer) -> None:
     """Set the limits of a laid-out bipartite panel so that its texts fill it to its edges:
-    the rows of markers take the room the labels and names leave."""
+    the rows of markers take the room the tokens and names leave."""
     box = ax.get_window_extent(renderer)
     dpi = ax.figure.dpi
 
     def longest(group, side):
         return max((getattr(t.get_window_extent(renderer), side) for t in group), default=0.0) / dpi
 
-    above, below = longest(texts.key_labels, "height"), longest(texts.query_labels, "height")
+    above, below = longest(texts.key_tokens, "height"), longest(texts.query_tokens, "height")
     per_y = max(box.height / dpi - above - below - 2 * (GAP + PAD), 0.3)  # inches from one row to the other
     per_x = max((box.width / dpi - longest(texts.names, "width") - PAD) / texts.positions, 0.05)
-    for label in texts.key_labels:
-        label.set_y(1 + GAP / per_y)
-    for label in texts.query_labels:
-        label.set_y(-GAP / per_y)
+    for token in texts.key_tokens:
+        token.set_y(1 + GAP / per_y)
+    for token in texts.query_tokens:
+        token.set_y(-GAP / per_y)
     ax.set_ylim(-(GAP + below + PAD) / per_y, 1 + (GAP + above + PAD) / per_y)
     ax.set_xlim(-0.5 - (longest(texts.names, "width") + PAD) / per_x, texts.positions - 0.5)

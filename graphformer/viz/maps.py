@@ -14,12 +14,15 @@ import torch
 from graphformer.attention import record_attention
 from graphformer.choices import RELATIONS
 from graphformer.graphs import GraphBatch
+from graphformer.model.factory import MODEL_CLASSES
 from graphformer.model.modes import evaluating
 
-# Models with one map per layer. The Universal Transformer attends on shrinking subgraphs of its
-# still-active nodes at every step; those are drawn as ponder maps instead
-# (`graphformer.viz.plots.ponder_map`).
-RECORDED_MODELS = ("transformer", "encoder")
+
+def recorded_kinds() -> tuple[str, ...]:
+    """The kinds of model drawn with one map per layer (their classes' ``records_maps``). The
+    universal ones attend on shrinking subgraphs of their still-active nodes at every step; those
+    are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`)."""
+    return tuple(kind for kind, cls in MODEL_CLASSES.items() if cls.records_maps)
 
 
 def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, int, int]:
@@ -40,12 +43,12 @@ def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, in
 def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: int = 0) -> torch.Tensor:
     """(layers, heads, queries, keys) attention weights of one sample; NaN where there is no edge.
 
-    Works for the models of `RECORDED_MODELS` (one map per layer). ``batch`` must have targets
-    for 'dec'/'cross'.
+    Works for the models whose class ``records_maps`` (one map per layer; see `recorded_kinds`).
+    ``batch`` must have targets for 'dec'/'cross'.
     """
-    if model.cfg.model not in RECORDED_MODELS:
+    if not model.records_maps:
         raise ValueError(
-            f"attention maps are drawn for the {' and '.join(RECORDED_MODELS)} models, not model "
+            f"attention maps are drawn for the {' and '.join(recorded_kinds())} models, not model "
             f"{model.cfg.model!r}, whose steps attend on subgraphs of their active nodes; draw its "
             "ponder map instead (graphformer.viz.plots.ponder_map)"
         )

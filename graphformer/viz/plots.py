@@ -29,12 +29,12 @@ from graphformer.viz.player import player_page
 
 @dataclass
 class AttentionPicture:
-    """One or more attention maps of one sample, with everything needed to label them.
+    """One or more attention maps of one sample, with everything needed to draw their axes.
 
     Attributes:
         maps: (panels, queries, keys) weights, NaN where there is no edge; one panel per head.
-        keys: a label per key (column).
-        queries: a label per query (row).
+        keys: the token (a string) shown for each key (column).
+        queries: the token shown for each query (row).
         panel_titles: a title per panel, e.g. ``head 0``.
         title: the title of the whole picture, e.g. relation, layer and epoch.
         key_axis: what the keys are, e.g. ``keys: source tokens``.
@@ -67,17 +67,18 @@ def png_bytes(figure: Figure, dpi: int = 110) -> bytes:
 def heatmap(
     ax,
     weights,
-    key_labels,
-    query_labels,
+    key_tokens,
+    query_tokens,
     title: str = "",
     vmax: float = 1.0,
     key_axis: str = "keys",
     query_axis: str = "queries",
 ):
-    """One (queries, keys) map on ``ax``; NaN (no edge) cells stay blank. Returns the image."""
+    """One (queries, keys) map on ``ax``, each column and row ticked with its token; NaN (no edge)
+    cells stay blank. Returns the image."""
     image = ax.imshow(np.ma.masked_invalid(np.asarray(weights, dtype=float)), cmap="viridis", vmin=0, vmax=vmax)
-    ax.set_xticks(range(len(key_labels)), key_labels, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(query_labels)), query_labels, fontsize=8)
+    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=8)
     ax.set_xlabel(key_axis, fontsize=8)
     ax.set_ylabel(query_axis, fontsize=8)
     ax.set_title(title, fontsize=9)
@@ -85,21 +86,21 @@ def heatmap(
 
 
 # ---- whole pictures -------------------------------------------------------------------------
-# A picture is laid out in inches, so its labels keep their size; its panels take the widest
-# label spacing, and the grid of them the rows, that keep it within MAX_WIDTH by MAX_HEIGHT,
-# which a screen shows without shrinking the labels.
+# A picture is laid out in inches, so its tokens' text keeps its size; its panels take the widest
+# token spacing, and the grid of them the rows, that keep it within MAX_WIDTH by MAX_HEIGHT,
+# which a screen shows without shrinking the text.
 MAX_WIDTH = 16.5  # inches: about 2,000 px at save_figure's dpi
 MAX_HEIGHT = 11.0
 ASPECT = 1.5  # the width over height a grid of panels comes closest to
-INCH_PER_LABEL = 0.32  # between the rows, columns or positions of a panel
-MIN_INCH_PER_LABEL = 0.16  # still room for a label: a picture too big at this spacing stays bigger
+INCH_PER_TOKEN = 0.32  # between the rows, columns or positions of a panel
+MIN_INCH_PER_TOKEN = 0.16  # still room for a token's text: a picture too big at this spacing stays bigger
 COLORBAR_WIDTH = 0.9
 LEGEND_WIDTH = 1.2
 LEGEND_HEIGHT = 0.6
 
 
 def panel_sizes(picture: AttentionPicture, kinds: list[str], scale: str, spacing: float) -> list[tuple[float, float]]:
-    """The (width, height) in inches of each kind of panel of one head, labels ``spacing`` apart."""
+    """The (width, height) in inches of each kind of panel of one head, tokens ``spacing`` apart."""
     own = scale == "per-head"  # then each panel carries its own colour bar or legend
     graph_w, graph_h = bipartite.size(picture.keys, picture.queries, picture.key_axis, picture.query_axis, spacing)
     return [
@@ -124,12 +125,12 @@ def grid_shape(panels: int, width: float, height: float, room: float = MAX_WIDTH
 
 def layout(picture: AttentionPicture, kinds: list[str], scale: str) -> tuple[list, int, int, tuple]:
     """The panel sizes of one head (`panel_sizes`), the (rows, columns) of heads and the figure's
-    (width, height), at the widest label spacing from `INCH_PER_LABEL` down to
-    `MIN_INCH_PER_LABEL` whose figure fits `MAX_WIDTH` by `MAX_HEIGHT` (the narrowest, if none does)."""
+    (width, height), at the widest token spacing from `INCH_PER_TOKEN` down to
+    `MIN_INCH_PER_TOKEN` whose figure fits `MAX_WIDTH` by `MAX_HEIGHT` (the narrowest, if none does)."""
     shared = scale == "shared"  # then one colour bar and one legend serve the whole figure
     extra_width = (shared and "heatmap" in kinds) * COLORBAR_WIDTH
     extra_height = 0.6 + (shared and "graph" in kinds) * LEGEND_HEIGHT  # and the title
-    for spacing in np.linspace(INCH_PER_LABEL, MIN_INCH_PER_LABEL, 9):
+    for spacing in np.linspace(INCH_PER_TOKEN, MIN_INCH_PER_TOKEN, 9):
         sizes = panel_sizes(picture, kinds, scale, spacing)
         width, height = sum(w for w, _ in sizes), max(h for _, h in sizes)
         rows, cols = grid_shape(len(picture.maps), width, height, MAX_WIDTH - extra_width)
@@ -290,15 +291,17 @@ def _write_gif(frames: list[bytes], path: Path, seconds_per_frame: float) -> Non
 
 
 # ---- the Universal Transformer and patterns --------------------------------------------------
-def ponder_map(steps, labels, path: str | Path, title: str = "ponder steps per token") -> None:
-    """Universal Transformer: how many steps each token of a sentence took (``steps`` and
-    ``labels`` one per token; a tree encoder's span nodes have steps too: label them, or leave them out)."""
-    if len(steps) != len(labels):
-        raise ValueError(f"{len(steps)} step counts but {len(labels)} labels: give one label per token")
-    figure = new_figure(0.35 * len(labels) + 2, 2.2)
+def ponder_map(steps, tokens, path: str | Path, title: str = "ponder steps per token") -> None:
+    """Universal Transformer: how many steps each token of a sentence took (``steps`` and the
+    ``tokens`` to tick the bars with, one per token; a tree encoder's span nodes have steps too:
+    name them, or leave them out)."""
+    if len(steps) != len(tokens):
+        # "labels": the bars' tick labels
+        raise ValueError(f"{len(steps)} step counts but {len(tokens)} labels: give one token per step count")
+    figure = new_figure(0.35 * len(tokens) + 2, 2.2)
     ax = figure.subplots()
-    ax.bar(range(len(labels)), steps, color="tab:orange")
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.bar(range(len(tokens)), steps, color="tab:orange")
+    ax.set_xticks(range(len(tokens)), tokens, fontsize=8)
     ax.set_ylabel("steps")
     ax.set_title(title, fontsize=9)
     save_figure(figure, path)

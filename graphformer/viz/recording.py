@@ -9,16 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
-from graphformer.files import epoch_file, epoch_files
 from graphformer.graphs import make_batch, tree
 from graphformer.training import checkpoint
-from graphformer.training.run_dir import ATTENTION
+from graphformer.training.run_dir import RunDir
 from graphformer.viz import plots
-from graphformer.viz.maps import RECORDED_MODELS, RELATIONS, attention_maps
+from graphformer.viz.maps import RELATIONS, attention_maps, recorded_kinds
 from graphformer.viz.plots import AttentionPicture
 from graphformer.vocab import EOS, SOS
 
-CLS_LABEL = "<cls>"  # a classifier's global node (it carries the <s> token)
+CLS_TOKEN = "<cls>"  # a classifier's global node (it carries the <s> token)
+
+# The keys a recording keeps its tokens under (the strings its axes and nodes show): the names the
+# first recordings gave them, so that every recording, older or newer, reads alike.
+TOKEN_KEYS = {"src": "src_labels", "tgt": "tgt_labels", "enc": "enc_labels"}
 
 # What the rows and columns of each relation's map are (targets enter the decoder shifted right).
 DECODER_INPUTS = "decoder inputs <s>, y1, ..."
@@ -29,16 +32,17 @@ AXES = {
 }
 
 
-# The most nodes a side of a recorded map may have: maps are stored dense and drawn with a label
+# The most nodes a side of a recorded map may have: maps are stored dense and drawn with a token
 # per row and column.
 MAX_MAP_NODES = 128
 
 
 def check_recordable(model_kind: str, viz_every: int | None) -> None:
-    if viz_every and model_kind not in RECORDED_MODELS:
+    """Refuse ``viz_every`` for a kind of model whose class does not record maps (before one is built)."""
+    if viz_every and model_kind not in recorded_kinds():
         raise ConfigError(
             "viz_every",
-            f"records the attention of the {' and '.join(RECORDED_MODELS)} models only, "
+            f"records the attention of the {' and '.join(recorded_kinds())} models only, "
             f"not of model {model_kind!r}; leave it out (notebook 03 draws the Universal "
             "Transformer's ponder steps)",
         )
@@ -57,45 +61,40 @@ def check_map_size(split, pool, viz_every: int | None) -> None:
         )
 
 
-def span_labels(n: int) -> list[str]:
-    """Labels of the span nodes of a tree pattern over n tokens: level and token range, e.g.
-    ``L1[0:2)``, in node order (after the n tokens)."""
-    labels = []
+def span_tokens(n: int) -> list[str]:
+    """What the span nodes of a tree pattern over n tokens are drawn with: level and token range,
+    e.g. ``L1[0:2)``, in node order (after the n tokens)."""
+    tokens = []
     for level, count in enumerate(tree.levels(n), start=1):
         for index in range(count):
             first, end = index << level, min((index + 1) << level, n)
-            labels.append(f"L{level}[{first}:{end})")
-    return labels
+            tokens.append(f"L{level}[{first}:{end})")
+    return tokens
 
 
 def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch: int) -> Path | None:
     """Write the maps of the first sample of ``split`` to ``run_dir/attention/epoch_NNNN.pt``."""
-    if model.cfg.model not in RECORDED_MODELS:
+    if not model.records_maps:
         return None
     src, tgt = split.src[0], split.tgt[0]
     batch = make_batch(pool, [src], [tgt]).to(next(model.parameters()).device)
-    src_labels = [CLS_LABEL] * pool.cls_node + [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
-    n = len(src_labels)
-    spans = span_labels(n) if pool.span_nodes(n) else []  # tree patterns only
-    record = {"epoch": epoch, "src_labels": src_labels, "enc_labels": src_labels + spans}
+    src_tokens = [CLS_TOKEN] * pool.cls_node + [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
+    n = len(src_tokens)
+    spans = span_tokens(n) if pool.span_nodes(n) else []  # tree patterns only
+    record = {"epoch": epoch, TOKEN_KEYS["src"]: src_tokens, TOKEN_KEYS["enc"]: src_tokens + spans}
     if pool.targets:
-        record["tgt_labels"] = [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt]
+        record[TOKEN_KEYS["tgt"]] = [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt]
     else:  # a classifier: its encoder is all it attends with
         record["label"] = tgt_vocab.itos[tgt[0]]
     record["maps"] = {rel: attention_maps(model, batch, rel) for rel in (RELATIONS if pool.targets else ("enc",))}
-    folder = Path(run_dir) / ATTENTION
-    folder.mkdir(exist_ok=True)
-    path = epoch_file(folder, epoch)
-    checkpoint.save_atomic(record, path)  # through the module: one replaced there (a test) is the one used
-    return path
+    return RunDir(run_dir).save_attention(record, epoch)
 
 
 def load_records(run_dir: str | Path) -> list[dict]:
     """Every recorded epoch of a run, oldest first."""
     if not Path(run_dir).is_dir():
         raise UserError(f"{run_dir} is not a folder; give the run directory of a run trained with --viz-every N")
-    folder = Path(run_dir) / ATTENTION
-    paths = epoch_files(folder)
+    paths = RunDir(run_dir).attention_files()
     if not paths:
         raise UserError(f"no attention maps recorded in {run_dir}; train with --viz-every N to record them")
     return [checkpoint.load(p, advice="delete it, or train again with --viz-every to record it") for p in paths]
@@ -119,10 +118,10 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
     if head != "all" and not 0 <= head < heads:
         raise ConfigError("head", f"{head} is out of range: the model has {heads} heads")
     chosen = list(range(heads)) if head == "all" else [head]
-    src = record["src_labels"]
-    tgt = record.get("tgt_labels")
+    src = record[TOKEN_KEYS["src"]]
+    tgt = record.get(TOKEN_KEYS["tgt"])
     keys, queries = {
-        "enc": (record.get("enc_labels", src),) * 2,  # enc: tokens, then any span nodes
+        "enc": (record.get(TOKEN_KEYS["enc"], src),) * 2,  # enc: tokens, then any span nodes
         "dec": (tgt, tgt),
         "cross": (src, tgt),
     }[relation]

@@ -15,6 +15,7 @@ from helpers import TINY_MODEL, read_jsonl, small_copy_data
 
 from graphformer.cli import main
 from graphformer.training import checkpoint
+from graphformer.training.run_dir import BEST, LAST
 
 
 @pytest.fixture(scope="module")
@@ -104,16 +105,16 @@ def test_translate_and_evaluate_batch_as_decoding_batches(trained, tmp_path, cap
     import graphformer.decoding
     from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
     from graphformer.training.config import DecodeConfig
-    from graphformer.training.run import LoadedRun
+    from graphformer.training.loaded import LoadedRun
 
     assert DecodeConfig().batch_tokens == DECODE_BATCH_TOKENS
     lines = ["a " * n for n in (5, 1, 3, 7, 2, 6, 4)]  # distinct lengths name the lines
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     seen, make_batch = [], graphformer.decoding.make_batch
 
-    def spy(pool, src, *args):
+    def spy(pool, src, *args, **kwargs):
         seen.append([len(s) for s in src])
-        return make_batch(pool, src, *args)
+        return make_batch(pool, src, *args, **kwargs)
 
     monkeypatch.setattr(graphformer.decoding, "make_batch", spy)
     assert (
@@ -337,7 +338,7 @@ def test_missing_and_truncated_checkpoints(trained, tmp_path, capsys):
     one_line_error(capsys, ["evaluate", str(started)], "no checkpoint in")
     run = tmp_path / "run"
     shutil.copytree(trained, run)
-    for name in (checkpoint.BEST, checkpoint.LAST):
+    for name in (BEST, LAST):
         data = (run / name).read_bytes()
         (run / name).write_bytes(data[: len(data) // 2])
     one_line_error(capsys, ["evaluate", str(run)], "damaged or truncated")
@@ -463,7 +464,7 @@ def test_checkpoint_from_another_run(trained, tmp_path, capsys):
     )
     mixed = tmp_path / "mixed"
     shutil.copytree(trained, mixed)
-    for name in (checkpoint.BEST, checkpoint.LAST):
+    for name in (BEST, LAST):
         shutil.copy(other / name, mixed / name)
     one_line_error(capsys, ["evaluate", str(mixed)], "another vocabulary")
 
@@ -522,7 +523,7 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert b"Traceback" not in err and b"--resume" in err
-    state = checkpoint.load(run / checkpoint.LAST)
+    state = checkpoint.load(run / LAST)
     assert state["progress"]["step"] == read_jsonl(run / "steps.jsonl")[-1]["step"] >= 3
     assert not [p for p in run.iterdir() if ".tmp-" in p.name]
     assert (
@@ -544,7 +545,7 @@ where, argv = sys.argv[1], sys.argv[2:]
 step, save = Trainer.train_step, torch.save
 
 def first_ctrl_c_in_step_6(self, *args):
-    if self.progress["step"] == 5:
+    if self.progress.step == 5:
         signal.raise_signal(signal.SIGINT)
     return step(self, *args)
 
@@ -607,12 +608,12 @@ def test_a_second_ctrl_c_ends_training_with_one_line_and_status_130(tmp_path, wh
     )
     assert "interrupted" in lines[-1] and len(lines) == {"save": 1, "exit": 2}[where], proc.stderr
     written = {"save": 4, "exit": 6}[where]  # the interrupt's checkpoint is whole or absent
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == written
+    assert checkpoint.load(run / LAST)["progress"]["step"] == written
     cut_off = [p for p in run.iterdir() if ".tmp-" in p.name]  # the interrupt's, left by the exit
     assert len(cut_off) == {"save": 1, "exit": 0}[where], cut_off
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "7"]) == 0  # and harmless
     assert not [p for p in run.iterdir() if ".tmp-" in p.name]
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == 7
+    assert checkpoint.load(run / LAST)["progress"]["step"] == 7
 
 
 def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path, monkeypatch, capsys):

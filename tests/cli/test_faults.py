@@ -32,7 +32,7 @@ from graphformer.cli import main
 from graphformer.data import multi30k
 from graphformer.errors import UserError
 from graphformer.training import checkpoint, distributed, random_states
-from graphformer.training.run_dir import STEPS, RunDir
+from graphformer.training.run_dir import LAST, STEPS, RunDir
 
 MIRROR = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 
@@ -100,7 +100,7 @@ def before_write(monkeypatch, what: str, step: int, fault) -> dict:
 
     def strike(run: RunDir):
         if not seen:
-            seen["last"] = (run / checkpoint.LAST).read_bytes()
+            seen["last"] = (run / LAST).read_bytes()
             fault()
 
     def log(self, name, record):
@@ -121,8 +121,8 @@ def before_write(monkeypatch, what: str, step: int, fault) -> dict:
 def assert_nothing_lost(run, seen: dict, step: int):
     """The checkpoint from before the fault is as it was, loads, and holds step ``step``; no
     temporary file is left beside it."""
-    assert (run / checkpoint.LAST).read_bytes() == seen["last"]
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == step
+    assert (run / LAST).read_bytes() == seen["last"]
+    assert checkpoint.load(run / LAST)["progress"]["step"] == step
     assert not [p for p in run.rglob("*") if ".tmp-" in p.name]
 
 
@@ -145,7 +145,7 @@ def test_a_checkpoint_over_the_file_size_limit_is_one_line_and_the_last_one_stay
     failed write as a RuntimeError of its own, which must still read as the file that was too large."""
     run = tmp_path / "run"
     assert main(["train", *options(data), "--max-steps", "2", "--out", str(run)]) == 0
-    last = (run / checkpoint.LAST).read_bytes()
+    last = (run / LAST).read_bytes()
     limit = 64 * 1024  # the logs and config.json fit; a checkpoint does not
     assert len(last) > limit
 
@@ -162,7 +162,7 @@ def test_a_checkpoint_over_the_file_size_limit_is_one_line_and_the_last_one_stay
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 2, done.stderr
-    one_line(done.stderr, f"cannot write {run / checkpoint.LAST}: ", "too large", "file-size limit", "--resume")
+    one_line(done.stderr, f"cannot write {run / LAST}: ", "too large", "file-size limit", "--resume")
     assert_nothing_lost(run, {"last": last}, step=2)
     assert_resumes_exactly(run, straight)
 
@@ -207,7 +207,7 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_last_one_stays(
     assert main(["train", *options(data), "--out", str(run)]) == 2
     one_line(
         capsys.readouterr().err,
-        f"cannot write {run / checkpoint.LAST}: ",
+        f"cannot write {run / LAST}: ",
         "disk is full",
         "free some space",
         f"graphformer train --out {run} --resume",
@@ -274,7 +274,7 @@ def read_only(monkeypatch):
     guard.off()
 
 
-@pytest.mark.parametrize("what,step,name", [("log", 3, STEPS), ("checkpoint", 4, checkpoint.LAST)])
+@pytest.mark.parametrize("what,step,name", [("log", 3, STEPS), ("checkpoint", 4, LAST)])
 def test_a_run_directory_turned_read_only_mid_run_is_one_line(
     data, straight, tmp_path, monkeypatch, capsys, read_only, what, step, name
 ):
@@ -301,7 +301,7 @@ if os.environ.get("RANK") == os.environ["KILL_RANK"]:
     step = int(os.environ["KILL_AT_STEP"])
     train_step, save_atomic = Trainer.train_step, checkpoint.save_atomic
     def killed_before_step(self, batches, counts):
-        if self.progress["step"] + 1 == step:
+        if self.progress.step + 1 == step:
             die()
         return train_step(self, batches, counts)
     def killed_mid_write(state, path):
@@ -388,7 +388,7 @@ def test_a_process_killed_mid_epoch_stops_the_other_within_seconds_and_the_run_r
     assert done.returncode == 128 + signal.SIGKILL and "Traceback" not in printed, printed[-3000:]
     assert f"graphformer: process {rank} was killed by SIGKILL; " in printed
     assert f"continue from the last checkpoint with: graphformer train --processes 2 --out {run} --resume" in printed
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == resumes_from
+    assert checkpoint.load(run / LAST)["progress"]["step"] == resumes_from
     assert bool(list(run.glob(".*.tmp-*"))) == (moment == "write")  # the half-written one, never renamed
     resumed = subprocess.run(
         [sys.executable, "-m", "graphformer", "train", "--processes", "2", "--out", str(run), "--resume", "--quiet"],
@@ -445,13 +445,13 @@ def test_a_checkpoint_of_another_format_version_is_named_with_both_versions(stra
 
     run = tmp_path / "run"
     shutil.copytree(straight, run)
-    state = torch.load(run / checkpoint.LAST, weights_only=True)
+    state = torch.load(run / LAST, weights_only=True)
     state["format"] = f"graphformer-checkpoint-{version}"
     del state["model"]  # what a change of format may do: a reader of this version must not reach for it
-    torch.save(state, run / checkpoint.LAST)
+    torch.save(state, run / LAST)
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     needles = (
-        str(run / checkpoint.LAST),
+        str(run / LAST),
         f"format version {version}",
         f"({__version__}) reads version {checkpoint.VERSION}",
         why,
@@ -496,7 +496,7 @@ def test_a_cpu_run_on_a_gpu_host_reads_and_restores_no_gpu_state(data, tmp_path,
     run = tmp_path / "run"
     cuda = FakeCuda(monkeypatch)
     assert main(["train", *options(data), "--device", "cpu", "--max-steps", "2", "--out", str(run)]) == 0
-    state = checkpoint.load(run / checkpoint.LAST)
+    state = checkpoint.load(run / LAST)
     assert state["rng"]["cuda_by_rank"] is None and "cuda" not in state["rng"]
     assert len(state["rng"]["torch_by_rank"]) == 1
     # An earlier graphformer's checkpoint (rank 0's CPU state, and every visible GPU's) resumes on the CPU too.
@@ -505,7 +505,7 @@ def test_a_cpu_run_on_a_gpu_host_reads_and_restores_no_gpu_state(data, tmp_path,
         "python": state["rng"]["python"],
         "cuda": [torch.zeros(16, dtype=torch.uint8)] * 2,
     }
-    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"}, run / checkpoint.LAST)
+    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"}, run / LAST)
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "3", "--quiet"]) == 0
     assert cuda.calls == []
 

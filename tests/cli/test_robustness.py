@@ -12,7 +12,7 @@ from helpers import TINY_MODEL, read_jsonl, small_copy_data
 from graphformer.cli import main
 from graphformer.errors import UserError
 from graphformer.training import checkpoint
-from graphformer.training.run_dir import RunDir
+from graphformer.training.run_dir import BEST, LAST, RunDir
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_a_time_budget_stops_after_the_step_that_exhausts_it_and_resume_gives_a_
     run = tmp_path / "run"
     assert fresh(data, run, "--epochs", "2", "--max-minutes", "1e-6") == 0  # spent before the first step ends
     assert [r["step"] for r in read_jsonl(run / "steps.jsonl")] == [1]
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == 1
+    assert checkpoint.load(run / LAST)["progress"]["step"] == 1
     assert "--resume" in capsys.readouterr().out
     assert train("--out", str(run), "--resume", "--max-minutes", "60") == 0  # a new budget: the run finishes
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
@@ -122,9 +122,9 @@ def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys)
     the product. (The checkpoint says 2 processes here, as a torchrun run's would.)"""
     run = tmp_path / "run"
     shutil.copytree(trained, run)
-    state = checkpoint.load(run / checkpoint.LAST)
+    state = checkpoint.load(run / LAST)
     assert state["processes"] == 1 and state["train_config"]["accumulate"] == 1
-    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 2}, run / checkpoint.LAST)
+    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 2}, run / LAST)
     before = snapshot(run)
     one_line_error(
         capsys,
@@ -140,7 +140,7 @@ def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys)
         "--resume --accumulate 2",
     )
     assert snapshot(run) == before
-    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 3}, run / checkpoint.LAST)
+    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"} | {"processes": 3}, run / LAST)
     one_line_error(
         capsys,
         ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
@@ -148,7 +148,7 @@ def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys)
         "--resume --accumulate 3",
     )
     # A checkpoint written before the count was recorded: taken as this count.
-    checkpoint.save_atomic({k: v for k, v in state.items() if k not in ("format", "processes")}, run / checkpoint.LAST)
+    checkpoint.save_atomic({k: v for k, v in state.items() if k not in ("format", "processes")}, run / LAST)
     one_line_error(
         capsys,
         ["train", "--out", str(run), "--resume", "--epochs", "2", "--accumulate", "2"],
@@ -250,76 +250,6 @@ def test_only_a_second_ctrl_c_aborts_a_stopping_run_a_repeated_sigterm_asks_agai
         stop(signal.SIGINT, None)
 
 
-def test_a_processes_run_blames_a_process_killed_from_outside_before_the_ones_that_lost_it():
-    """When one process is killed, the others fail on the lost connection within the same moment:
-    the launcher reports the killed one (and its status), not the lowest rank that failed. A
-    process ended by a signal the launcher passed on was not killed from outside."""
-    from types import SimpleNamespace
-
-    from graphformer.training.launch import Launch
-
-    def first_failure(*codes, passed_on=()):
-        launch = Launch()
-        launch.ranks, launch.passed_on = [SimpleNamespace(returncode=c) for c in codes], set(passed_on)
-        return launch.first_failure()
-
-    assert first_failure(1, -9) == 1
-    assert first_failure(3, 2) == 1  # 3: rank 0 only lost rank 1, whose own error is 2
-    assert first_failure(1, -15, passed_on=[15]) == 0
-    assert first_failure(None, 2, 1) == 1
-    assert first_failure(0, None) is None
-    assert first_failure(130, 130) == 0
-
-
-def _launch_of(*scripts: str):
-    """A `Launch` of Python processes running these scripts (stand-ins for training processes)."""
-    import subprocess
-    import sys
-
-    from graphformer.training.launch import Launch
-
-    launch = Launch()
-    launch.ranks = [subprocess.Popen([sys.executable, "-c", script]) for script in scripts]
-    return launch
-
-
-def test_the_launcher_stops_the_others_at_once_when_a_process_is_killed_from_outside(capsys, monkeypatch):
-    """Whatever its rank: a higher one killed while a lower one runs is noticed, and the lower one
-    is stopped at once, without the grace period an error gets (an hour here: waiting it out,
-    rank 0 would end by itself, with status 0)."""
-    from graphformer.training import launch as launcher
-
-    monkeypatch.setattr(launcher, "GRACE_SECONDS", 3600.0)
-    launch = _launch_of("import time; time.sleep(60)", "import os; os.kill(os.getpid(), 9)")
-    assert launch.wait("RESUME") == 128 + 9
-    assert launch.ranks[0].returncode == -9
-    assert capsys.readouterr().err == (
-        "graphformer: process 1 was killed by SIGKILL; the other processes were "
-        "stopped; continue from the last checkpoint with: RESUME\n"
-    )
-
-
-def test_the_launcher_gives_the_others_time_to_exit_after_an_error_then_stops_them(capsys, monkeypatch):
-    """A process that fails with its own message (status 2) leaves the others a grace period to
-    report theirs; one still running after it is killed, and the status is the failed one's."""
-    from graphformer.training import launch as launcher
-
-    monkeypatch.setattr(launcher, "GRACE_SECONDS", 1.0)
-    launch = _launch_of(
-        "import time; time.sleep(60)", "import sys, time; time.sleep(1); sys.exit(2)", "import sys; sys.exit(0)"
-    )  # done long before the failure
-    assert launch.wait("RESUME") == 2
-    assert [p.returncode for p in launch.ranks] == [-9, 2, 0] and capsys.readouterr().err == ""
-
-
-def test_the_command_that_continues_a_run_names_how_it_is_launched(tmp_path):
-    from graphformer.training.run_dir import resume_command
-
-    assert resume_command("runs/a") == "graphformer train --out runs/a --resume"
-    assert resume_command("runs/a", 2) == "graphformer train --processes 2 --out runs/a --resume"
-    assert resume_command("runs/a", 4, 2).startswith("torchrun --nnodes=2 --nproc_per_node=2 ... -m graphformer train")
-
-
 def test_a_start_refused_by_the_lock_removes_nothing(data, tmp_path, capsys, monkeypatch):
     """Two trainings started on one new --out: the one refused must not remove what the other made."""
 
@@ -405,16 +335,16 @@ def test_best_is_never_behind_what_last_records(data, tmp_path, monkeypatch):
 
     def crash_on_second_epoch_last(state, path):
         writes.append(path.name)
-        if state["progress"]["epoch"] == 2 and path.name == checkpoint.LAST:
+        if state["progress"]["epoch"] == 2 and path.name == LAST:
             raise KeyboardInterrupt  # the process dies here
         real_save(state, path)
 
     monkeypatch.setattr(checkpoint, "save_atomic", crash_on_second_epoch_last)
     assert fresh(data, run, "--epochs", "2", "--select-by", "loss") == 130
     monkeypatch.setattr(checkpoint, "save_atomic", real_save)
-    assert writes.index(checkpoint.BEST, 2) < writes.index(checkpoint.LAST, 2)  # epoch 2: best first
+    assert writes.index(BEST, 2) < writes.index(LAST, 2)  # epoch 2: best first
     assert train("--out", str(run), "--resume") == 0
-    last, best = checkpoint.load(run / checkpoint.LAST), checkpoint.load(run / checkpoint.BEST)
+    last, best = checkpoint.load(run / LAST), checkpoint.load(run / BEST)
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["epoch"] for m in metrics] == [1, 2]
     best_epoch = min(metrics, key=lambda m: m["valid_loss"])
@@ -449,7 +379,7 @@ def test_a_second_trainer_on_the_same_run_is_refused(trained, tmp_path, capsys):
 
 
 def _damage_checkpoint(run):
-    (run / checkpoint.LAST).write_bytes(torch.randint(0, 256, (5000,), dtype=torch.uint8).numpy().tobytes())
+    (run / LAST).write_bytes(torch.randint(0, 256, (5000,), dtype=torch.uint8).numpy().tobytes())
 
 
 def _damage_vocab(run):
@@ -457,9 +387,9 @@ def _damage_vocab(run):
 
 
 def _put_another_models_checkpoint(run):
-    state = checkpoint.load(run / checkpoint.LAST)
+    state = checkpoint.load(run / LAST)
     state["model_config"]["d_ff"] *= 2
-    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"}, run / checkpoint.LAST)
+    checkpoint.save_atomic({k: v for k, v in state.items() if k != "format"}, run / LAST)
 
 
 @pytest.mark.parametrize("lock", [b"process 424242\n", None], ids=["lock of an earlier trainer", "no lock"])
@@ -488,7 +418,7 @@ def test_a_refused_resume_leaves_the_run_directory_as_it_was(trained, tmp_path, 
 def test_resuming_a_run_still_training_before_its_first_checkpoint_names_the_trainer(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
-    for name in (checkpoint.LAST, checkpoint.BEST):
+    for name in (LAST, BEST):
         (run / name).unlink()  # as early in a first epoch
     holder = RunDir(run)
     holder.lock()
@@ -523,7 +453,7 @@ def test_overflowing_loss_stops_with_a_usable_checkpoint(data, tmp_path, capsys)
         "the loss became",
     )
     assert "checkpoint_last.pt holds the weights before that step" in err
-    state = checkpoint.load(run / checkpoint.LAST)
+    state = checkpoint.load(run / LAST)
     assert all(torch.isfinite(t).all() for t in state["model"].values())
     for record in read_jsonl(run / "steps.jsonl"):  # valid JSON: no NaN literals
         assert record["loss"] is None or record["loss"] == record["loss"]
@@ -577,7 +507,7 @@ def test_cuda_without_a_gpu(trained, capsys, command):
 def test_damaged_run_files_are_named(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
-    for name in (checkpoint.BEST, checkpoint.LAST):
+    for name in (BEST, LAST):
         (run / name).write_bytes(torch.randint(0, 256, (5000,), dtype=torch.uint8).numpy().tobytes())
     one_line_error(capsys, ["evaluate", str(run)], "damaged")
 
@@ -660,9 +590,9 @@ def test_samples_longer_than_max_len_are_refused_in_one_line_at_start_and_at_eva
     run = tmp_path / "fits"
     assert fresh(data, run, "--epochs", "1", "--max-len", "24") == 0
     one_line_error(capsys, ["evaluate", str(run), "--split", "test", "--data-dir", str(long)], "test.src line 41")
-    state = checkpoint.load(run / checkpoint.BEST)  # the run's own data folder, changed after training:
+    state = checkpoint.load(run / BEST)  # the run's own data folder, changed after training:
     state["train_config"]["data_dir"] = str(long)
-    checkpoint.save_atomic(state, run / checkpoint.BEST)
+    checkpoint.save_atomic(state, run / BEST)
     one_line_error(capsys, ["evaluate", str(run), "--split", "test"], "max_len (24) is shorter than the data")
 
 
@@ -684,7 +614,7 @@ def test_a_step_limit_on_an_epochs_last_step_still_validates_that_epoch(data, tm
     run = tmp_path / "run"
     assert fresh(data, run, "--epochs", "3", "--max-steps", "12") == 0  # 6 steps an epoch
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
-    last = checkpoint.load(run / checkpoint.LAST)["progress"]
+    last = checkpoint.load(run / LAST)["progress"]
     assert (last["epoch"], last["batch"], last["step"]) == (2, 0, 12)
     assert "stopped at step 12, 2 of 3 epochs complete (valid loss" in capsys.readouterr().out
     assert train("--out", str(run), "--resume", "--max-steps", "18") == 0
@@ -809,9 +739,9 @@ def test_evaluate_warns_when_a_folders_tokens_are_not_the_runs(trained, tmp_path
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     config = json.loads((run / "config.json").read_text())
-    state = checkpoint.load(run / checkpoint.BEST)
+    state = checkpoint.load(run / BEST)
     state["train_config"]["data_dir"] = config["train"]["data_dir"] = str(tmp_path / "gone")
-    checkpoint.save_atomic(state, run / checkpoint.BEST)
+    checkpoint.save_atomic(state, run / BEST)
     (run / "config.json").write_text(json.dumps(config))
     trained = run
     other = tmp_path / "other"
@@ -925,7 +855,7 @@ def test_a_run_stopped_after_an_epochs_last_step_validates_it_on_resume(data, tm
     original = trainer_module.Trainer._should_stop
 
     def signal_at_step_6(self):
-        self.stop.requested = self.stop.requested or self.progress["step"] == 6
+        self.stop.requested = self.stop.requested or self.progress.step == 6
         return original(self)
 
     monkeypatch.setattr(trainer_module.Trainer, "_should_stop", signal_at_step_6)
@@ -934,7 +864,7 @@ def test_a_run_stopped_after_an_epochs_last_step_validates_it_on_resume(data, tm
     assert not (run / "metrics.jsonl").exists() or read_jsonl(run / "metrics.jsonl") == []
     assert train("--out", str(run), "--resume") == 0
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1]
-    assert checkpoint.load(run / checkpoint.BEST)["progress"]["epoch"] == 1
+    assert checkpoint.load(run / BEST)["progress"]["epoch"] == 1
 
 
 def test_resume_removes_temporaries_in_the_runs_subfolders(data, tmp_path):
@@ -952,9 +882,9 @@ def test_tensorboard_drops_steps_logged_after_the_checkpoint_a_run_resumes_from(
 
     run = tmp_path / "run"
     assert fresh(data, run, "--epochs", "2", "--max-steps", "3", "--tensorboard") == 0
-    at_step_3 = (run / checkpoint.LAST).read_bytes()
+    at_step_3 = (run / LAST).read_bytes()
     assert train("--out", str(run), "--resume", "--max-steps", "5") == 0
-    (run / checkpoint.LAST).write_bytes(at_step_3)  # a crash after step 5 whose last checkpoint was step 3
+    (run / LAST).write_bytes(at_step_3)  # a crash after step 5 whose last checkpoint was step 3
     assert train("--out", str(run), "--resume", "--max-steps", "5") == 0
     events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()

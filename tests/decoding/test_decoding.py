@@ -259,34 +259,34 @@ def test_length_penalty_formula():
 @pytest.mark.parametrize("backend", backends("padded", "dgl", "torch", "blocked"))
 @pytest.mark.parametrize("lengths", [[3, 1, 4], 2, SHORT_SPAN + 2])  # uneven; even, short and long
 @pytest.mark.parametrize("queries", [1, 2])
-def test_tiled_relation_is_its_edges(backend, lengths, queries):
-    """A tiled relation (keys read in place from fixed-width blocks) attends exactly like the same
+def test_grouped_relation_is_its_edges(backend, lengths, queries):
+    """A grouped relation (keys read in place from fixed-width blocks) attends exactly like the same
     edges listed row by row, on every backend, weights and restriction to some queries included."""
     from graphformer.attention import graph_attention
     from graphformer.graphs.relation import Relation
 
     torch.manual_seed(0)
-    tiles, width = 3, SHORT_SPAN + 3
-    tiled = Relation.of_tiles(tiles, queries, width, lengths)
-    counts = lengths if isinstance(lengths, list) else [lengths] * tiles
-    rows = torch.full((tiles * queries, max(counts)), -1)
-    for i in range(tiles * queries):
+    groups, width = 3, SHORT_SPAN + 3
+    grouped = Relation.of_groups(groups, queries, width, lengths)
+    counts = lengths if isinstance(lengths, list) else [lengths] * groups
+    rows = torch.full((groups * queries, max(counts)), -1)
+    for i in range(groups * queries):
         b = i // queries
         rows[i, : counts[b]] = b * width + torch.arange(counts[b])
-    listed = Relation.of_rows(rows, tiles * width)
-    assert torch.equal(tiled.u, listed.u) and torch.equal(tiled.v, listed.v)
-    assert tiled.num_edges == listed.num_edges == queries * sum(counts)
-    q = torch.randn(tiles * queries, 2, 4, dtype=torch.float64)
-    k, v = (torch.randn(tiles * width, 2, 4, dtype=torch.float64) for _ in range(2))
-    out, weights = graph_attention(tiled, q, k, v, backend, return_weights=True)
+    listed = Relation.of_rows(rows, groups * width)
+    assert torch.equal(grouped.u, listed.u) and torch.equal(grouped.v, listed.v)
+    assert grouped.num_edges == listed.num_edges == queries * sum(counts)
+    q = torch.randn(groups * queries, 2, 4, dtype=torch.float64)
+    k, v = (torch.randn(groups * width, 2, 4, dtype=torch.float64) for _ in range(2))
+    out, weights = graph_attention(grouped, q, k, v, backend, return_weights=True)
     ref_out, ref_weights = graph_attention(listed, q, k, v, "torch", return_weights=True)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(weights, ref_weights)
-    active = torch.arange(tiles * queries) % 3 != 1
+    active = torch.arange(groups * queries) % 3 != 1
     torch.testing.assert_close(
-        graph_attention(tiled.restrict_to_destinations(active), q[active], k, v, backend), ref_out[active]
+        graph_attention(grouped.restrict_to_destinations(active), q[active], k, v, backend), ref_out[active]
     )
-    torch.testing.assert_close(graph_attention(tiled, q, k, v, backend), ref_out)  # without weights
+    torch.testing.assert_close(graph_attention(grouped, q, k, v, backend), ref_out)  # without weights
 
 
 @pytest.mark.parametrize(

@@ -150,6 +150,7 @@ def test_a_run_stopped_on_the_gpu_resumes_on_the_gpu_exactly_and_on_the_cpu(tmp_
 
     from graphformer.cli import main
     from graphformer.training import checkpoint
+    from graphformer.training.run_dir import LAST
 
     data = small_copy_data(tmp_path / "data", n_train=64)
     common = [
@@ -174,7 +175,7 @@ def test_a_run_stopped_on_the_gpu_resumes_on_the_gpu_exactly_and_on_the_cpu(tmp_
     assert main(["train", "--out", str(stopped), "--resume", "--device", "cpu", "--max-steps", "1000", "--quiet"]) == 0
     steps = read_jsonl(stopped / "steps.jsonl")
     assert [s["step"] for s in steps] == list(range(1, len(steps) + 1)) and len(steps) > 3
-    state = checkpoint.load(stopped / checkpoint.LAST)["model"]
+    state = checkpoint.load(stopped / LAST)["model"]
     assert {t.device.type for t in state.values()} == {"cpu"}
 
 

@@ -1,5 +1,5 @@
 """What a `Relation` computes, against brute-force references on random graphs: in-degrees and key
-rows, per-sample key and query counts, tiled layouts, and restriction to some destinations."""
+rows, per-sample key and query counts, dense groups, and restriction to some destinations."""
 
 import pytest
 import torch
@@ -71,9 +71,9 @@ def test_key_rows_list_each_querys_keys():
 
 
 @pytest.mark.parametrize("lengths", [3, [3, 1, 2]])
-def test_a_tiled_relation_has_the_edges_of_its_groups(lengths):
+def test_a_grouped_relation_has_the_edges_of_its_groups(lengths):
     groups, queries, width = 3, 2, 4
-    relation = Relation.of_tiles(groups, queries, width, lengths)
+    relation = Relation.of_groups(groups, queries, width, lengths)
     per_group = [lengths] * groups if isinstance(lengths, int) else lengths
     expected = {
         (b * width + j, b * queries + i) for b in range(groups) for i in range(queries) for j in range(per_group[b])

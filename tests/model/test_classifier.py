@@ -21,7 +21,7 @@ from torch import nn
 from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.model import make_model
-from graphformer.training import checkpoint
+from graphformer.training.run_dir import LAST
 from graphformer.vocab import EOS, SOS, UNK
 
 TINY = dict(layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0)
@@ -482,7 +482,7 @@ def test_a_sample_longer_than_the_positional_table_is_a_one_line_error(tmp_path,
     assert main(["train", *args, "--max-len", str(longest + 1)]) == 2  # <cls> and </s> need two more
     err = capsys.readouterr().err
     assert f"--max-len ({longest + 1}) is shorter than the data" in err and f"at least {longest + 2}" in err
-    assert err.count("\n") == 1 and not (tmp_path / "run" / checkpoint.LAST).exists()
+    assert err.count("\n") == 1 and not (tmp_path / "run" / LAST).exists()
     train([*args, "--max-len", str(longest + 2), "--max-steps", "1"])  # exactly enough
 
 
@@ -545,7 +545,7 @@ def test_a_label_line_of_two_tokens_is_a_one_line_error(tmp_path, capsys):
     assert err == (
         "graphformer: error: train.tgt line 7 holds 2 tokens; a classification task needs exactly one label per line\n"
     )
-    assert not (tmp_path / "run" / checkpoint.LAST).exists()
+    assert not (tmp_path / "run" / LAST).exists()
 
 
 def test_the_layers_warning_is_for_the_flag_given_not_for_a_config_file(tmp_path, capsys):
@@ -599,14 +599,14 @@ def test_a_classifier_run_counts_its_source_nodes_for_tokens_per_second(tmp_path
     from helpers import small_recall_data
 
     from graphformer.model import ModelConfig
-    from graphformer.training import progress
+    from graphformer.training import report
     from graphformer.training.config import TrainConfig
     from graphformer.training.trainer import Trainer
 
     counted = []
-    step = progress.Progress.step
+    step = report.ConsoleReport.step
     monkeypatch.setattr(
-        progress.Progress, "step", lambda self, tokens, **kw: counted.append(tokens) or step(self, tokens, **kw)
+        report.ConsoleReport, "step", lambda self, tokens, **kw: counted.append(tokens) or step(self, tokens, **kw)
     )
     data = small_recall_data(tmp_path / "data")
     trainer = Trainer(
@@ -615,7 +615,7 @@ def test_a_classifier_run_counts_its_source_nodes_for_tokens_per_second(tmp_path
         TrainConfig(task="recall", data_dir=str(data), batch_size=16, epochs=1),
         show_progress=False,
     )
-    trainer.run()
+    trainer.train()
     steps, _ = trainer.epoch_plan(0)
     train = trainer.splits["train"]
     samples = [j for batches in steps for batch in batches for j in batch]
@@ -645,10 +645,18 @@ def test_labels_are_decoded_in_decoding_batches_and_progress_hears_of_each():
 def test_every_model_kind_builds_its_own_class():
     """`MODELS` (the choices of --model) and the factory's classes name the same kinds."""
     from graphformer.model.config import CLASSIFIERS, MODELS, UNIVERSALS
-    from graphformer.model.factory import MODEL_CLASSES
+    from graphformer.model.factory import MODEL_CLASSES, graph_pool
 
     assert set(MODEL_CLASSES) == set(MODELS)
     for kind in MODELS:
         sizes = {k: v for k, v in TINY.items() if k != "layers" or kind not in UNIVERSALS}
         model = make_model(20, 9, model=kind, **sizes)
         assert type(model) is MODEL_CLASSES[kind] and model.cfg.classifies == (kind in CLASSIFIERS)
+        # what the class declares: maps per layer but for ACT, and a pool that fits its own check
+        assert model.kind == kind and model.records_maps == (kind not in UNIVERSALS)
+        pool = graph_pool(model.cfg)
+        assert pool.targets != model.cfg.classifies and pool.cls_node == model.make_pool().cls_node
+        model.check_batch(make_batch(pool, [[5, 6]], [[4]]))
+        other = next(k for k in MODELS if (k in CLASSIFIERS) != (kind in CLASSIFIERS))
+        with pytest.raises(ValueError, match="use build_model"):
+            MODEL_CLASSES[other](model.cfg)

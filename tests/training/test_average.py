@@ -9,6 +9,7 @@ from helpers import TINY_MODEL, read_jsonl, small_copy_data
 
 from graphformer.cli import main
 from graphformer.training import checkpoint
+from graphformer.training.run_dir import LAST
 
 
 @pytest.fixture(scope="module")
@@ -152,10 +153,10 @@ def test_average_replaces_an_earlier_average_but_no_other_file(run, tmp_path, ca
     assert len(err.splitlines()) == 1 and "notes.txt exists and is not an average" in err, err
     assert notes.read_text() == "my notes\n"
     resumable = tmp_path / "last.pt"  # another run's checkpoint, optimizer state and all: not replaced either
-    shutil.copy(run / checkpoint.LAST, resumable)
+    shutil.copy(run / LAST, resumable)
     assert main(["average", str(run), "--last", "2", "-o", str(resumable)]) == 2
     assert "last.pt exists and is not an average" in capsys.readouterr().err
-    assert resumable.read_bytes() == (run / checkpoint.LAST).read_bytes()
+    assert resumable.read_bytes() == (run / LAST).read_bytes()
     capsys.readouterr()
     for last in ("2", "1"):  # the second average replaces the first, and says so
         assert main(["average", str(run), "--last", last, "-o", str(tmp_path / "avg.pt")]) == 0

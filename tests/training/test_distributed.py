@@ -12,7 +12,7 @@ import torch
 from helpers import TINY_MODEL, read_jsonl, small_copy_data, small_recall_data
 
 from graphformer.training import checkpoint
-from graphformer.training.run_dir import RANKS
+from graphformer.training.run_dir import LAST, RANKS
 
 TASKS = {
     "transformer": (small_copy_data, ["--task", "parallel"]),
@@ -68,8 +68,8 @@ def test_two_processes_match_single_process(tmp_path, model):
     for a, b in zip(ddp_steps, single_steps):
         assert a["tokens"] == b["tokens"]
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-    a = checkpoint.load(tmp_path / "ddp" / checkpoint.LAST)["model"]
-    b = checkpoint.load(tmp_path / "single" / checkpoint.LAST)["model"]
+    a = checkpoint.load(tmp_path / "ddp" / LAST)["model"]
+    b = checkpoint.load(tmp_path / "single" / LAST)["model"]
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
 
@@ -159,8 +159,8 @@ def test_a_two_process_run_resumes_on_one_process_accumulating_two_batches(tmp_p
     assert [s["tokens"] for s in read_jsonl(tmp_path / "run" / "steps.jsonl")] == [
         s["tokens"] for s in read_jsonl(tmp_path / "single" / "steps.jsonl")
     ]
-    a = checkpoint.load(tmp_path / "run" / checkpoint.LAST)
-    b = checkpoint.load(tmp_path / "single" / checkpoint.LAST)
+    a = checkpoint.load(tmp_path / "run" / LAST)
+    b = checkpoint.load(tmp_path / "single" / LAST)
     assert a["processes"] == 1 and a["train_config"]["accumulate"] == 2
     for key in a["model"]:
         torch.testing.assert_close(a["model"][key], b["model"][key], atol=1e-5, rtol=1e-4)
@@ -202,7 +202,7 @@ def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
         command, env, run, tmp_path / "ddp.log", lambda agent: os.kill(_worker(agent, local_rank=1), signal.SIGTERM)
     )
     steps = read_jsonl(run / "steps.jsonl")
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"], printed[-3000:]
+    assert checkpoint.load(run / LAST)["progress"]["step"] == steps[-1]["step"], printed[-3000:]
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in printed, printed[-3000:]
     assert f"continue with: graphformer train --processes 2 --out {run} --resume" in printed  # one machine
     # Rank 0 exits with 130 as an interrupted run does; torchrun reports that exit in its own words.
@@ -247,7 +247,7 @@ def test_ctrl_c_stops_a_processes_run_after_one_step_with_a_checkpoint_and_no_tr
     )
     steps = read_jsonl(run / "steps.jsonl")
     assert code == 130 and "Traceback" not in printed, printed[-3000:]
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"]
+    assert checkpoint.load(run / LAST)["progress"]["step"] == steps[-1]["step"]
     resume = f"graphformer train --processes 2 --out {run} --resume"
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written to {run}; continue with: {resume}" in printed
     more = str(steps[-1]["step"] + 2)
@@ -306,7 +306,7 @@ def test_processes_whose_launcher_is_killed_stop_after_their_step_with_a_checkpo
                 pass
     steps = read_jsonl(run / "steps.jsonl")
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in log.read_text()
-    assert checkpoint.load(run / checkpoint.LAST)["progress"]["step"] == steps[-1]["step"]
+    assert checkpoint.load(run / LAST)["progress"]["step"] == steps[-1]["step"]
 
 
 def _signal_after_steps(command: list[str], env: dict, run, log, send) -> tuple[str, int]:

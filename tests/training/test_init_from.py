@@ -10,6 +10,7 @@ from graphformer.cli import build_parser, main, train_configs
 from graphformer.data import recall
 from graphformer.data.corpus import build_vocabs, read_split
 from graphformer.training import checkpoint
+from graphformer.training.run_dir import BEST, LAST
 from graphformer.training.trainer import Trainer
 
 ENCODER = ["--task", "recall", "--model", "encoder", "--batch-size", "16"]
@@ -63,7 +64,7 @@ def start(argv):
 def test_a_run_starts_from_the_weights_vocabulary_and_model_options_of_another(short_run, tmp_path):
     longer = longer_recall_data(tmp_path / "longer")
     own_vocab, _ = build_vocabs(read_split(longer, "train"))
-    saved = checkpoint.load(short_run / checkpoint.BEST)
+    saved = checkpoint.load(short_run / BEST)
     assert own_vocab.itos != saved["vocab"]["src"]  # the new data alone would give other token ids
 
     trainer = start(
@@ -89,7 +90,7 @@ def test_a_run_starts_from_the_weights_vocabulary_and_model_options_of_another(s
         cfg = trainer.model.cfg
         assert (cfg.layers, cfg.d_model, cfg.heads, cfg.d_ff) == (1, 32, 4, 64)  # taken from the checkpoint
         assert (cfg.enc_attention, cfg.dropout) == ("full", 0.2)  # given here
-        assert trainer.progress["step"] == 0 and trainer.schedule.last_epoch == 0  # a fresh optimizer
+        assert trainer.progress.step == 0 and trainer.schedule.last_epoch == 0  # a fresh optimizer
     finally:
         trainer.close()
 
@@ -105,7 +106,7 @@ def test_a_curriculum_run_trains_and_records_where_it_started(short_run, tmp_pat
                 "--data-dir",
                 str(longer),
                 "--init-from",
-                str(short_run / checkpoint.LAST),
+                str(short_run / LAST),
                 "--max-steps",
                 "3",
                 "--out",
@@ -116,7 +117,7 @@ def test_a_curriculum_run_trains_and_records_where_it_started(short_run, tmp_pat
         == 0
     )
     config = json.loads((run / "config.json").read_text())
-    assert config["train"]["init_from"] == str(short_run / checkpoint.LAST)
+    assert config["train"]["init_from"] == str(short_run / LAST)
     assert config["model"]["enc_attention"] == "window:2" and config["model"]["d_model"] == 32
     assert [r["step"] for r in read_jsonl(run / "steps.jsonl")] == [1, 2, 3]
     assert main(["train", "--out", str(run), "--resume", "--max-steps", "5", "--quiet"]) == 0  # resumes its own

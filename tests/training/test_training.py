@@ -18,6 +18,7 @@ from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.training import checkpoint
 from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
+from graphformer.training.run_dir import BEST, LAST
 from graphformer.training.schedule import make_optimizer, noam_rate
 from graphformer.vocab import NEVER_EMITTED, PAD, SOS
 
@@ -54,7 +55,7 @@ def test_token_accuracy_skips_what_decoding_never_outputs():
 
 
 def test_the_console_line_rounds_every_number_lists_included():
-    from graphformer.training.progress import format_metrics
+    from graphformer.training.report import format_metrics
 
     line = format_metrics(
         {
@@ -188,7 +189,7 @@ def test_training_lowers_the_validation_loss_and_keeps_best(tmp_path):
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
     assert metrics[-1]["valid_loss"] < metrics[0]["valid_loss"]
     assert {"valid_token_accuracy", "valid_exact_match", "lr"} <= set(metrics[0])
-    best = checkpoint.load(tmp_path / "run" / checkpoint.BEST)
+    best = checkpoint.load(tmp_path / "run" / BEST)
     assert best["progress"]["best"] == min(m["valid_loss"] for m in metrics)  # parallel data: selected by loss
     for key in ("model", "optimizer", "schedule", "rng", "vocab", "model_config", "train_config"):
         assert key in best
@@ -320,7 +321,7 @@ def test_config_json_records_threads_and_backend(tmp_path):
     )
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
     assert (saved["threads"], saved["attention_backend"]) == (1, "torch")
-    assert checkpoint.load(tmp_path / "run" / checkpoint.LAST)["train_config"]["attention_backend"] == "torch"
+    assert checkpoint.load(tmp_path / "run" / LAST)["train_config"]["attention_backend"] == "torch"
 
 
 def test_plain_progress_shows_the_last_step_of_a_run_stopped_mid_epoch(capsys):
@@ -329,9 +330,9 @@ def test_plain_progress_shows_the_last_step_of_a_run_stopped_mid_epoch(capsys):
     an error that ends the run stays the only line."""
     import re
 
-    from graphformer.training.progress import Progress
+    from graphformer.training.report import ConsoleReport
 
-    report = Progress(total=10, done=0, desc="epoch 1/1", enabled=True)
+    report = ConsoleReport(total=10, done=0, desc="epoch 1/1", enabled=True)
     for _ in range(3):
         report.step(100, loss=1.5, lr=1e-3)
     assert capsys.readouterr().err == ""  # not 30 s yet, not the last step
@@ -339,7 +340,7 @@ def test_plain_progress_shows_the_last_step_of_a_run_stopped_mid_epoch(capsys):
     report.close()
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and re.fullmatch(r"epoch 1/1 step 3/10: loss 1\.500, \d+ tokens/s, lr 1\.00e-03", lines[0])
-    failing = Progress(total=10, done=0, desc="epoch 1/1", enabled=True)
+    failing = ConsoleReport(total=10, done=0, desc="epoch 1/1", enabled=True)
     failing.step(100, loss=1.5, lr=1e-3)
     failing.close(show_last=False)
     assert capsys.readouterr().err == ""
@@ -348,10 +349,10 @@ def test_plain_progress_shows_the_last_step_of_a_run_stopped_mid_epoch(capsys):
 def test_progress_rate_is_the_last_intervals_not_the_epochs():
     """tokens/s counts the tokens since the last line over the time since it: a slow first interval
     does not drag down the rate shown for a fast second one."""
-    from graphformer.training.progress import Progress
+    from graphformer.training.report import ConsoleReport
 
     now = [0.0]
-    report = Progress(total=10, done=0, desc="epoch 1/1", enabled=False, every_s=30.0, clock=lambda: now[0])
+    report = ConsoleReport(total=10, done=0, desc="epoch 1/1", enabled=False, every_s=30.0, clock=lambda: now[0])
     now[0] = 40.0  # a slow interval: 100 tokens in 40 s, and a line is due
     assert report.step(100, loss=1.0, lr=1e-3) == 100 / 40
     now[0] = 41.0  # a fast one: 1000 tokens in the 1 s since that line

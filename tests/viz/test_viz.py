@@ -15,7 +15,7 @@ from graphformer.cli import main
 from graphformer.graphs import make_batch
 from graphformer.viz import attention_maps
 from graphformer.viz.plots import SCALES, VIEWS, draw
-from graphformer.viz.recording import load_records, picture, span_labels
+from graphformer.viz.recording import load_records, picture, span_tokens
 
 
 def model_and_batch(**kw):
@@ -391,8 +391,8 @@ def test_drawing_leaves_an_ignored_ctrl_c_ignored(recorded_run, tmp_path, monkey
     assert out.exists() and len(drawn) == 3
 
 
-def test_tree_span_labels_name_their_level():
-    assert span_labels(6) == ["L1[0:2)", "L1[2:4)", "L1[4:6)", "L2[0:4)", "L2[4:6)"]
+def test_tree_span_tokens_name_their_level():
+    assert span_tokens(6) == ["L1[0:2)", "L1[2:4)", "L1[4:6)", "L2[0:4)", "L2[4:6)"]
 
 
 def test_viz_every_with_the_universal_transformer_is_refused(tmp_path, capsys):

@@ -1,0 +1,230 @@
+r"""Attention edges that come with each sample: a parse tree, a file of pairs, any graph.
+
+A length pattern (`graphformer.graphs.patterns`) gives every sample of one length the same edges.
+Here a relation takes each sample's own edges too, named by a *sample term* in its spec:
+
+    parse-tree     derived from the tokens of a bracketed prefix expression (ListOps; `parse_tree`)
+    edges          given with the data: ``{split}.{relation}.edges`` beside ``{split}.src``
+                   (`read_edges_file`), or ``make_batch(..., edges=...)`` from Python
+
+A spec may join one sample term to length patterns, ``window:1+parse-tree``: the relation's
+edges are the union. Sample edges are never cached by length (two samples of one length differ).
+
+Positions. Edges are (key, query) pairs of node positions within one sample, as a batch numbers
+them: a source of n tokens has nodes 0..n-1 for its tokens and n for its `</s>`; a decoder input
+has node 0 for `<s>` and node t for target token t (1-based), so the causal rule key <= query
+holds on these numbers. A classifier's `<cls>` node is not counted: the pool shifts the source
+positions past it.
+
+The edges file: one line per line of ``{split}.src``, each a space-separated list of
+``key-query`` pairs (an empty line: the sample has no edges of its own), for instance
+
+    0-0 1-0 0-1 1-1 2-2
+
+for the encoder's ``{split}.enc.edges``; ``{split}.dec.edges`` pairs decoder positions and
+``{split}.cross.edges`` pairs a source position (key) with a decoder position (query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from graphformer import choices
+from graphformer.data.text import split_lines
+from graphformer.errors import UserError
+from graphformer.graphs.edges import EdgeList
+
+PARSE_TREE, GIVEN = SAMPLE_TERMS = tuple(choices.SAMPLE_TERMS)
+OPENERS, CLOSERS = ("[", "("), ("]", ")")
+
+
+def split_spec(spec: str) -> tuple[str | None, str | None]:
+    """``"window:1+parse-tree"`` -> ``("window:1", "parse-tree")``: the length terms (None when
+    there are none) and the sample term (None when there is none)."""
+    terms = spec.replace(" ", "").split("+")
+    sample = [t for t in terms if t in SAMPLE_TERMS]
+    if len(sample) > 1:
+        raise UserError(f"attention pattern {spec!r} joins {' and '.join(sample)}: give one sample term at most")
+    length = "+".join(t for t in terms if t not in SAMPLE_TERMS)
+    return (length or None), (sample[0] if sample else None)
+
+
+def parse_tree(words: Sequence[str]) -> EdgeList:
+    """The parse tree of a bracketed prefix expression such as ``[MAX 2 9 [MIN 4 7 ] 0 ]``.
+
+    An opener (a token starting with ``[`` or ``(``) begins an operator; its arguments are the
+    tokens up to its closer (``]`` or ``)``), which belongs to it too. Edges join each token and
+    the operator that holds it, in both directions, and every node to itself; the `</s>` node
+    (position ``len(words)``) is joined the same way to the expression's root, so that a pooling
+    that reads `</s>` reads the root::
+
+        [MAX 2 9 [MIN 4 7 ] 0 ]  </s>          </s>
+         0   1 2 3    4 5 6 7 8   9              |
+                                               [MAX --- 2, 9, 0, ]
+                                                 |
+                                               [MIN --- 4, 7, ]
+
+    A ValueError names the position where the tokens stop parsing as such an expression.
+    """
+    parent, stack = [], []
+    for i, word in enumerate(words):
+        if word in CLOSERS:
+            if not stack:
+                raise ValueError(f"token {i} {word!r} closes no operator")
+            parent.append(stack.pop())
+        else:
+            parent.append(stack[-1] if stack else len(words))  # top level: under </s>
+            if word.startswith(OPENERS):
+                stack.append(i)
+    if stack:
+        raise ValueError(f"the operator at token {stack[-1]} {words[stack[-1]]!r} is never closed")
+    child = torch.arange(len(words) + 1)
+    up = torch.tensor(parent, dtype=torch.int64)
+    u = torch.cat([child, child[:-1], up])  # self-loops, child -> operator, operator -> child
+    v = torch.cat([child, up, child[:-1]])
+    return u, v
+
+
+def derive(term: str, words: Sequence[str], sample: int) -> EdgeList:
+    """The edges a named structure derives from one sample's tokens; a UserError names the sample."""
+    if term != PARSE_TREE:
+        raise ValueError(f"{term!r} names no structure derived from tokens (only {PARSE_TREE!r} is)")
+    try:
+        return parse_tree(words)
+    except ValueError as err:
+        raise UserError(f"sample {sample} does not parse as a bracketed expression ({PARSE_TREE}): {err}") from None
+
+
+def parse_pairs(line: str) -> EdgeList:
+    """``"0-1 1-0"`` -> (u, v); a ValueError names the first piece that is not a ``key-query`` pair."""
+    pairs = []
+    for piece in line.split():
+        key, dash, query = piece.partition("-")
+        if not (dash and key.isdigit() and query.isdigit()):
+            raise ValueError(f"{piece!r} is not a key-query pair of token positions, such as 3-7")
+        pairs.append((int(key), int(query)))
+    edges = torch.tensor(pairs, dtype=torch.int64).view(-1, 2)
+    return edges[:, 0], edges[:, 1]
+
+
+def edges_file(data_dir: str | Path, split: str, relation: str) -> Path:
+    """Where the given edges of ``relation`` ('enc', 'dec' or 'cross') for ``split`` are read."""
+    return Path(data_dir) / f"{split}.{relation}.edges"
+
+
+def read_edges_file(path: Path, key_sizes: Sequence[int], query_sizes: Sequence[int], causal: bool) -> list:
+    """Each line's edges, checked against the sample's node counts: a UserError names the file
+    and the line of a line count unlike the data's, a malformed pair, a position out of range or
+    (``causal``: a decoder's self-attention) an edge from a later position."""
+    if not path.is_file():
+        raise UserError(f"{path} is missing: the attention pattern 'edges' reads each sample's edges from it")
+    lines = split_lines(path.read_text(encoding="utf-8"))
+    if len(lines) != len(key_sizes):
+        raise UserError(
+            f"{path} has {len(lines)} lines but its data has {len(key_sizes)} samples; give one line of edges per sample"
+        )
+    edges = []
+    for i, (line, keys, queries) in enumerate(zip(lines, key_sizes, query_sizes)):
+        try:
+            u, v = parse_pairs(line)
+            check_positions(u, v, keys, queries, causal)
+        except ValueError as err:
+            raise UserError(f"{path}: line {i + 1}: {err}") from None
+        edges.append((u, v))
+    return edges
+
+
+def check_positions(u: torch.Tensor, v: torch.Tensor, keys: int, queries: int, causal: bool) -> None:
+    """A ValueError for a position outside the sample (``keys`` key and ``queries`` query nodes)
+    or, for a decoder's self-attention, an edge from a later position."""
+    bad = (u < 0) | (u >= keys) | (v < 0) | (v >= queries)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise ValueError(
+            f"edge {int(u[i])}-{int(v[i])} is outside the sample ({keys} key and {queries} query positions)"
+        )
+    later = u > v
+    if causal and bool(later.any()):
+        i = int(later.nonzero()[0])
+        raise ValueError(f"edge {int(u[i])}-{int(v[i])} lets a decoder position read a later one; keep key <= query")
+
+
+class SplitEdges(Sequence):
+    """Each sample's own edges of a split, ``edges[i]``: {relation: (u, v)} for the relations
+    that take them. Derived structures are parsed once here, so a sample that does not parse
+    fails before training, and derived again on each use (a parse costs far less than a step, and
+    keeping a long split's trees would cost memory); edges files are read once and kept."""
+
+    def __init__(self, words: Sequence[Sequence[str]], derived: dict, given: dict):
+        self.words, self.derived, self.given = words, derived, given
+        for term in derived.values():
+            for i, sample in enumerate(words):
+                derive(term, sample, i)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __getitem__(self, i: int) -> dict:
+        edges = {relation: derive(term, self.words[i], i) for relation, term in self.derived.items()}
+        return edges | {relation: listed[i] for relation, listed in self.given.items()}
+
+
+def split_edges(
+    terms: dict, data_dir: str | Path, split: str, src_words: Sequence[Sequence[str]], tgt_words: Sequence
+) -> SplitEdges | None:
+    """The sample edges of ``split`` for a pool's ``sample_terms`` ({relation: term}), or None
+    when it has none: ``parse-tree`` derived from the source words, ``edges`` read from
+    ``{split}.{relation}.edges`` and checked against each sample's node counts."""
+    if not terms:
+        return None
+    nodes = {"src": [len(s) + 1 for s in src_words], "tgt": [len(t) + 1 for t in tgt_words]}  # </s>, <s>
+    derived, given = {}, {}
+    for relation, term in terms.items():
+        if term == GIVEN:
+            utype, name, vtype = relation
+            path = edges_file(data_dir, split, name)
+            given[relation] = read_edges_file(path, nodes[utype], nodes[vtype], causal=name == "dec")
+        else:
+            derived[relation] = term
+    return SplitEdges(src_words, derived, given)
+
+
+def as_edge_list(edges) -> EdgeList:
+    """A sample's edges as (u, v) from a pair of 1-D integer tensors, a list of (key, query) pairs
+    or a networkx graph on node positions (an undirected one gives both directions)."""
+    if hasattr(edges, "edges") and hasattr(edges, "is_directed"):  # networkx
+        pairs = list(edges.edges())
+        edges = pairs + ([] if edges.is_directed() else [(b, a) for a, b in pairs])
+    if isinstance(edges, tuple) and len(edges) == 2 and all(isinstance(e, torch.Tensor) for e in edges):
+        u, v = edges
+    else:
+        try:
+            listed = [tuple(p) for p in edges]
+            pairs = torch.tensor(listed).view(-1, 2) if listed else torch.zeros(0, 2, dtype=torch.int64)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(
+                "sample edges are (u, v) tensors, a list of (key, query) pairs of whole numbers or a networkx graph"
+            ) from None
+        u, v = pairs[:, 0], pairs[:, 1]
+    whole = (torch.int8, torch.int16, torch.int32, torch.int64)  # not bool, not float: never truncated
+    if u.dim() != 1 or u.shape != v.shape:
+        raise ValueError("sample edges (u, v) must be two 1-D tensors of one length")
+    if u.dtype not in whole or v.dtype not in whole:
+        raise ValueError(f"sample edges are node positions, whole numbers; got {u.dtype} and {v.dtype}")
+    return u.long(), v.long()
+
+
+__all__ = [
+    "SAMPLE_TERMS",
+    "SplitEdges",
+    "split_spec",
+    "parse_tree",
+    "derive",
+    "parse_pairs",
+    "read_edges_file",
+    "split_edges",
+    "as_edge_list",
+]

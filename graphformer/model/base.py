@@ -1,0 +1,124 @@
+"""What a model is to the rest of graphformer: the one protocol training, decoding and viz use.
+
+A model class declares what it is and can do, so that no other module decides by the name of a
+kind of model:
+
+    kind             the ``ModelConfig.model`` value it builds (`build_model` picks the class by it)
+    records_maps     whether every layer attends once over the whole graph, so that
+                     `graphformer.viz.attention_maps` draws one (heads, queries, keys) map per layer
+                     (not so the ACT models: their steps attend on subgraphs of the active nodes)
+    pool_of(cfg)     the `GraphPool` whose batches a model of ``cfg`` reads
+
+and every model gives
+
+    model.cfg, model.attention_backend     its `ModelConfig`; the attention implementation
+    model.make_pool()                      its own pool, ``pool_of(model.cfg)``
+    model.check_batch(batch)               refuse a batch made by another kind of pool
+    model.encode(batch)                    (N_src, d_model) encoder output
+    model(batch, full_output=False)        log-probabilities: (N_tgt, tgt_vocab) of the next
+                                           token at every target node (a `SequenceModel`), or
+                                           (B, tgt_vocab) of each sample's label (a classifier);
+                                           a `ModelOutput` with ``full_output``
+
+A `SequenceModel` (an encoder-decoder) also decodes incrementally (`graphformer.decoding`), with
+``memory_kv``, ``decode`` and ``cache_depth``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from graphformer.attention import DEFAULT_BACKEND
+from graphformer.graphs import GraphBatch, GraphPool
+from graphformer.graphs.relation import Relation
+from graphformer.model.attention import BackendChoice
+from graphformer.model.config import ModelConfig
+from graphformer.model.output import ModelOutput
+
+
+class GraphModel(nn.Module):
+    """Base of every model class (see the module's docstring for the protocol).
+
+    ``attention_backend`` names the attention implementation every layer uses (see
+    `graphformer.attention`); it changes speed, never results, so it is not part of the
+    config saved with checkpoints: set it on the model (``model.attention_backend = "torch"``).
+    """
+
+    kind: ClassVar[str]
+    records_maps: ClassVar[bool] = True
+    attention_backend = BackendChoice()
+
+    def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
+        super().__init__()
+        if cfg.model != self.kind:
+            raise ValueError(f"{type(self).__name__} needs model={self.kind!r}, got {cfg.model!r}; use build_model")
+        self.cfg = cfg
+        self.attention_backend = attention_backend
+
+    @classmethod
+    def pool_of(cls, cfg: ModelConfig) -> GraphPool:
+        """A graph pool with the attention patterns of ``cfg``."""
+        raise NotImplementedError
+
+    @classmethod
+    def has_cls_node(cls, cfg: ModelConfig) -> bool:
+        """Whether the pool of ``cfg`` puts a global `<cls>` node before each source's tokens."""
+        return False
+
+    def make_pool(self) -> GraphPool:
+        """A graph pool with this model's attention patterns."""
+        return self.pool_of(self.cfg)
+
+    def check_batch(self, batch: GraphBatch) -> None:
+        """Refuse a batch made by another kind of graph pool than this model's (a classifier's for a
+        sequence model, or one without the `<cls>` node this classifier reads): it would run, wrongly."""
+        if batch.targets == self.cfg.classifies or batch.cls_node != self.has_cls_node(self.cfg):
+            made = (
+                "a sequence model's pool"
+                if batch.targets
+                else "a classifier's pool" + (" with a <cls> node" if batch.cls_node else "")
+            )
+            raise ValueError(
+                f"the batch was made with {made}, not with this {self.cfg.model} model's; make it with "
+                "make_batch(model.make_pool(), ...)"
+            )
+
+
+class SequenceModel(GraphModel):
+    """An encoder-decoder: a target sequence for each source, decoded token by token.
+
+    Besides `GraphModel`'s protocol it gives what incremental decoding
+    (`graphformer.decoding.steppers.IncrementalStepper`) calls:
+
+    * ``cache_depth``: how many slices of keys and values a decoding cache holds per target node
+      (one per decoder layer, or per ACT step of a shared layer);
+    * ``memory_kv(memory)``: what the decoder reads of the (N_src, d_model) encoder output;
+    * ``decode(tokens, positions, self_relation, cross_relation, memory_kv, remember)``: the
+      log-probabilities (N, tgt_vocab) at N target nodes, as a `ModelOutput`.
+    """
+
+    @classmethod
+    def pool_of(cls, cfg: ModelConfig) -> GraphPool:
+        return GraphPool(cfg.enc_attention, cfg.dec_attention, cfg.cross_attention)
+
+    @property
+    def cache_depth(self) -> int:
+        raise NotImplementedError
+
+    def memory_kv(self, memory: torch.Tensor):
+        raise NotImplementedError
+
+    def decode(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        self_relation: Relation,
+        cross_relation: Relation,
+        memory_kv,
+        remember: Callable | None = None,
+    ) -> ModelOutput:
+        raise NotImplementedError
