@@ -122,6 +122,7 @@ def read_input(path: str | None) -> list[str]:
 
 def cmd_translate(args) -> int:
     from graphformer.decoding.inputs import encode_lines, source_limit
+    from graphformer.graphs.sample_edges import edges_of_lines
 
     run, decoding = _load_run(args)
     precision = _precision_context(decoding.precision, run.device)
@@ -132,8 +133,9 @@ def cmd_translate(args) -> int:
     tokenize, detokenize = run.pipelines()
     source = encode_lines(lines, tokenize, run.src_vocab, source_limit(run.model, pool))
     _warn_about_input(source, source_limit(run.model, pool))
+    edges = edges_of_lines(pool.sample_terms, source.words, args.edges)
     with precision:
-        return _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet)
+        return _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet, edges=edges)
 
 
 def _warn_about_input(source, limit: int) -> None:
@@ -152,7 +154,7 @@ def _warn_about_input(source, limit: int) -> None:
         )
 
 
-def _translate(run, decoding, pool, src: list[list[int]], detokenize, quiet: bool) -> int:
+def _translate(run, decoding, pool, src: list[list[int]], detokenize, quiet: bool, edges=None) -> int:
     """Decode ``src`` and write one line each to stdout, in order, chunk by chunk."""
     from tqdm.auto import tqdm
 
@@ -178,6 +180,7 @@ def _translate(run, decoding, pool, src: list[list[int]], detokenize, quiet: boo
                     batch_tokens=decoding.batch_tokens,
                     pool=pool,
                     progress=bar.update,
+                    edges=None if edges is None else [edges[i] for i in todo],
                 )
                 for i, hyp in zip(todo, hyps):
                     out[i] = detokenize(run.tgt_vocab.decode(hyp.tokens))

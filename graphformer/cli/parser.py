@@ -146,6 +146,12 @@ def _translate_parser(sub):
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--input", metavar="FILE", help="file to read instead of standard input")
+    p.add_argument(
+        "--edges",
+        metavar="FILE",
+        help="each input line's own encoder edges, one line of key-query pairs per input line "
+        "(for a run trained with --enc-attention ...edges; parse-tree is derived from the input)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar and no throughput line (warnings stay)")
     _decoding_options(p)
 

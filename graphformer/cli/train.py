@@ -103,9 +103,9 @@ def _report_end(args, trainer, metrics: dict | None) -> int:
         return 130
     cfg, progress = trainer.cfg, trainer.progress
     where = f"step {progress.step}, {progress.epoch} of {cfg.epochs} epochs complete"
+    exact = f", exact match {metrics['valid_exact_match']:.4f}" if "valid_exact_match" in (metrics or {}) else ""
     scores = metrics and (
-        f"valid loss {metrics['valid_loss']:.4f}, token accuracy "
-        f"{metrics['valid_token_accuracy']:.4f}, exact match {metrics['valid_exact_match']:.4f}"
+        f"valid loss {metrics['valid_loss']:.4f}, token accuracy {metrics['valid_token_accuracy']:.4f}{exact}"
     )
     if scores and progress.epoch < cfg.epochs and cfg.out_of_patience(progress):
         span = f"{cfg.patience} epochs" if cfg.patience != 1 else "1 epoch"

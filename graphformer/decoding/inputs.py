@@ -23,12 +23,13 @@ from graphformer.vocab import UNK
 class SourceLines:
     """Lines encoded for decoding.
 
-    ``ids[i]`` holds line i+1's ids (at most the limit; an empty line gives ``[]``),
-    ``truncated`` the (line number from 1, tokens it had) of each line that was cut, and
+    ``ids[i]`` holds line i+1's ids (at most the limit; an empty line gives ``[]``), ``words[i]``
+    its tokens (cut alike), ``truncated`` the (line number from 1, tokens it had) of each line that was cut, and
     ``unknown`` how often each token outside the vocabulary occurred.
     """
 
     ids: list[list[int]]
+    words: list[list[str]] = field(default_factory=list)
     truncated: list[tuple[int, int]] = field(default_factory=list)
     unknown: Counter = field(default_factory=Counter)
 
@@ -52,6 +53,7 @@ def encode_lines(lines: list[str], tokenize: Callable[[str], list[str]], vocab, 
         encoded.unknown.update(token for token, id_ in zip(tokens, ids) if id_ == UNK)
         if len(ids) > limit:
             encoded.truncated.append((number, len(ids)))
-            ids = ids[:limit]
+            ids, tokens = ids[:limit], tokens[:limit]
         encoded.ids.append(ids)
+        encoded.words.append(tokens)
     return encoded

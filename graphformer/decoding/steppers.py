@@ -35,8 +35,8 @@ from graphformer.vocab import EOS
 def check_decodable(pool: GraphPool) -> None:
     """Refuse a pool whose decoder or cross attention takes each sample's own edges: a target's
     edges are known only once the whole target is, and decoding makes it a token at a time."""
-    targets = [relation[1] for relation in pool.sample_terms if relation != ENC]
-    if targets:
+    if not pool.decodable:
+        targets = [relation[1] for relation in pool.sample_terms if relation != ENC]
         raise UserError(
             f"cannot decode with per-sample edges in the {' and '.join(targets)} attention (they need the "
             "whole target); use length patterns there, or score given targets with teacher forcing"

@@ -131,6 +131,12 @@ class GraphPool:
         self.incoming = lru_cache(maxsize=4096)(self._incoming)  # one row of key ids per entry
         self._edges(DEC, 8, 8)  # a decoder pattern that is not causal fails now, not at the first batch
 
+    @property
+    def decodable(self) -> bool:
+        """Whether outputs can be decoded a token at a time: not where the decoder or cross
+        attention takes each sample's own edges, which are known only for a whole target."""
+        return all(relation == ENC for relation in self.sample_terms)
+
     def source_positions(self, tokens: int) -> int:
         """Positions a source of ``tokens`` tokens takes: its tokens, `</s>` and the `<cls>` node if any."""
         return tokens + 1 + self.cls_node

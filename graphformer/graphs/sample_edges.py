@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from graphformer import choices
+from graphformer.data.corpus import Split
 from graphformer.data.text import split_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
@@ -88,14 +89,16 @@ def parse_tree(words: Sequence[str]) -> EdgeList:
     return u, v
 
 
-def derive(term: str, words: Sequence[str], sample: int) -> EdgeList:
-    """The edges a named structure derives from one sample's tokens; a UserError names the sample."""
+def derive(term: str, words: Sequence[str], sample: int | str) -> EdgeList:
+    """The edges a named structure derives from one sample's tokens; a UserError names the
+    sample (its number, or words such as ``"input line 3"``)."""
     if term != PARSE_TREE:
         raise ValueError(f"{term!r} names no structure derived from tokens (only {PARSE_TREE!r} is)")
     try:
         return parse_tree(words)
     except ValueError as err:
-        raise UserError(f"sample {sample} does not parse as a bracketed expression ({PARSE_TREE}): {err}") from None
+        where = f"sample {sample}" if isinstance(sample, int) else sample
+        raise UserError(f"{where} does not parse as a bracketed expression ({PARSE_TREE}): {err}") from None
 
 
 def parse_pairs(line: str) -> EdgeList:
@@ -158,18 +161,28 @@ class SplitEdges(Sequence):
     fails before training, and derived again on each use (a parse costs far less than a step, and
     keeping a long split's trees would cost memory); edges files are read once and kept."""
 
-    def __init__(self, words: Sequence[Sequence[str]], derived: dict, given: dict):
+    def __init__(self, words: Sequence[Sequence[str]], derived: dict, given: dict, checked: bool = False, lines=False):
         self.words, self.derived, self.given = words, derived, given
-        for term in derived.values():
+        for term in () if checked else derived.values():
             for i, sample in enumerate(words):
-                derive(term, sample, i)
+                derive(term, sample, f"input line {i + 1}" if lines else i)
 
     def __len__(self) -> int:
         return len(self.words)
 
-    def __getitem__(self, i: int) -> dict:
+    def __getitem__(self, i):
+        if isinstance(i, slice):  # the first samples of a split (train_limit)
+            given = {relation: listed[i] for relation, listed in self.given.items()}
+            return SplitEdges(self.words[i], self.derived, given, checked=True)
         edges = {relation: derive(term, self.words[i], i) for relation, term in self.derived.items()}
         return edges | {relation: listed[i] for relation, listed in self.given.items()}
+
+
+def attach(split: Split, terms: dict, data_dir: str | Path, name: str) -> Split:
+    """``split`` with the sample edges of a pool's ``sample_terms`` (`split_edges`), as read
+    from ``data_dir`` for the split ``name``."""
+    split.edges = split_edges(terms, data_dir, name, split.src_words, split.tgt_words)
+    return split
 
 
 def split_edges(
@@ -190,6 +203,25 @@ def split_edges(
         else:
             derived[relation] = term
     return SplitEdges(src_words, derived, given)
+
+
+def edges_of_lines(terms: dict, words: Sequence[Sequence[str]], path: str | Path | None) -> SplitEdges | None:
+    """The encoder's sample edges for lines to translate (``terms``: a pool's ``sample_terms``):
+    derived from each line's words, or read from ``path`` (an edges file, one line per line).
+    A UserError says which line does not parse, or that the edges file is missing."""
+    relation = next((r for r in terms if r[1] == "enc"), None)
+    if relation is None:  # a decoder's or cross edges: decoding refuses them
+        return None
+    term = terms[relation]
+    if term != GIVEN:
+        return SplitEdges(words, {relation: term}, {}, lines=True)
+    if path is None:
+        raise UserError(
+            "the run's encoder attention reads each sample's edges ('edges'): give --edges FILE, one line of "
+            "key-query pairs per input line"
+        )
+    sizes = [len(w) + 1 for w in words]  # </s>
+    return SplitEdges(words, {}, {relation: read_edges_file(Path(path), sizes, sizes, causal=False)})
 
 
 def as_edge_list(edges) -> EdgeList:
@@ -226,5 +258,7 @@ __all__ = [
     "parse_pairs",
     "read_edges_file",
     "split_edges",
+    "attach",
+    "edges_of_lines",
     "as_edge_list",
 ]

@@ -32,7 +32,8 @@ def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 409
     )
     with evaluating(model):
         for idx in plan:
-            batch = make_batch(pool, [split.src[i] for i in idx], [split.tgt[i] for i in idx]).to(device)
+            src, tgt = [split.src[i] for i in idx], [split.tgt[i] for i in idx]
+            batch = make_batch(pool, src, tgt, split.edges_of(idx)).to(device)
             output = model(batch, full_output=True)
             log_probs = output.log_probs
             total_loss += float(label_smoothed_nll(log_probs, batch.gold, 0.0))
@@ -78,7 +79,14 @@ def exact_match(
     """Share of sentences decoded exactly as the reference, and the decoded hypotheses
     (``batch_tokens``, ``progress``: see `graphformer.decoding.translate_ids`)."""
     hyps = translate_ids(
-        model, split.src, beam=beam, alpha=alpha, batch_tokens=batch_tokens, pool=pool, progress=progress
+        model,
+        split.src,
+        beam=beam,
+        alpha=alpha,
+        batch_tokens=batch_tokens,
+        pool=pool,
+        progress=progress,
+        edges=split.edges,
     )
     hits = sum(h.tokens == ref for h, ref in zip(hyps, split.tgt))
     return hits / len(split), hyps
@@ -105,10 +113,12 @@ def evaluate(
     ``progress(n)`` hears of the sentences decoded, batch by batch; ``batch_tokens``: source tokens
     per decoding batch, as ``translate`` batches."""
     scores = teacher_forced(model, split, pool)
+    scores["n"] = len(split)
+    if not pool.decodable:  # target-side sample edges: teacher forcing is all there is to score
+        return scores
     scores["exact_match"], hyps = exact_match(
         model, split, pool, beam, alpha, batch_tokens=batch_tokens, progress=progress
     )
-    scores["n"] = len(split)
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]
     if references is not None:

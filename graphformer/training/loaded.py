@@ -10,6 +10,7 @@ from graphformer.attention import DEFAULT_BACKEND
 from graphformer.data.corpus import Split, read_split
 from graphformer.data.tasks import get_task
 from graphformer.errors import ConfigError, UserError
+from graphformer.graphs.sample_edges import attach
 from graphformer.model import ModelConfig
 from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint
@@ -57,11 +58,13 @@ class LoadedRun:
                 )
         if folder is None:
             name = self.task.split_file(name)
-        split = read_split(self.data_dir() if folder is None else Path(folder), name)
+        where = self.data_dir() if folder is None else Path(folder)
+        split = attach(read_split(where, name), self.model.make_pool().sample_terms, where, name)
         if folder is None:
             split.src_words, split.tgt_words = (
                 self.train_cfg.used(name, side) for side in (split.src_words, split.tgt_words)
             )
+            split.edges = None if split.edges is None else self.train_cfg.used(name, split.edges)
         if self.task.classification:
             check_labels({name: split})
         try:

@@ -24,6 +24,8 @@ from graphformer.data.corpus import Split, build_vocabs, read_split
 from graphformer.data.splits import RECORD, generated_by
 from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
+from graphformer.graphs import GraphPool
+from graphformer.graphs.sample_edges import attach
 from graphformer.model import ModelConfig, graph_pool
 from graphformer.model import build_model as model_from_config
 from graphformer.training import checkpoint
@@ -92,8 +94,15 @@ def start_run(
 
 
 def _new_run(files, ctx, cfg, model_cfg, recorder, fit_max_len, init) -> RunState:
-    splits = load_splits(cfg, files.path, ctx)
-    pool, samples = graph_pool(model_cfg), {**splits, **test_split(cfg, files.path)}  # test: evaluate must fit too
+    pool = graph_pool(model_cfg)
+    if not pool.decodable and cfg.select_by == "exact_match":
+        raise ConfigError(
+            "select_by",
+            "exact_match needs decoding, which per-sample edges in the decoder or cross attention "
+            "rule out (they need the whole target); select by loss or token_accuracy",
+        )
+    splits = load_splits(cfg, files.path, ctx, pool)
+    samples = {**splits, **test_split(cfg, files.path, pool)}  # test: evaluate must fit too
     if fit_max_len:
         model_cfg = dataclasses.replace(model_cfg, max_len=fitted_max_len(samples, pool, model_cfg.max_len))
     check_lengths(samples, pool, model_cfg.max_len)
@@ -138,10 +147,10 @@ def resume_run(files: RunDir, ctx: Context, cfg: TrainConfig) -> RunState:
     open_run_dir(files, ctx)  # the caller unlocks it if what follows fails
     if _version(path) != written:  # a trainer that held the run wrote it meanwhile
         state = resumable_state(path, files, cfg, ctx)
-    splits = load_splits(cfg, files.path, ctx)
+    model = load_model(state, path, cfg.attention_backend)
+    splits = load_splits(cfg, files.path, ctx, model.make_pool())
     src_vocab, tgt_vocab = checkpoint_vocabs(state)
     encode(splits, src_vocab, tgt_vocab)
-    model = load_model(state, path, cfg.attention_backend)
     progress = Progress.from_dict(state["progress"])
     return RunState(splits, src_vocab, tgt_vocab, model, progress, resumed_from=state)
 
@@ -170,26 +179,31 @@ def check_holds_no_run(files: RunDir) -> None:
         raise UserError(f"{files.path} already holds a run; continue it with --resume or choose another --out")
 
 
-def load_splits(cfg: TrainConfig, run_dir: Path, ctx: Context) -> dict[str, Split]:
-    """The task's train and valid splits (made first by the main process: generated or fetched)."""
+def load_splits(cfg: TrainConfig, run_dir: Path, ctx: Context, pool: GraphPool) -> dict[str, Split]:
+    """The task's train and valid splits (made first by the main process: generated or fetched),
+    with each sample's own edges where the ``pool``'s patterns take them."""
     task = get_task(cfg.task)
     if ctx.is_main:
         task.prepare(cfg, run_dir)
     if ctx.distributed:
         torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
     folder = task.data_dir(cfg, run_dir)
-    splits = {name: read_split(folder, name) for name in ("train", "valid")}
+    splits = {name: attach(read_split(folder, name), pool.sample_terms, folder, name) for name in ("train", "valid")}
     if task.classification:
         check_labels(splits)
     train = splits["train"]
     train.src_words, train.tgt_words = cfg.used("train", train.src_words), cfg.used("train", train.tgt_words)
+    if train.edges is not None:
+        train.edges = cfg.used("train", train.edges)
     return splits
 
 
-def test_split(cfg: TrainConfig, run_dir: Path) -> dict[str, Split]:
+def test_split(cfg: TrainConfig, run_dir: Path, pool: GraphPool) -> dict[str, Split]:
     """{"test": the test split} where the data has one, else {}."""
     folder = get_task(cfg.task).data_dir(cfg, run_dir)
-    return {"test": read_split(folder, "test")} if (folder / "test.src").is_file() else {}
+    if not (folder / "test.src").is_file():
+        return {}
+    return {"test": attach(read_split(folder, "test"), pool.sample_terms, folder, "test")}
 
 
 def choose_vocabs(

@@ -205,7 +205,8 @@ class Trainer:
         self.net.train()
         total = torch.zeros((), dtype=torch.float64, device=self.ctx.device)  # read once per step, not per batch
         for i, idx in enumerate(batches):
-            batch = make_batch(self.pool, [train.src[j] for j in idx], [train.tgt[j] for j in idx]).to(self.ctx.device)
+            src, tgt, edges = [train.src[j] for j in idx], [train.tgt[j] for j in idx], train.edges_of(idx)
+            batch = make_batch(self.pool, src, tgt, edges).to(self.ctx.device)
             sync = nullcontext() if (i == len(batches) - 1 or not self.ctx.distributed) else self.net.no_sync()
             with sync:
                 with self.step_precision:  # the backward pass follows the forward's dtypes

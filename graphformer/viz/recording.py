@@ -77,7 +77,7 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
     if not model.records_maps:
         return None
     src, tgt = split.src[0], split.tgt[0]
-    batch = make_batch(pool, [src], [tgt]).to(next(model.parameters()).device)
+    batch = make_batch(pool, [src], [tgt], split.edges_of([0])).to(next(model.parameters()).device)
     src_tokens = [CLS_TOKEN] * pool.cls_node + [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
     n = len(src_tokens)
     spans = span_tokens(n) if pool.span_nodes(n) else []  # tree patterns only

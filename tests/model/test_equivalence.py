@@ -99,3 +99,48 @@ def test_sample_alone_equals_sample_in_batch():
         together = model(make_batch(pool, src, tgt))
         alone = torch.cat([model(make_batch(pool, [s], [t])) for s, t in zip(src, tgt)])
     torch.testing.assert_close(together, alone, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("backend", backends(*NAMES, grad=True, float64=True))
+def test_per_sample_graphs_match_the_dense_transformer_with_each_samples_masks(backend):
+    """Each sample's own edges in every relation: the graph model, batched, equals nn.Transformer
+    run on each sample alone with that sample's edges as its masks (values and gradients)."""
+    import random
+
+    rng = random.Random(5)
+    model, dense = build(True, torch.float64, backend=backend)
+    model.cfg.enc_attention, model.cfg.dec_attention, model.cfg.cross_attention = "edges", "edges", "edges"
+    src, tgt = random_pairs(5, VOCAB, max_len=12, seed=3)
+
+    def pick(keys, queries, causal):
+        return [(k, q) for q in range(queries) for k in (range(q + 1) if causal else range(keys)) if rng.random() < 0.5]
+
+    edges = []
+    for s, y in zip(src, tgt):
+        n, m = len(s) + 1, len(y) + 1
+        enc = pick(n, n, False) + [(i, i) for i in range(n)]
+        cross = pick(n, m, False) + [(min(j, n - 1), j) for j in range(m)]
+        edges.append({"enc": enc, "dec": pick(m, m, True) + [(j, j) for j in range(m)], "cross": cross})
+    batch = make_batch(model.make_pool(), src, tgt, edges)
+    graph_out = model(batch)
+    graph_out.gather(1, gold_of(tgt)[:, None]).sum().backward()
+    graph_grads = {id(p): p.grad.clone() for p in model.parameters()}
+    model.zero_grad()
+    dense_out = []
+    for s, y, e in zip(src, tgt, edges):
+        n, m = len(s) + 1, len(y) + 1
+        masks = [torch.ones(q, k, dtype=torch.bool) for k, q in ((n, n), (m, m), (n, m))]
+        for mask, name in zip(masks, ("enc", "dec", "cross")):
+            for k, q in e[name]:
+                mask[q, k] = False
+        dense_out.append(dense_log_probs(model, dense, [s], [y], masks))
+    torch.cat(dense_out).gather(1, gold_of(tgt)[:, None]).sum().backward()
+    torch.testing.assert_close(graph_out, torch.cat(dense_out), atol=1e-10, rtol=0)
+    pairs = [  # the twin's own copies of the attention weights of each relation, and shared modules
+        (model.encoder.layers[1].self_attn.in_proj.weight, dense.encoder.layers[1].self_attn.in_proj_weight),
+        (model.decoder.layers[0].self_attn.in_proj.weight, dense.decoder.layers[0].self_attn.in_proj_weight),
+        (model.decoder.layers[0].cross_attn.in_proj.weight, dense.decoder.layers[0].multihead_attn.in_proj_weight),
+        (model.src_embed.tokens.table.weight, model.src_embed.tokens.table.weight),
+    ]
+    for mine, theirs in pairs:
+        torch.testing.assert_close(graph_grads[id(mine)], theirs.grad, atol=1e-9, rtol=0)

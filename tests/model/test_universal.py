@@ -264,3 +264,37 @@ def test_aux_loss_over_needs_every_side():
     # The batch as its own whole step: its per-side node counts give its aux_loss.
     nodes = {side: stats.steps.numel() for side, stats in out.stats.items()}
     torch.testing.assert_close(out.aux_loss_over(nodes), out.aux_loss)
+
+
+def test_act_on_each_samples_own_graph_is_the_same_on_every_backend():
+    """The Universal Transformer's ACT runs on the subgraph of still-active nodes of each sample's
+    own graph: every backend gives the same log-probabilities and halting steps, a sample's
+    result does not depend on the batch it is in, and its steps differ from another graph's."""
+    from helpers import runnable
+
+    from graphformer.graphs.sample_edges import parse_tree
+
+    torch.manual_seed(0)
+    model = make_model(20, model="universal", max_depth=5, d_model=16, heads=2, d_ff=32, dropout=0.0)
+    model.cfg.enc_attention = "parse-tree"
+    model = model.double().eval()
+    words = ["[MAX 1 [MIN 2 3 ] 4 ]".split(), "[SM 5 6 ]".split()]
+    src = [[4 + i % 10 for i in range(len(s))] for s in words]
+    tgt = [[5, 6], [7]]
+    edges = [parse_tree(w) for w in words]
+    pool = model.make_pool()
+    results = []
+    for backend in runnable(float64=True):
+        model.attention_backend = backend
+        with torch.no_grad():
+            out = model(make_batch(pool, src, tgt, edges), full_output=True)
+            alone = model(make_batch(pool, src[1:], tgt[1:], edges[1:]))
+        results.append((out.log_probs, out.stats["src"].steps))
+        torch.testing.assert_close(out.log_probs[3:], alone, atol=1e-12, rtol=0)
+    for log_probs, steps in results[1:]:
+        torch.testing.assert_close(log_probs, results[0][0], atol=1e-10, rtol=0)
+        assert torch.equal(steps, results[0][1])
+    model.cfg.enc_attention = "full"
+    with torch.no_grad():
+        full = model(make_batch(model.make_pool(), src, tgt))
+    assert not torch.allclose(full, results[0][0])  # the tree changed what the encoder computed

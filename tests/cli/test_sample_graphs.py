@@ -1,0 +1,159 @@
+"""Per-sample attention graphs from the command line: train, resume, evaluate, translate and record
+with the parse tree and with edges files, and one-line refusals of bad edges."""
+
+import json
+import math
+
+import pytest
+import torch
+from helpers import TINY_MODEL, small_copy_data
+
+from graphformer.cli import main
+from graphformer.data import listops
+from graphformer.graphs.sample_edges import parse_tree
+from graphformer.training import checkpoint
+from graphformer.viz.recording import load_records
+
+LISTOPS = ["--task", "listops", "--model", "encoder", "--positions", "none", "--pooling", "last"]
+
+
+@pytest.fixture(scope="module")
+def listops_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("listops") / "data"
+    sizes = {"train": 64, "valid": 8, "test": 8}
+    return listops.write_listops(folder, seed=1, min_length=8, max_length=30, sizes=sizes)
+
+
+@pytest.fixture(scope="module")
+def tree_run(listops_data, tmp_path_factory):
+    run = tmp_path_factory.mktemp("tree") / "run"
+    argv = ["train", *LISTOPS, "--data-dir", str(listops_data), "--out", str(run), "--enc-attention", "parse-tree"]
+    assert main([*argv, "--epochs", "1", "--batch-size", "16", "--viz-every", "1", *TINY_MODEL]) == 0
+    return run
+
+
+def test_a_parse_tree_run_attends_along_each_samples_tree_only(tree_run, listops_data):
+    record = load_records(tree_run)[-1]
+    words = (listops_data / "valid.src").read_text().splitlines()[0].split()
+    u, v = parse_tree(words)
+    weights = record["maps"]["enc"]  # (layers, heads, queries, keys), NaN where there is no edge
+    drawn = ~torch.isnan(weights[0, 0])
+    expected = torch.zeros_like(drawn)
+    expected[v, u] = True
+    assert torch.equal(drawn, expected)
+    sums = torch.nan_to_num(weights).sum(-1)
+    torch.testing.assert_close(sums, torch.ones_like(sums))
+
+
+def test_a_parse_tree_run_resumes_evaluates_and_translates(tree_run, listops_data, capsys):
+    assert main(["train", "--out", str(tree_run), "--resume", "--epochs", "2", "--quiet"]) == 0
+    assert checkpoint.load(tree_run / "checkpoint_last.pt")["progress"]["epoch"] == 2
+    capsys.readouterr()
+    assert main(["evaluate", str(tree_run), "--split", "test", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 8 and 0 <= scores["accuracy"] <= 1 and math.isfinite(scores["loss"])
+    source = listops_data / "test.src"
+    assert main(["translate", str(tree_run), "--input", str(source), "--quiet"]) == 0
+    answers = capsys.readouterr().out.splitlines()
+    assert len(answers) == 8 and all(a in listops.DIGITS for a in answers)
+
+
+def test_translate_names_the_input_line_that_does_not_parse(tree_run, tmp_path, capsys):
+    lines = tmp_path / "in.txt"
+    lines.write_text("[MAX 1 2 ]\n[MIN 3 [SM 1 2 ]\n")
+    assert main(["translate", str(tree_run), "--input", str(lines)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "input line 2" in err and "never closed" in err
+
+
+def test_a_sample_that_does_not_parse_stops_the_run_before_it_starts(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.src").write_text("[MAX 1 2 ]\n[MIN 3 4\n")
+    (data / "train.tgt").write_text("2\n3\n")
+    (data / "valid.src").write_text("[MAX 1 2 ]\n")
+    (data / "valid.tgt").write_text("2\n")
+    run = tmp_path / "run"
+    argv = ["train", "--task", "classify", "--model", "encoder", "--data-dir", str(data), "--out", str(run)]
+    assert main([*argv, "--enc-attention", "parse-tree", *TINY_MODEL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sample 1" in err and "never closed" in err
+    assert not run.exists()
+
+
+def write_enc_edges(data, split, pick):
+    """``{split}.enc.edges``: for each source line, the pairs ``pick(n)`` over its n + 1 nodes."""
+    lines = (data / f"{split}.src").read_text().splitlines()
+    text = "".join(" ".join(f"{k}-{q}" for k, q in pick(len(line.split()))) + "\n" for line in lines)
+    (data / f"{split}.enc.edges").write_text(text)
+
+
+def reverse_links(n):
+    """Each token reads itself and the token at the mirrored position (a graph no length pattern
+    gives); </s> (node n) reads itself."""
+    return [(n - 1 - i, i) for i in range(n)] + [(i, i) for i in range(n + 1)]
+
+
+def test_an_edges_file_run_trains_and_translates_with_its_edges(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=32)
+    for split in ("train", "valid", "test"):
+        write_enc_edges(data, split, reverse_links)
+    run = tmp_path / "run"
+    argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "1"]
+    assert main([*argv, "--enc-attention", "edges", "--viz-every", "1", *TINY_MODEL]) == 0
+    record = load_records(run)[-1]
+    n = len(record["src_labels"]) - 1  # the tokens, then </s>
+    drawn = ~torch.isnan(record["maps"]["enc"][0, 0])
+    expected = torch.eye(n + 1, dtype=torch.bool)
+    for key, query in reverse_links(n):
+        expected[query, key] = True
+    assert torch.equal(drawn, expected)
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("a b c\nd e\n")
+    edges = tmp_path / "in.edges"
+    edges.write_text("".join(" ".join(f"{k}-{q}" for k, q in reverse_links(n)) + "\n" for n in (3, 2)))
+    capsys.readouterr()
+    assert main(["translate", str(run), "--input", str(inputs), "--edges", str(edges), "--quiet"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(["translate", str(run), "--input", str(inputs), "--quiet"]) == 2
+    assert "--edges FILE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text,named",
+    [
+        (lambda lines: lines[:-1], "lines but its data has"),
+        (lambda lines: ["0-0 1-x"] + lines[1:], "line 1: '1-x' is not a key-query pair"),
+        (lambda lines: lines[:2] + ["0-999"] + lines[3:], "line 3: edge 0-999 is outside the sample"),
+    ],
+)
+def test_a_bad_edges_file_is_one_line_naming_file_and_line_and_writes_nothing(tmp_path, capsys, text, named):
+    data = small_copy_data(tmp_path / "data", n_train=8)
+    for split in ("train", "valid"):
+        write_enc_edges(data, split, reverse_links)
+    path = data / "train.enc.edges"
+    path.write_text("".join(line + "\n" for line in text(path.read_text().splitlines())))
+    run = tmp_path / "run"
+    argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--enc-attention", "edges"]
+    assert main([*argv, *TINY_MODEL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and named in err, err
+    assert not run.exists()
+
+
+def test_decoder_edges_train_by_loss_and_refuse_decoding(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=16)
+    for split in ("train", "valid", "test"):
+        tgt = (data / f"{split}.tgt").read_text().splitlines()
+        causal_pairs = ("0-0 " + " ".join(f"{t - 1}-{t} {t}-{t}" for t in range(1, len(y.split()) + 1)) for y in tgt)
+        (data / f"{split}.dec.edges").write_text("".join(line + "\n" for line in causal_pairs))
+    run = tmp_path / "run"
+    argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--dec-attention", "edges"]
+    assert main([*argv, "--epochs", "1", *TINY_MODEL]) == 0
+    metrics = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "valid_loss" in metrics and "valid_exact_match" not in metrics
+    assert main(["translate", str(run), "--input", str(data / "valid.src")]) == 2
+    assert "cannot decode with per-sample edges in the dec attention" in capsys.readouterr().err
+    refused = ["train", "--task", "copy", "--out", str(tmp_path / "r2"), "--dec-attention", "edges"]
+    assert main([*refused, "--data-dir", str(data), *TINY_MODEL]) == 2
+    assert "--select-by exact_match needs decoding" in capsys.readouterr().err
