@@ -80,6 +80,7 @@ bench: install
 	$(BIN)/python benchmarks/training_throughput.py --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
 	$(BIN)/python benchmarks/decoding.py
 	$(BIN)/python benchmarks/tile_kernels.py
+	$(BIN)/python benchmarks/sample_graphs.py
 	$(if $(wildcard $(MULTI30K_RUN)/checkpoint_averaged.pt),$(BIN)/python benchmarks/precision.py --run $(MULTI30K_RUN) \
 		--checkpoint averaged --alpha 1.4 --rounds 3)
 

@@ -155,6 +155,20 @@ def test_reach_is_read_where_the_pooling_reads_the_label(tmp_path):
     assert sweep.reach("window:1", 16, "cls", run.path) == 1.0
 
 
+def test_a_parse_tree_is_measured_on_the_test_samples_own_graphs(tmp_path):
+    """Edges per query of the parse tree over the test split: each of a sample's n tokens joins
+    its operator both ways, and its n + 1 nodes loop on themselves: 3n + 1 edges over n + 1 nodes."""
+    from graphformer.data import listops
+
+    sweep = _import_sweep()
+    data = listops.write_listops(tmp_path, seed=1, min_length=8, max_length=40, sizes={"test": 12})
+    lengths = [len(line.split()) for line in (data / "test.src").read_text().splitlines()]
+    expected = sum(3 * n + 1 for n in lengths) / sum(n + 1 for n in lengths)
+    assert sweep.edges_per_query("parse-tree", 40, "last", data) == pytest.approx(expected)
+    with_window = sweep.edges_per_query("window:1+parse-tree", 40, "last", data)
+    assert expected < with_window < expected + 2  # the window's neighbours, less those the tree has
+
+
 def test_patterns_split_at_commas_but_not_inside_a_specs_numbers():
     sweep = _import_sweep()
     specs = sweep.pattern_specs("full,dilated=window:2+dilated:4,8,mine=block:8,tree")

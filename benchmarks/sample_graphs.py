@@ -1,0 +1,114 @@
+"""Per-sample graphs: what deriving, building and batching each sample's own edges costs a step.
+
+ListOps at Long Range Arena's lengths (500-2000 tokens), batches of ``--batch-tokens`` tokens.
+For each batch, timed side by side in one process:
+
+* derive: the parse tree of every sample from its tokens (`graphformer.graphs.sample_edges`);
+* batch: ``make_batch`` joining those edges to the cached length graphs (none are cached by sample);
+* batch, length pattern: ``make_batch`` of the same samples with ``window:1``, whose graphs the
+  pool caches by length: what a length pattern costs for comparison;
+* step: one training step (forward, loss, backward, Adam) of the encoder classifier on the
+  parse-tree batch (``--layers`` layers, d_model 64), which includes its derive and batch.
+
+and the process's peak resident set, to show that memory does not grow with the batches seen
+(the trees are derived per batch, never kept).
+
+    python benchmarks/sample_graphs.py [--batches 20] [--batch-tokens 8192] [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from provenance import machine, versions  # noqa: E402
+
+from graphformer import make_model  # noqa: E402
+from graphformer.cli import at_least_one  # noqa: E402
+from graphformer.data import listops  # noqa: E402
+from graphformer.data.batching import plan_batches  # noqa: E402
+from graphformer.graphs import GraphPool, make_batch  # noqa: E402
+from graphformer.graphs.sample_edges import parse_tree  # noqa: E402
+from graphformer.training.loss import label_smoothed_nll  # noqa: E402
+from graphformer.vocab import Vocab  # noqa: E402
+
+
+def timed(fn):
+    tic = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - tic
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=at_least_one, default=20)
+    parser.add_argument("--batch-tokens", type=at_least_one, default=8192)
+    parser.add_argument("--layers", type=at_least_one, default=12)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    pairs = listops.generate_listops(40 * args.batches, random.Random(1))
+    words = [s.split() for s, _ in pairs]
+    vocab = Vocab.build(words + [[t] for _, t in pairs])
+    src, tgt = [vocab.encode(w) for w in words], [vocab.encode([t]) for _, t in pairs]
+    plan = plan_batches([len(s) for s in src], [1] * len(src), batch_tokens=args.batch_tokens, seed=0)[: args.batches]
+    model = make_model(
+        len(vocab), model="encoder", layers=args.layers, d_model=64, heads=4, d_ff=128, dropout=0.0,
+        positions="none", pooling="last", enc_attention="parse-tree", max_len=2002,
+    )  # fmt: skip
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    tree_pool, window_pool = model.make_pool(), GraphPool("window:1", targets=False)
+    rows = []
+    for idx in plan:
+        batch_src, batch_tgt = [src[i] for i in idx], [tgt[i] for i in idx]
+        edges, derive = timed(lambda: [parse_tree(words[i]) for i in idx])  # noqa: B023
+        batch, building = timed(lambda: make_batch(tree_pool, batch_src, batch_tgt, edges))  # noqa: B023
+        _, window = timed(lambda: make_batch(window_pool, batch_src, batch_tgt))  # noqa: B023
+
+        def step():
+            loss = label_smoothed_nll(model(batch), batch.gold, 0.0)  # noqa: B023
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+        _, compute = timed(step)
+        tokens = sum(len(s) for s in batch_src)
+        rows.append({"tokens": tokens, "derive": derive, "batch": building, "window_batch": window, "step": compute})
+    median = {k: statistics.median(r[k] for r in rows) for k in ("derive", "batch", "window_batch", "step")}
+    whole_step = median["derive"] + median["batch"] + median["step"]
+    result = {
+        "benchmark": "sample_graphs",
+        "machine": machine(),
+        "versions": versions(),
+        "batches": len(rows),
+        "batch_tokens": args.batch_tokens,
+        "layers": args.layers,
+        "median_seconds": median,
+        "derive_and_batch_share_of_step": (median["derive"] + median["batch"]) / whole_step,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rows": rows,
+    }
+    out = Path(args.out) / "sample_graphs.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(
+        f"per batch of about {args.batch_tokens} tokens (median of {len(rows)}): derive {1e3 * median['derive']:.1f} ms, "
+        f"batch {1e3 * median['batch']:.1f} ms (window:1, cached by length: {1e3 * median['window_batch']:.1f} ms), "
+        f"step {1e3 * median['step']:.0f} ms; derive + batch = "
+        f"{100 * result['derive_and_batch_share_of_step']:.1f} % of a step; peak RSS {result['peak_rss_mib']:.0f} MiB"
+        f" -> {out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
