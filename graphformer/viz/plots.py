@@ -23,7 +23,7 @@ from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, SCALES, VIEWS
 from graphformer.errors import UserError
 from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
-from graphformer.viz import bipartite
+from graphformer.viz import bipartite, layered
 from graphformer.viz.player import player_page
 
 
@@ -39,6 +39,8 @@ class AttentionPicture:
         title: the title of the whole picture, e.g. relation, layer and epoch.
         key_axis: what the keys are, e.g. ``keys: source tokens``.
         query_axis: what the queries are, e.g. ``queries: decoder inputs <s>, y1, ...``.
+        layout: how the graph view lays nodes out: ``bipartite`` (keys above, queries below), or
+            ``tree`` for self-attention over each sample's own graph (`graphformer.viz.layered`).
     """
 
     maps: np.ndarray
@@ -48,6 +50,7 @@ class AttentionPicture:
     title: str = ""
     key_axis: str = "keys"
     query_axis: str = "queries"
+    layout: str = "bipartite"
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -174,7 +177,10 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
                 picture.query_axis,
             )
             if kind == "graph":
-                graphs.append((ax, bipartite.bipartite(*args)))
+                if picture.layout == "tree":
+                    layered.layered(*args)  # sets its own limits: no fit
+                else:
+                    graphs.append((ax, bipartite.bipartite(*args)))
                 if not shared:
                     bipartite.width_legend(ax, vmax, loc="upper left", bbox_to_anchor=(1, 1))
                 continue
@@ -189,7 +195,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
         ax.remove()
     if shared and heatmap_axes:
         figure.colorbar(image, ax=heatmap_axes, fraction=0.03, label="weight")
-    if shared and graphs:
+    if shared and "graph" in kinds:
         bipartite.width_legend(figure, 1.0, loc="outside lower center", ncols=len(bipartite.LEGEND_SHARES))
     figure.suptitle(picture.title, fontsize=10)
     _fit_graphs(figure, graphs)

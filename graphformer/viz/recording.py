@@ -87,6 +87,7 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
     else:  # a classifier: its encoder is all it attends with
         record["label"] = tgt_vocab.itos[tgt[0]]
     record["maps"] = {rel: attention_maps(model, batch, rel) for rel in (RELATIONS if pool.targets else ("enc",))}
+    record["sample_graphs"] = [relation[1] for relation in pool.sample_terms]  # drawn as graphs of their own
     return RunDir(run_dir).save_attention(record, epoch)
 
 
@@ -140,6 +141,7 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
         title=f"{relation} layer {layer % layers + 1} of {layers}, {which}, {when}",
         key_axis=key_axis,
         query_axis=query_axis,
+        layout="tree" if relation in record.get("sample_graphs", ()) and relation != "cross" else "bipartite",
     )
 
 
