@@ -14,12 +14,23 @@ from helpers import TINY_MODEL, read_jsonl, small_copy_data, small_recall_data
 from graphformer.training import checkpoint
 from graphformer.training.run_dir import LAST, RANKS
 
+
+def small_listops_data(path):
+    from graphformer.data import listops
+
+    return listops.write_listops(path, seed=1, min_length=8, max_length=40, sizes={"train": 48, "valid": 8})
+
+
 TASKS = {
     "transformer": (small_copy_data, ["--task", "parallel"]),
     "encoder": (small_recall_data, ["--task", "recall", "--model", "encoder"]),
     "universal": (
         small_copy_data,
         ["--task", "parallel", "--model", "universal", "--max-depth", "3", "--ponder-weight", "0.05"],
+    ),
+    "universal-encoder on each sample's parse tree": (
+        small_listops_data,
+        ["--task", "listops", "--model", "universal-encoder", "--max-depth", "3", "--enc-attention", "parse-tree"],
     ),
 }
 
