@@ -33,6 +33,17 @@ def one_step(model, batch) -> None:
     torch.nn.functional.nll_loss(log_probs, batch.gold).backward()
 
 
+def random_tree(nodes: int, generator):
+    """(u, v) of a random tree on ``nodes`` nodes: node i > 0 under a random earlier node, edges
+    both ways, and a self-loop on every node."""
+    import torch
+
+    child = torch.arange(1, nodes)
+    parent = (torch.rand(nodes - 1, generator=generator) * child).long()
+    loops = torch.arange(nodes)
+    return torch.cat([loops, child, parent]), torch.cat([loops, parent, child])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("run_dir")
@@ -63,7 +74,10 @@ def main(argv=None) -> int:
     first = UNK + 1  # past the specials
     src = torch.randint(first, model.cfg.src_vocab, (samples, args.length), generator=generator).tolist()
     labels = torch.randint(first, model.cfg.tgt_vocab, (samples, 1), generator=generator).tolist()
-    batch = make_batch(pool, src, labels)
+    # Each sample's own edges (parse-tree, edges) are stood in for by a random tree over its
+    # nodes: as many edges per node as a parse tree (each node and its parent, both ways, and itself).
+    edges = [random_tree(args.length + 1, generator) for _ in src] if pool.sample_terms else None
+    batch = make_batch(pool, src, labels, edges)
     one_step(model, batch)  # warm-up: graph formats, tile layouts, the allocator
     gc.collect()
     before = rss_bytes()
