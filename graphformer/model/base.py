@@ -26,7 +26,6 @@ A `SequenceModel` (an encoder-decoder) also decodes incrementally (`graphformer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -34,10 +33,8 @@ from torch import nn
 
 from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import GraphBatch, GraphPool
-from graphformer.graphs.relation import Relation
 from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
-from graphformer.model.output import ModelOutput
 
 
 class GraphModel(nn.Module):
@@ -110,15 +107,4 @@ class SequenceModel(GraphModel):
         raise NotImplementedError
 
     def memory_kv(self, memory: torch.Tensor):
-        raise NotImplementedError
-
-    def decode(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        self_relation: Relation,
-        cross_relation: Relation,
-        memory_kv,
-        remember: Callable | None = None,
-    ) -> ModelOutput:
         raise NotImplementedError

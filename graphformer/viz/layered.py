@@ -36,17 +36,7 @@ def depths(weights: np.ndarray) -> np.ndarray:
     return depth
 
 
-def layered(
-    ax,
-    weights,
-    tokens,
-    _query_tokens=None,
-    title: str = "",
-    vmax: float = 1.0,
-    _key_axis: str = "",
-    _query_axis: str = "",
-    threshold: float = 0.02,
-) -> None:
+def layered(ax, weights, tokens, _queries, title: str = "", vmax: float = 1.0, *_axes, threshold: float = 0.02):
     """One (N, N) self-attention map drawn as its graph on ``ax``, with the signature of
     `graphformer.viz.bipartite.bipartite`, which it stands in for; it sets its own limits (the
     tokens hang below their nodes, in every row), so it needs no `fit`."""
