@@ -306,7 +306,7 @@ class Trainer:
             )
             if self.cfg.save_every and self.progress.step % self.cfg.save_every == 0:
                 self.save()
-            if self._should_stop():
+            if self.should_stop():
                 if self.progress.batch == len(steps) and not self.interrupted:
                     report.close()
                     return EpochEnd.LAST_STEP_STOPS  # its validation and checkpoint follow, as any epoch's
@@ -320,7 +320,9 @@ class Trainer:
         report.close()
         return EpochEnd.COMPLETE
 
-    def _should_stop(self) -> bool:
+    def should_stop(self) -> bool:
+        """Whether training stops after this step: a stop was requested (a signal, on any rank) or
+        --max-steps or --max-minutes is reached."""
         limit = (self.cfg.max_steps is not None and self.progress.step >= self.cfg.max_steps) or (
             self._deadline is not None and time.perf_counter() >= self._deadline
         )

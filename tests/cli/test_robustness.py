@@ -852,15 +852,15 @@ def test_a_run_stopped_after_an_epochs_last_step_validates_it_on_resume(data, tm
     import graphformer.training.trainer as trainer_module
 
     run = tmp_path / "run"
-    original = trainer_module.Trainer._should_stop
+    original = trainer_module.Trainer.should_stop
 
     def signal_at_step_6(self):
         self.stop.requested = self.stop.requested or self.progress.step == 6
         return original(self)
 
-    monkeypatch.setattr(trainer_module.Trainer, "_should_stop", signal_at_step_6)
+    monkeypatch.setattr(trainer_module.Trainer, "should_stop", signal_at_step_6)
     assert fresh(data, run, "--epochs", "3", "--max-steps", "6") == 130  # 6 steps an epoch: interrupted on its last
-    monkeypatch.setattr(trainer_module.Trainer, "_should_stop", original)
+    monkeypatch.setattr(trainer_module.Trainer, "should_stop", original)
     assert not (run / "metrics.jsonl").exists() or read_jsonl(run / "metrics.jsonl") == []
     assert train("--out", str(run), "--resume") == 0
     assert [m["epoch"] for m in read_jsonl(run / "metrics.jsonl")] == [1]
