@@ -254,7 +254,7 @@ def test_translate_writes_its_output_chunk_by_chunk_and_an_interrupt_keeps_a_pre
 
     calls, interrupt_at = [], [None]
 
-    def copy_back_until_interrupted(model, src, beam, alpha, batch_tokens, pool, progress):  # one call a chunk
+    def copy_back_until_interrupted(model, src, beam, alpha, batch_tokens, pool, progress, edges):  # one call a chunk
         calls.append(len(src))
         if len(calls) == interrupt_at[0]:
             raise KeyboardInterrupt
@@ -352,7 +352,7 @@ def test_translate_reports_throughput_and_keeps_the_order(run, tmp_path, capsys,
 
     calls = []
 
-    def copy_back(model, src, beam, alpha, batch_tokens, pool, progress):  # a decoder that echoes its input
+    def copy_back(model, src, beam, alpha, batch_tokens, pool, progress, edges):  # a decoder that echoes its input
         calls.append(([len(s) for s in src], batch_tokens))
         progress(len(src))
         return [Hypothesis(tokens=list(s), log_prob=0.0, score=0.0) for s in src]
