@@ -55,7 +55,7 @@ def translate_ids(
     if model.cfg.classifies:
         return classify_ids(model, src, pool, batch_tokens, progress, edges)
     pool = pool or model.make_pool()
-    check_decodable(pool)
+    check_decodable(pool)  # before a batch is made: one without a target's edges is refused otherwise
     device = next(model.parameters()).device
 
     def decode(idx: list[int]) -> list[Hypothesis]:

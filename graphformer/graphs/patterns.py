@@ -36,7 +36,7 @@ import torch
 from graphformer.choices import PATTERN_NAMES
 from graphformer.errors import UserError
 from graphformer.graphs import tree as tree_graph
-from graphformer.graphs.edges import EdgeList
+from graphformer.graphs.edges import EdgeList, unique_pairs
 
 Pattern = Callable[[int, int], EdgeList]
 
@@ -208,8 +208,7 @@ def union(*patterns: Pattern) -> Pattern:
         u = torch.cat([e[0] for e in pairs])
         v = torch.cat([e[1] for e in pairs])
         width = max(nk, int(u.max()) + 1 if len(u) else 1)  # span nodes come after the keys
-        ids = torch.unique(v * width + u)  # sorted by query, then key
-        return ids % width, ids // width
+        return unique_pairs(u, v, width)
 
     combined.adds_span_nodes = any(adds_span_nodes(p) for p in patterns)
     if any(hasattr(p, "causal_form") for p in patterns):

@@ -37,7 +37,7 @@ import torch
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import heterograph, patterns, sample_edges, tree
-from graphformer.graphs.edges import EdgeList
+from graphformer.graphs.edges import EdgeList, unique_pairs
 from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.patterns import Pattern
 
@@ -159,11 +159,8 @@ class GraphPool:
         return tree.span_count(n) if self.has_spans else 0
 
     def _edges(self, relation, n_keys: int, n_queries: int) -> EdgeList:
-        if n_queries == 0:
-            empty = torch.zeros(0, dtype=torch.int64)
-            return empty, empty
         pattern = {ENC: self.enc, DEC: self.dec, CROSS: self.cross}[relation]
-        if pattern is None:  # the sample's own edges alone: `with_sample_edges` adds them
+        if n_queries == 0 or pattern is None:  # None: the sample's own edges alone, `with_sample_edges` adds them
             empty = torch.zeros(0, dtype=torch.int64)
             return empty, empty
         name = getattr(pattern, "spec", getattr(pattern, "__name__", "custom"))
@@ -184,9 +181,7 @@ class GraphPool:
                 f"attention pattern {name!r} ({relation[1]}) gives query {j} no key "
                 f"(keys={n_keys}, queries={n_queries}); widen it or add +full / +global:1"
             )
-        # An edge given twice would count twice in the edge-wise softmax (and once in a dense mask).
-        ids = torch.unique(v * n_keys + u)  # sorted by query, then key
-        return ids % n_keys, ids // n_keys
+        return unique_pairs(u, v, n_keys)
 
     def _build(self, n: int, m: int) -> HeteroGraph:
         """The heterograph of one sample with n source and m target tokens (m may be 0)."""
@@ -241,8 +236,7 @@ class GraphPool:
             except ValueError as err:
                 raise ValueError(f"sample {sample}, {relation[1]} attention: {err}") from None
             old_u, old_v = relations[relation]
-            ids = torch.unique(torch.cat([old_v, v]) * keys + torch.cat([old_u, u]))  # each pair once
-            u, v = ids % keys, ids // keys
+            u, v = unique_pairs(torch.cat([old_u, u]), torch.cat([old_v, v]), keys)
             starved = torch.bincount(v, minlength=queries) == 0
             if bool(starved.any()):
                 raise ValueError(

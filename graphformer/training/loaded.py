@@ -59,7 +59,8 @@ class LoadedRun:
         if folder is None:
             name = self.task.split_file(name)
         where = self.data_dir() if folder is None else Path(folder)
-        split = attach(read_split(where, name), self.model.make_pool().sample_terms, where, name)
+        pool = self.model.make_pool()
+        split = attach(read_split(where, name), pool.sample_terms, where, name)
         if folder is None:
             split.src_words, split.tgt_words = (
                 self.train_cfg.used(name, side) for side in (split.src_words, split.tgt_words)
@@ -68,7 +69,7 @@ class LoadedRun:
         if self.task.classification:
             check_labels({name: split})
         try:
-            check_lengths({name: split}, self.model.make_pool(), self.model.cfg.max_len)
+            check_lengths({name: split}, pool, self.model.cfg.max_len)
         except ConfigError as err:  # max_len is the trained model's: the samples must fit it
             where = self.task.data_dir(self.train_cfg, self.run_dir) if folder is None else folder  # prepared above
             raise UserError(f"{where}: the model's max_len {err.problem}; score samples that fit it") from None
