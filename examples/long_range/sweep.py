@@ -60,9 +60,9 @@ PATTERNS = {  # name -> encoder pattern; BigBird = window + global + random
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    p.add_argument("--task", choices=("recall", "listops"), required=True)
-    p.add_argument("--length", type=int, required=True, help="tokens per sample (listops: the longest)")
-    p.add_argument("--min-length", type=int, help="listops: the shortest sample (default: half of --length)")
+    p.add_argument("--task", choices=("recall", "listops", "boolean"), required=True)
+    p.add_argument("--length", type=int, required=True, help="tokens per sample (listops, boolean: the longest)")
+    p.add_argument("--min-length", type=int, help="listops, boolean: the shortest sample (default: half of --length)")
     p.add_argument(
         "--patterns",
         default=",".join(PATTERNS),
@@ -102,12 +102,13 @@ def pattern_specs(text: str) -> dict[str, str]:
 
 
 def make_data(task: str, length: int, sizes: dict, seed: int, folder: Path, min_length: int | None = None) -> Path:
-    from graphformer.data import listops, recall
+    from graphformer.data import boolean, listops, recall
 
     if task == "recall":
         return recall.write_recall(folder, seed=seed, sizes=sizes, min_length=length, max_length=length)
+    write = {"listops": listops.write_listops, "boolean": boolean.write_boolean}[task]
     shortest = min_length or max(4, length // 2)
-    return listops.write_listops(folder, seed=seed, sizes=sizes, min_length=shortest, max_length=length)
+    return write(folder, seed=seed, sizes=sizes, min_length=shortest, max_length=length)
 
 
 def run_measured(command: list[str]) -> tuple[int, int]:

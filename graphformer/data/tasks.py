@@ -18,7 +18,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from graphformer.data import listops, multi30k, recall, subwords, synthetic
+from graphformer.data import boolean, listops, multi30k, recall, subwords, synthetic
 from graphformer.data.text import split_lines, write_lines_atomic
 from graphformer.errors import ConfigError, UserError
 from graphformer.files import write_text_atomic
@@ -69,7 +69,7 @@ class Task:
 
 class GeneratedTask(Task):
     """Data generated from the seed into RUN_DIR/data (or data_dir, if given) by
-    ``write(folder, seed=seed)``: copy, sort, reverse, addition, and the long-range ListOps and associative recall."""
+    ``write(folder, seed=seed)``: copy, sort, reverse, addition, and the long-range ListOps, Boolean and associative recall."""
 
     select_by = "exact_match"
     needs_data_dir = False
@@ -176,6 +176,7 @@ TASKS: dict[str, Task] = {
     "addition": SyntheticTask("addition"),
     "listops": GeneratedTask(listops.write_listops, classification=True),  # 500-2000 tokens: raise max_len
     "recall": GeneratedTask(recall.write_recall, classification=True),  # 1024 tokens: raise max_len
+    "boolean": GeneratedTask(boolean.write_boolean, classification=True),  # 100-500 tokens
     "parallel": Task(),
     "classify": LabelFiles(),
     "multi30k": Multi30kTask(),

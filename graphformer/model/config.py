@@ -41,7 +41,7 @@ class ModelConfig(DictConfig):
         "transformer",
         "transformer: a stack of layers per side; universal: one shared layer "
         "per side, repeated with adaptive computation time; encoder: the encoder stack and a "
-        "classification head, one label per sample (tasks listops, recall, classify); universal-encoder: "
+        "classification head, one label per sample (tasks listops, boolean, recall, classify); universal-encoder: "
         "the same classifier on the universal encoder",
         choices=MODELS,
     )

@@ -43,14 +43,14 @@ class TrainConfig(DictConfig):
     task: str = option(
         "copy",
         "copy | sort | reverse | addition (generated), parallel (your files in --data-dir), "
-        "multi30k (English-German); for --model encoder: listops | recall (generated), classify (your "
+        "multi30k (English-German); for --model encoder: listops | boolean | recall (generated), classify (your "
         "texts and one label per line in --data-dir)",
         choices=tuple(TASKS),
     )
     data_dir: Optional[str] = option(
         None,
         "parallel, classify: train/valid/test.{src,tgt} files; copy, sort, "
-        "listops, recall: where to "
+        "listops, boolean, recall: where to "
         "generate them (default RUN_DIR/data); multi30k: a local mirror of the raw "
         ".gz files instead of downloading",
         metavar="DIR",
@@ -103,7 +103,7 @@ class TrainConfig(DictConfig):
     select_by: Optional[str] = option(
         None,
         "validation metric that picks checkpoint_best.pt (default: the "
-        "task's: exact_match for the generated tasks (copy, sort, listops, recall), "
+        "task's: exact_match for the generated tasks (copy, sort, listops, boolean, recall), "
         "loss otherwise)",
         choices=tuple(SELECT_BY),
     )

@@ -10,7 +10,7 @@
     RUN_DIR/steps.jsonl          one JSON object per optimizer step
     RUN_DIR/attention/           epoch_NNNN.pt attention maps of a validation sample (--viz-every)
     RUN_DIR/tensorboard/         the same logs for TensorBoard (--tensorboard)
-    RUN_DIR/data/                generated data (copy, sort, listops, recall; unless --data-dir says otherwise)
+    RUN_DIR/data/                generated data (copy, sort, listops, boolean, recall; unless --data-dir says otherwise)
                                  or Multi30k tokenized (data-bpeN: in subword pieces)
     RUN_DIR/subwords.model       the SentencePiece model of --bpe (subwords.json: its options)
     RUN_DIR/ranks.json           the parameter digests of each process of a multi-process run

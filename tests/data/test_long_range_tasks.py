@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from graphformer.data import listops, recall
+from graphformer.data import expressions, listops, recall
 from graphformer.data.text import read_parallel
 from graphformer.errors import ConfigError, UserError
 
@@ -63,7 +63,7 @@ def test_listops_median_rounds_the_mean_of_the_two_middle_values_down():
 
 @pytest.mark.parametrize("max_depth,max_args", [(3, 4), (4, 5), (2, 10)])
 def test_listops_every_length_up_to_the_longest_is_built_within_depth_and_arguments(max_depth, max_args):
-    longest = listops.longest(max_depth, max_args)
+    longest = expressions.longest(max_depth, max_args)
     assert longest == {(3, 4): 26, (4, 5): 187, (2, 10): 12}[(max_depth, max_args)]
     rng = random.Random(max_depth)
     for length in range(4, longest + 1):

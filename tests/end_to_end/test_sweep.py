@@ -188,3 +188,11 @@ def _import_sweep():
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
     return sweep
+
+
+def test_the_sweep_generates_boolean_formulas_of_the_lengths_asked(tmp_path):
+    sweep = _import_sweep()
+    data = sweep.make_data("boolean", 60, {"train": 5, "valid": 3, "test": 3}, 1, tmp_path / "data", 20)
+    lengths = [len(line.split()) for line in (data / "train.src").read_text().splitlines()]
+    assert len(lengths) == 5 and all(20 <= n <= 60 for n in lengths)
+    assert set((data / "test.tgt").read_text().split()) <= {"0", "1"}
