@@ -27,6 +27,7 @@ PATTERN_ARGUMENTS = {
     "full": "",
     "causal": "",
     "window": "W",
+    "mirror": "W",
     "dilated": "W,D",
     "global": "G",
     "block": "B",

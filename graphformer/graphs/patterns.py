@@ -8,6 +8,8 @@ queries target positions. Every pattern below is a set of (key i, query j) pairs
     full                every pair                                  n_k * n_q edges
     causal              i <= j                                      n(n+1)/2
     window:w            |i - c(j)| <= w
+    mirror:w            |i - (n_k - 1 - c(j))| <= w   (the window reflected: query j near key
+                        n_k - 1 - j, where a reversed copy finds its source)
     dilated:w,d         i - c(j) = k*d for |k| <= w   (Sparse Transformer's strided pattern)
     global:g            i < g or j < g   (the first g tokens see and are seen by all; Longformer)
     random:r[,seed]     r keys per query, drawn with a seeded RNG (BigBird)
@@ -87,6 +89,24 @@ def window(w: int) -> Pattern:
         return _offsets(nk, nq, torch.arange(-reach, reach + 1))
 
     return _named(pattern, f"window:{w}")
+
+
+def mirror(w: int) -> Pattern:
+    _positive("mirror", w)
+    forward = window(w)
+
+    def pattern(nk: int, nq: int) -> EdgeList:
+        u, v = forward(nk, nq)  # the offsets are symmetric, so reflecting the keys reflects the centre
+        return nk - 1 - u, v
+
+    def no_causal_form():
+        raise UserError(
+            f"attention pattern 'causal-mirror:{w}': a mirror is placed from the last key, which a "
+            "decoder does not have until it ends; give mirror to --enc-attention or --cross-attention"
+        )
+
+    pattern.causal_form = no_causal_form
+    return _named(pattern, f"mirror:{w}")
 
 
 def dilated(w: int, d: int) -> Pattern:
@@ -257,6 +277,7 @@ full.spec, causal.spec = "full", "causal"
 
 _BUILDERS = {
     "window": (window, 1),
+    "mirror": (mirror, 1),
     "dilated": (dilated, 2),
     "global": (global_tokens, 1),
     "block": (block, 1),

@@ -73,6 +73,24 @@ def test_block_and_global_edges_are_their_definitions_over_all_pairs(nk, nq, siz
 
 
 @settings(max_examples=60, deadline=None)
+@given(nk=lengths, nq=st.integers(min_value=0, max_value=40), w=sizes)
+def test_mirror_is_the_window_reflected_and_stays_put_as_queries_are_added(nk, nq, w):
+    """Query j sits at key nk - 1 - j (at key 0 past the end): where a reversed copy finds its source."""
+    centre = [nk - 1 - min(j, nk - 1) for j in range(nq)]
+    expected = {(i, j) for j in range(nq) for i in range(nk) if abs(i - centre[j]) <= w}
+    assert edge_set(patterns.parse(f"mirror:{w}"), nk, nq) == expected
+    assert {(i, j) for i, j in edge_set(patterns.parse(f"mirror:{w}"), nk, nq + 3) if j < nq} == expected
+
+
+@pytest.mark.parametrize("spec", ["causal-mirror:2", "causal-window:1+causal-mirror:1"])
+def test_a_mirror_has_no_causal_form(spec):
+    with pytest.raises(UserError, match="^attention pattern 'causal-mirror:.*--cross-attention$"):
+        patterns.parse(spec)
+    with pytest.raises(Exception, match="causal"):  # nor does a decoder take it plainly
+        GraphPool(dec="mirror:1")
+
+
+@settings(max_examples=60, deadline=None)
 @given(nk=lengths, nq=lengths, a=st.sampled_from(SPECS), b=st.sampled_from(SPECS))
 def test_union_is_idempotent_and_commutative(nk, nq, a, b):
     pa, pb = patterns.parse(a), patterns.parse(b)
@@ -190,7 +208,11 @@ def test_full_pattern_is_the_core_model():
 
 @pytest.mark.parametrize(
     "enc,dec,cross",
-    [("window:2", "causal-window:3", "window:4"), ("dilated:2,2+global:1", "causal-block:3", "block:5")],
+    [
+        ("window:2", "causal-window:3", "window:4"),
+        ("dilated:2,2+global:1", "causal-block:3", "block:5"),
+        ("mirror:1+window:1", "causal-window:1", "mirror:2"),
+    ],
 )
 def test_sparse_model_equals_dense_masked_transformer(enc, dec, cross):
     model = (
