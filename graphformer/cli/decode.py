@@ -85,9 +85,11 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(scores))
     else:
         bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
+        # absent where per-sample edges in the decoder leave teacher forcing only
+        decoded = f" exact_match={scores['exact_match']:.4f}" if "exact_match" in scores else ""
         print(
-            f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f} "
-            f"exact_match={scores['exact_match']:.4f}{bleu}"
+            f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f}"
+            f"{decoded}{bleu}"
             + (f" (beam {decoding.beam})" if searched else "")
             + (f" in {decoding.precision}" if decoding.precision != "float32" else "")
         )

@@ -92,6 +92,16 @@ def exact_match(
     return hits / len(split), hyps
 
 
+def char_accuracy(outputs: list[list], references: list[list]) -> float:
+    """Share of positions decoded right, the character accuracy of the Universal Transformer
+    paper for tasks whose tokens are characters: position i of a sentence counts as right where
+    output and reference hold the same token there, and a sentence has as many positions as the
+    longer of the two, so a missing or an extra token counts as wrong."""
+    right = sum(sum(a == b for a, b in zip(out, ref)) for out, ref in zip(outputs, references))
+    positions = sum(max(len(out), len(ref)) for out, ref in zip(outputs, references))
+    return right / max(positions, 1)
+
+
 def evaluate(
     model,
     split: Split,
@@ -106,7 +116,7 @@ def evaluate(
     batch_tokens: int = DECODE_BATCH_TOKENS,
     progress=None,
 ) -> dict:
-    """Loss, token accuracy, exact match and n; with raw ``references`` (and the target vocabulary
+    """Loss, token accuracy, exact match, character accuracy (`char_accuracy`) and n; with raw ``references`` (and the target vocabulary
     and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`).
     ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
     where the model's tokens are not words (subwords); by default the model's tokens are scored.
@@ -119,6 +129,7 @@ def evaluate(
     scores["exact_match"], hyps = exact_match(
         model, split, pool, beam, alpha, batch_tokens=batch_tokens, progress=progress
     )
+    scores["char_accuracy"] = char_accuracy([h.tokens for h in hyps], split.tgt)
     if model.cfg.classifies:
         scores["accuracy"] = scores["exact_match"]
     if references is not None:

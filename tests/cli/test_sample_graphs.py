@@ -152,6 +152,10 @@ def test_decoder_edges_train_by_loss_and_refuse_decoding(tmp_path, capsys):
     assert main([*argv, "--epochs", "1", *TINY_MODEL]) == 0
     metrics = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert "valid_loss" in metrics and "valid_exact_match" not in metrics
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--split", "valid"]) == 0  # teacher forcing is all it reports
+    report = capsys.readouterr().out
+    assert "loss=" in report and "exact_match" not in report
     assert main(["translate", str(run), "--input", str(data / "valid.src")]) == 2
     assert "cannot decode with per-sample edges in the dec attention" in capsys.readouterr().err
     refused = ["train", "--task", "copy", "--out", str(tmp_path / "r2"), "--dec-attention", "edges"]
