@@ -38,7 +38,6 @@ from pathlib import Path
 
 from graphformer.data import expressions
 from graphformer.data.expressions import CLOSE
-from graphformer.data.splits import write_splits
 
 GATES = ("[AND", "[OR", "[NAND", "[NOR")
 BITS = ("0", "1")
@@ -108,12 +107,4 @@ def write_boolean(
 
     Files already there are left untouched; see `graphformer.data.splits.write_splits`.
     """
-    expressions.check_options(min_length, max_length, max_depth, max_args)  # before any folder is made
-    rng = random.Random(f"boolean-{seed}")
-    return write_splits(
-        data_dir,
-        sizes,
-        lambda split, n: generate_boolean(n, rng, min_length, max_length, max_depth, max_args),
-        "boolean",
-        seed,
-    )
+    return expressions.write("boolean", ALGEBRA, data_dir, seed, sizes, (min_length, max_length, max_depth, max_args))

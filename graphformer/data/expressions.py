@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from graphformer.data.splits import write_splits
 from graphformer.errors import ConfigError
 
 CLOSE = "]"
@@ -104,6 +105,14 @@ def generate(
         value = tree.expression(length, 1, algebra.root(rng))
         pairs.append((" ".join(tokens), algebra.answer(value)))
     return pairs
+
+
+def write(task: str, algebra: Algebra, data_dir, seed: int, sizes: dict[str, int], shape: tuple[int, int, int, int]):
+    """Generate the splits of ``task`` into ``data_dir`` (see `graphformer.data.splits.write_splits`);
+    ``shape``: (min_length, max_length, max_depth, max_args), checked before any folder is made."""
+    check_options(*shape)
+    rng = random.Random(f"{task}-{seed}")
+    return write_splits(data_dir, sizes, lambda split, n: generate(algebra, n, rng, *shape), task, seed)
 
 
 @dataclass

@@ -41,7 +41,6 @@ from pathlib import Path
 
 from graphformer.data import expressions
 from graphformer.data.expressions import CLOSE
-from graphformer.data.splits import write_splits
 
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
 DIGITS = tuple(str(d) for d in range(10))
@@ -108,12 +107,4 @@ def write_listops(
 
     Files already there are left untouched; see `graphformer.data.splits.write_splits`.
     """
-    expressions.check_options(min_length, max_length, max_depth, max_args)  # before any folder is made
-    rng = random.Random(f"listops-{seed}")
-    return write_splits(
-        data_dir,
-        sizes,
-        lambda split, n: generate_listops(n, rng, min_length, max_length, max_depth, max_args),
-        "listops",
-        seed,
-    )
+    return expressions.write("listops", ALGEBRA, data_dir, seed, sizes, (min_length, max_length, max_depth, max_args))
