@@ -36,9 +36,13 @@ PATTERN_ARGUMENTS = {
 }
 PATTERN_NAMES = sorted(PATTERN_ARGUMENTS)
 ENCODER_ONLY_PATTERNS = ("tree",)
-# Terms naming each sample's own edges (graphformer.graphs.sample_edges): derived from its tokens
-# (encoder only), or given beside the data.
-SAMPLE_TERMS = {"parse-tree": "the source's parse tree (encoder only)", "edges": "{split}.{relation}.edges"}
+# Terms naming each sample's own edges (graphformer.graphs.sample_edges): derived from its source
+# tokens for one relation, or given beside the data.
+SAMPLE_TERMS = {
+    "parse-tree": "the source's parse tree (encoder only)",
+    "operands": "target position t reads position t of each operand of A + B (cross only)",
+    "edges": "{split}.{relation}.edges",
+}
 
 # What graphformer.viz draws: the relations it records, a panel's view, the colour scale, and the
 # files it writes.

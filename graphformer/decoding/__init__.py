@@ -11,7 +11,7 @@ from graphformer.decoding.buckets import in_length_buckets
 from graphformer.decoding.inputs import SourceLines, encode_lines, source_limit
 from graphformer.decoding.labels import classify_ids
 from graphformer.decoding.search import DEFAULT_ALPHA, Hypothesis, beam_search, check_alpha, greedy_search
-from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper, check_decodable
+from graphformer.decoding.steppers import IncrementalStepper, RecomputeStepper, check_decodable, own_cross_patterns
 from graphformer.graphs import GraphPool, make_batch
 from graphformer.model.modes import evaluating
 
@@ -45,8 +45,9 @@ def translate_ids(
     batches); ``beam=1`` is greedy search. A classifier (``model.cfg.classifies``) has nothing to
     search: each result is its one most likely label. ``progress(n)``, if given, is called with
     the number of sentences each batch finished (a progress bar's ``update``). ``edges``: each
-    source's own edges, where the model's patterns take them (`graphformer.graphs.make_batch`);
-    only the encoder's can be decoded with, as a decoder's or cross edges need the whole target.
+    source's own edges, where the model's patterns take them (`graphformer.graphs.make_batch`):
+    the encoder's, and a cross structure derived from the source (a pattern of the sample); edges
+    given for the decoder or the cross-attention need the whole target and are refused.
     """
     for name, value, low in (("beam", beam, 1), ("batch_tokens", batch_tokens, 1), ("extra_len", extra_len, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -59,13 +60,14 @@ def translate_ids(
     device = next(model.parameters()).device
 
     def decode(idx: list[int]) -> list[Hypothesis]:
-        chunk = [src[i] for i in idx]
-        batch = make_batch(pool, chunk, edges=None if edges is None else [edges[i] for i in idx]).to(device)
+        chunk, given = [src[i] for i in idx], None if edges is None else [edges[i] for i in idx]
+        batch = make_batch(pool, chunk, edges=given).to(device)
         limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
         if incremental:
-            stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool)
+            own_cross = own_cross_patterns(pool, given)
+            stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool, own_cross=own_cross)
         else:
-            stepper = RecomputeStepper(model, chunk, beam, pool, device, [edges[i] for i in idx] if edges else None)
+            stepper = RecomputeStepper(model, chunk, beam, pool, device, given)
         if beam == 1:
             return greedy_search(stepper, limits)
         return beam_search(stepper, limits, beam, alpha)

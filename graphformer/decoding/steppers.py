@@ -23,6 +23,8 @@ Two implementations give the same numbers:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from graphformer.decoding.search import reads_are_free
@@ -33,14 +35,31 @@ from graphformer.vocab import EOS
 
 
 def check_decodable(pool: GraphPool) -> None:
-    """Refuse a pool whose decoder or cross attention takes each sample's own edges: a target's
-    edges are known only once the whole target is, and decoding makes it a token at a time."""
+    """Refuse a pool whose decoder or cross attention takes edges given with each sample: a
+    target's edges are known only once the whole target is, and decoding makes it a token at a time."""
     if not pool.decodable:
         targets = [relation[1] for relation in pool.sample_terms if relation != ENC]
         raise UserError(
             f"cannot decode with per-sample edges in the {' and '.join(targets)} attention (they need the "
             "whole target); use length patterns there, or score given targets with teacher forcing"
         )
+
+
+def own_cross_patterns(pool: GraphPool, edges: list | None) -> list | None:
+    """Each sample's own cross pattern, ``edges[b]["cross"]`` (a structure derived from its
+    source, `graphformer.graphs.sample_edges.operands`), where the pool's cross attention takes
+    one; None where it does not."""
+    if CROSS not in pool.sample_terms:
+        return None
+    if edges is None:
+        raise ValueError("this pool's cross attention takes each sample's own pattern: give edges=[one per sample]")
+    own = [e.get(CROSS, e.get("cross")) if isinstance(e, Mapping) else e for e in edges]  # else the only one
+    if not all(callable(p) for p in own):
+        raise ValueError(
+            "decoding makes a sample's cross edges a query at a time: give each as a pattern "
+            "(num_keys, num_queries) -> (u, v) of the sample, as graphformer.graphs.sample_edges.operands makes"
+        )
+    return own
 
 
 class IncrementalStepper:
@@ -56,6 +75,9 @@ class IncrementalStepper:
         max_steps: most target nodes any hypothesis will have.
         pool: the graph pool of the model's attention patterns; the edges into each new node
             are read from it.
+        own_cross: where the pool's cross attention takes a structure derived from each
+            source, the B sentences' own patterns ``(num_keys, num_queries) -> (u, v)``
+            (`own_cross_patterns`); their edges join the pool's.
         copy_moved_only: on a reorder, find the rows whose parent is another row and copy only
             those (the default on a CPU); else gather every row, which needs no read back from the
             device (the default elsewhere: finding the moved rows would wait for the device at
@@ -84,6 +106,7 @@ class IncrementalStepper:
         max_steps: int,
         pool: GraphPool | None = None,
         copy_moved_only: bool | None = None,
+        own_cross: list | None = None,
     ):
         if model.training:
             raise ValueError(
@@ -123,6 +146,8 @@ class IncrementalStepper:
         self.max_steps = max_steps
         self.t = 0
         self.cross = self._full_cross() if self.pool.cross_is_full else None
+        # Prefix-stable, so each sentence's edges for every query allowed are made once, here.
+        self.own_cross = None if own_cross is None else [p(n, max_steps) for p, n in zip(own_cross, self.src_lengths)]
 
     def _full_cross(self) -> Relation:
         """Every live hypothesis's new node attends to all of its sentence's source tokens."""
@@ -141,7 +166,13 @@ class IncrementalStepper:
         """Edges from source tokens to each live hypothesis's new node t."""
         if self.cross is not None:
             return self.cross
-        rows = [self.pool.incoming(CROSS, n, self.t) for n in self.src_lengths for _ in range(self.k)]
+        rows = []
+        for s, n in enumerate(self.src_lengths):
+            keys = self.pool.incoming(CROSS, n, self.t)
+            if self.own_cross is not None:
+                u, v = self.own_cross[s]
+                keys = torch.unique(torch.cat([keys, u[v == self.t]]))
+            rows += [keys] * self.k
         key_index = torch.full((self.num_hyps, max(len(r) for r in rows)), -1, dtype=torch.int64)
         for h, keys in enumerate(rows):
             key_index[h, : len(keys)] = keys + (h // self.k) * self.width
@@ -194,6 +225,8 @@ class IncrementalStepper:
             moved = _moved(kept)
             self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept, moved), self.memory_kv)
             self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
+            if self.own_cross is not None:
+                self.own_cross = [self.own_cross[s] for s in kept.tolist()]
             self.cross = self._full_cross() if self.cross is not None else None
         self.num_hyps = rows
         self.tables = self._tables()

@@ -111,13 +111,14 @@ class GraphPool:
         if cls_node:  # node 0 of every source is <cls>: it reads every token and every token reads it
             cls = patterns.global_tokens(1)
             self.enc = cls if self.enc is None else patterns.union(self.enc, cls)
-        derived = [r[1] for r, term in self.sample_terms.items() if r != ENC and term != sample_edges.GIVEN]
-        if derived:
-            raise ConfigError(
-                f"{derived[0]}_attention",
-                "a structure derived from the source's tokens (parse-tree) serves the encoder's "
-                "self-attention (enc_attention) only; give a decoder or cross relation its edges with 'edges'",
-            )
+        for (_, name, _), term in self.sample_terms.items():
+            serves = sample_edges.DERIVED_FOR.get(term, name)
+            if serves != name:
+                raise ConfigError(
+                    f"{name}_attention",
+                    f"{term} is derived from the source's tokens for {serves}_attention only; "
+                    f"give {name}_attention its own edges with 'edges'",
+                )
         for relation, pattern in (("dec", self.dec), ("cross", self.cross)):
             if pattern is not None and patterns.adds_span_nodes(pattern):
                 raise ConfigError(
@@ -134,8 +135,9 @@ class GraphPool:
     @property
     def decodable(self) -> bool:
         """Whether outputs can be decoded a token at a time: not where the decoder or cross
-        attention takes each sample's own edges, which are known only for a whole target."""
-        return all(relation == ENC for relation in self.sample_terms)
+        attention takes edges given with each sample, which are known only for a whole target
+        (a structure derived from the source, such as ``operands``, is made a query at a time)."""
+        return all(relation == ENC or term != sample_edges.GIVEN for relation, term in self.sample_terms.items())
 
     def source_positions(self, tokens: int) -> int:
         """Positions a source of ``tokens`` tokens takes: its tokens, `</s>` and the `<cls>` node if any."""
@@ -220,7 +222,8 @@ class GraphPool:
 
     def with_sample_edges(self, graph: HeteroGraph, edges: dict, sample: int = 0) -> HeteroGraph:
         """A copy of one sample's length graph with its own edges joined to the relations of
-        `sample_terms` (``edges``: relation -> (u, v) in node positions, see `sample_edges`).
+        `sample_terms` (``edges``: relation -> (u, v) in node positions, see `sample_edges`, or a
+        pattern ``(num_keys, num_queries) -> (u, v)`` of this sample).
         A ValueError names the sample, the relation and what is wrong."""
         relations = dict(graph.edges_of)
         for relation in self.sample_terms:
@@ -229,7 +232,10 @@ class GraphPool:
             utype, _, vtype = relation
             keys, queries = graph.node_counts[utype], graph.node_counts[vtype]
             shift = int(self.cls_node)  # positions count the tokens; <cls> is node 0 before them
-            u, v = sample_edges.as_edge_list(edges[relation])
+            given = edges[relation]
+            if callable(given):  # a pattern of this sample (`sample_edges.operands`), made for its lengths
+                given = given(keys, queries)
+            u, v = sample_edges.as_edge_list(given)
             u, v = u + (shift if utype == SRC else 0), v + (shift if vtype == SRC else 0)
             try:
                 sample_edges.check_positions(u, v, keys, queries, causal=relation == DEC)

@@ -3,7 +3,10 @@ r"""Attention edges that come with each sample: a parse tree, a file of pairs, a
 A length pattern (`graphformer.graphs.patterns`) gives every sample of one length the same edges.
 Here a relation takes each sample's own edges too, named by a *sample term* in its spec:
 
-    parse-tree     derived from the tokens of a bracketed prefix expression (ListOps; `parse_tree`)
+    parse-tree     derived from the tokens of a bracketed prefix expression (ListOps; `parse_tree`),
+                   for the encoder
+    operands       derived from a source ``A + B``: target position t reads position t of each
+                   operand (addition; `operands`), for the cross-attention
     edges          given with the data: ``{split}.{relation}.edges`` beside ``{split}.src``
                    (`read_edges_file`), or ``make_batch(..., edges=...)`` from Python
 
@@ -27,7 +30,7 @@ for the encoder's ``{split}.enc.edges``; ``{split}.dec.edges`` pairs decoder pos
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -38,7 +41,9 @@ from graphformer.data.text import split_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
 
-PARSE_TREE, GIVEN = SAMPLE_TERMS = tuple(choices.SAMPLE_TERMS)
+PARSE_TREE, OPERANDS, GIVEN = SAMPLE_TERMS = tuple(choices.SAMPLE_TERMS)
+# The relation each structure derived from the source serves: "enc", "dec" or "cross".
+DERIVED_FOR = {PARSE_TREE: "enc", OPERANDS: "cross"}
 OPENERS, CLOSERS = ("[", "("), ("]", ")")
 
 
@@ -89,15 +94,52 @@ def parse_tree(words: Sequence[str]) -> EdgeList:
     return u, v
 
 
-def derive(term: str, words: Sequence[str], sample: int | str) -> EdgeList:
-    """The edges a named structure derives from one sample's tokens; a UserError names the
-    sample (its number, or words such as ``"input line 3"``)."""
-    if term != PARSE_TREE:
-        raise ValueError(f"{term!r} names no structure derived from tokens (only {PARSE_TREE!r} is)")
+def operands(words: Sequence[str]) -> Callable[[int, int], EdgeList]:
+    """The cross-attention of a sum ``A + B`` written least significant digit first, as a
+    pattern of this sample: target position t reads position t of each operand (where the
+    operand has one) and the ``+``, which every position reads, so none is left without keys::
+
+        source  9 1 + 3 5 7        target  <s> 2 7 7          (19 + 753 = 772)
+                0 1 2 3 4 5        node     0  1 2 3
+        node 0 reads 0, 3 and the + (2); node 1 reads 1, 4, 2; node 2 reads 5, 2; node 3 reads 2
+
+    Decoder node t predicts digit t of the sum, a_t + b_t plus the carry out of position t - 1,
+    which its input (digit t - 1) and its predecessor's operands give. Query t's keys do not
+    depend on later queries, so a decoder makes them a token at a time, as training saw them.
+    A ValueError says why the words are not two operands joined by one ``+``.
+    """
+    plus = [i for i, word in enumerate(words) if word == "+"]
+    if len(plus) != 1:
+        raise ValueError(f"it holds {len(plus)} '+' tokens, not one")
+    (at,) = plus
+    if at == 0 or at == len(words) - 1:
+        raise ValueError(f"an operand is empty (the '+' is token {at} of {len(words)})")
+    lengths = (at, len(words) - at - 1)
+
+    def pattern(num_keys: int, num_queries: int) -> EdgeList:
+        queries = torch.arange(num_queries)
+        a, b = queries[queries < lengths[0]], queries[queries < lengths[1]]
+        u = torch.cat([a, at + 1 + b, torch.full((num_queries,), at)])
+        return u, torch.cat([a, b, queries])
+
+    return pattern
+
+
+def derive(term: str, words: Sequence[str], sample: int | str):
+    """The edges a named structure derives from one sample's tokens: (u, v) for ``parse-tree``,
+    a pattern of the sample (``(num_keys, num_queries) -> (u, v)``, made for each target length)
+    for ``operands``. A UserError names the sample (its number, or words such as ``"input line 3"``)."""
+    if term not in DERIVED_FOR:
+        raise ValueError(f"{term!r} names no structure derived from tokens (those are {', '.join(DERIVED_FOR)})")
+    where = f"sample {sample}" if isinstance(sample, int) else sample
+    if term == OPERANDS:
+        try:
+            return operands(words)
+        except ValueError as err:
+            raise UserError(f"{where} is not two operands joined by '+' ({OPERANDS}): {err}") from None
     try:
         return parse_tree(words)
     except ValueError as err:
-        where = f"sample {sample}" if isinstance(sample, int) else sample
         raise UserError(f"{where} does not parse as a bracketed expression ({PARSE_TREE}): {err}") from None
 
 
@@ -189,7 +231,7 @@ def split_edges(
     terms: dict, data_dir: str | Path, split: str, src_words: Sequence[Sequence[str]], tgt_words: Sequence
 ) -> SplitEdges | None:
     """The sample edges of ``split`` for a pool's ``sample_terms`` ({relation: term}), or None
-    when it has none: ``parse-tree`` derived from the source words, ``edges`` read from
+    when it has none: structures derived from the source words (`derive`), ``edges`` read from
     ``{split}.{relation}.edges`` and checked against each sample's node counts."""
     if not terms:
         return None
@@ -206,22 +248,25 @@ def split_edges(
 
 
 def edges_of_lines(terms: dict, words: Sequence[Sequence[str]], path: str | Path | None) -> SplitEdges | None:
-    """The encoder's sample edges for lines to translate (``terms``: a pool's ``sample_terms``):
-    derived from each line's words, or read from ``path`` (an edges file, one line per line).
-    A UserError says which line does not parse, or that the edges file is missing."""
-    relation = next((r for r in terms if r[1] == "enc"), None)
-    if relation is None:  # a decoder's or cross edges: decoding refuses them
+    """The sample edges for lines to translate (``terms``: a pool's ``sample_terms``): the
+    structures derived from each line's words, and the encoder's edges read from ``path`` (an
+    edges file, one line per line). A UserError says which line does not parse, or that the
+    edges file is missing. A decoder's or cross edges given with the data are left out:
+    decoding refuses them."""
+    derived = {relation: term for relation, term in terms.items() if term != GIVEN}
+    given_enc = next((r for r, term in terms.items() if r[1] == "enc" and term == GIVEN), None)
+    if not (derived or given_enc):
         return None
-    term = terms[relation]
-    if term != GIVEN:
-        return SplitEdges(words, {relation: term}, {}, lines=True)
-    if path is None:
-        raise UserError(
-            "the run's encoder attention reads each sample's edges ('edges'): give --edges FILE, one line of "
-            "key-query pairs per input line"
-        )
-    sizes = [len(w) + 1 for w in words]  # </s>
-    return SplitEdges(words, {}, {relation: read_edges_file(Path(path), sizes, sizes, causal=False)})
+    given = {}
+    if given_enc is not None:
+        if path is None:
+            raise UserError(
+                "the run's encoder attention reads each sample's edges ('edges'): give --edges FILE, one line of "
+                "key-query pairs per input line"
+            )
+        sizes = [len(w) + 1 for w in words]  # </s>
+        given[given_enc] = read_edges_file(Path(path), sizes, sizes, causal=False)
+    return SplitEdges(words, derived, given, lines=True)
 
 
 def as_edge_list(edges) -> EdgeList:
@@ -254,6 +299,7 @@ __all__ = [
     "SplitEdges",
     "split_spec",
     "parse_tree",
+    "operands",
     "derive",
     "parse_pairs",
     "read_edges_file",

@@ -9,7 +9,7 @@ import torch
 from helpers import TINY_MODEL, small_copy_data
 
 from graphformer.cli import main
-from graphformer.data import listops
+from graphformer.data import listops, synthetic
 from graphformer.graphs.sample_edges import parse_tree
 from graphformer.training import checkpoint
 from graphformer.viz.recording import load_records
@@ -78,6 +78,37 @@ def test_a_sample_that_does_not_parse_stops_the_run_before_it_starts(tmp_path, c
     assert main([*argv, "--enc-attention", "parse-tree", *TINY_MODEL]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sample 1" in err and "never closed" in err
+    assert not run.exists()
+
+
+def test_sums_train_evaluate_and_translate_with_each_sources_operands(tmp_path, capsys):
+    """--cross-attention operands: derived from every source, decoded a token at a time."""
+    data = synthetic.write_task("addition", tmp_path / "data", sizes={"train": 24, "valid": 6, "test": 6})
+    run = tmp_path / "run"
+    argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run)]
+    assert main([*argv, "--cross-attention", "operands", "--epochs", "1", *TINY_MODEL]) == 0
+    assert "valid_exact_match" in json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--split", "test", "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["n"] == 6 and 0 <= scores["exact_match"] <= scores["char_accuracy"] <= 1
+    lines = tmp_path / "in.txt"
+    lines.write_text("1 2 + 3 4\n9 9 9 + 1\n")
+    assert main(["translate", str(run), "--input", str(lines), "--quiet"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    lines.write_text("1 2 + 3 4\n9 9 9 1\n")
+    assert main(["translate", str(run), "--input", str(lines)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "input line 2 is not two operands joined by '+'" in err
+
+
+def test_a_source_without_its_operands_stops_the_run_before_it_starts(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=8)
+    run = tmp_path / "run"
+    argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--cross-attention", "operands"]
+    assert main([*argv, *TINY_MODEL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sample 0 is not two operands" in err
     assert not run.exists()
 
 

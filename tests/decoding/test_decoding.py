@@ -37,6 +37,31 @@ def test_incremental_equals_recompute(beam, norm_first, backend):
     assert len({len(h.tokens) for h in fast}) > 1, "test should cover hypotheses of different lengths"
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("cross", ["operands", "window:1+operands"])
+def test_a_cross_structure_derived_from_each_source_decodes_as_recomputing_does(beam, cross):
+    """``operands`` gives each sample its own cross edges, made a query at a time by the
+    incremental stepper and for the whole prefix by recomputing: the same hypotheses, with
+    batches of several sentences that end at different steps (so sentences are dropped)."""
+    from graphformer.graphs.sample_edges import operands
+
+    model = random_model(seed=4)
+    src, _ = random_pairs(9, VOCAB, max_len=12, seed=6)
+    src = [s + [5, 6] for s in src]  # at least two tokens besides the one read as '+'
+    words = [[str(t) for t in s] for s in src]
+    for w, s in zip(words, src):
+        w[len(s) // 2] = "+"  # the pattern reads words; the ids stay as drawn
+    edges = [{"cross": operands(w)} for w in words]
+    kw = dict(beam=beam, alpha=0.6, batch_tokens=40, extra_len=6, pool=GraphPool(cross=cross), edges=edges)
+    fast = translate_ids(model, src, incremental=True, **kw)
+    slow = translate_ids(model, src, incremental=False, **kw)
+    assert [h.tokens for h in fast] == [h.tokens for h in slow]
+    assert [h.score for h in fast] == pytest.approx([h.score for h in slow], abs=1e-9)
+    assert len({len(h.tokens) for h in fast}) > 1, "test should cover hypotheses of different lengths"
+    full = translate_ids(model, src, beam=beam, alpha=0.6, extra_len=6, pool=GraphPool())
+    assert [h.tokens for h in fast] != [h.tokens for h in full], "the cross structure should change the outputs"
+
+
 def test_progress_hears_of_every_sentence_batch_by_batch():
     model = random_model()
     src, _ = random_pairs(9, VOCAB, max_len=12, seed=3)

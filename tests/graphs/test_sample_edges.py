@@ -2,6 +2,7 @@
 and every backend against a dense masked softmax on random per-sample graphs."""
 
 import random
+import re
 
 import networkx as nx
 import pytest
@@ -10,9 +11,9 @@ from helpers import backends, why_not
 
 from graphformer import graph_attention
 from graphformer.attention import BACKENDS
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
-from graphformer.graphs.sample_edges import derive, parse_pairs, parse_tree, read_edges_file, split_spec
+from graphformer.graphs.sample_edges import derive, operands, parse_pairs, parse_tree, read_edges_file, split_spec
 
 
 def pairs_of(u, v):
@@ -68,6 +69,49 @@ def test_the_parse_tree_of_generated_listops_matches_the_independent_reading():
 def test_unbalanced_expressions_are_refused_naming_sample_and_token(words, where):
     with pytest.raises(UserError, match=rf"sample 7 .*{where}"):
         derive("parse-tree", words.split(), sample=7)
+
+
+def test_operands_gives_target_position_t_digit_t_of_each_number_and_the_plus():
+    from graphformer.data.synthetic import generate_pairs
+
+    for source, total in generate_pairs("addition", 20, random.Random(3), span=(3, 30)):
+        words = source.split()
+        first, second = source.split(" + ")  # an independent reading: the two numbers' digits
+        a, b = first.split(), second.split()
+        plus, queries = len(a), len(total.split()) + 1  # decoder nodes: <s> and the sum's digits
+        pattern = operands(words)
+        u, v = pattern(len(words) + 1, queries)
+        expected = {(plus, t) for t in range(queries)}
+        expected |= {(t, t) for t in range(min(len(a), queries))}
+        expected |= {(plus + 1 + t, t) for t in range(min(len(b), queries))}
+        assert pairs_of(u, v) == expected
+        assert all(words[i] == a[j] for i, j in expected if i < plus)
+        assert all(words[i] == b[j] for i, j in expected if i > plus)
+        shorter = pairs_of(*pattern(len(words) + 1, queries - 1))  # prefix-stable: decoding sees these
+        assert shorter == {(i, j) for i, j in expected if j < queries - 1}
+
+
+@pytest.mark.parametrize(
+    "words,why", [("1 2 3", "0 '+' tokens"), ("1 + 2 + 3", "2 '+' tokens"), ("+ 1", "an operand is empty")]
+)
+def test_a_source_that_is_not_one_sum_is_refused_naming_the_sample(words, why):
+    with pytest.raises(UserError, match=re.escape("sample 2 is not two operands joined by '+' (operands): ")) as err:
+        derive("operands", words.split(), sample=2)
+    assert why in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "relations,option",
+    [
+        (dict(enc="operands"), "enc_attention"),
+        (dict(dec="causal+operands"), "dec_attention"),
+        (dict(cross="parse-tree"), "cross_attention"),
+    ],
+)
+def test_a_derived_structure_serves_its_own_relation_only(relations, option):
+    with pytest.raises(ConfigError) as err:
+        GraphPool(**relations)
+    assert option in str(err.value) and "only" in str(err.value)
 
 
 def test_specs_split_into_length_and_sample_terms():
