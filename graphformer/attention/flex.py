@@ -45,6 +45,7 @@ import functools
 import math
 import os
 import sys
+import tempfile
 import warnings
 
 import torch
@@ -167,9 +168,22 @@ def worth_it(
     return relation.layout(("flex pays", min_fill, block), pays)
 
 
+def _kernel(compiled: bool, device_type: str):
+    """FlexAttention, compiled once per process (`_compiled`; on the CPU once per thread count
+    too), or not compiled at all."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not compiled:
+        return flex_attention
+    return _compiled(torch.get_num_threads() if device_type == "cpu" else 0)
+
+
+CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+
+
 @functools.cache
-def _kernel(compiled: bool):
-    """FlexAttention, compiled once per process (or not compiled at all).
+def _compiled(threads: int):
+    """FlexAttention compiled for ``threads`` CPU threads (0: for a GPU).
 
     Node counts change with every batch. Compiled with torch.compile's default (automatic dynamic
     shapes), the first call compiles for its sizes and the first call with other sizes compiles
@@ -179,12 +193,33 @@ def _kernel(compiled: bool):
     are plain ints, which pin the first kernel's sizes anyway. A new head count, head size or dtype,
     or the first call with gradients (CUDA), compiles again; past torch.compile's limit of kernels
     per function (``torch._dynamo.config.recompile_limit``) calls would run uncompiled, which one
-    model's few kinds of call do not reach."""
+    model's few kinds of call do not reach.
+
+    Inductor writes the thread count into a CPU kernel's C++ and sizes each thread's buffers by
+    it, but does not key its on-disk cache by it (torch 2.11): a kernel built under one count
+    and loaded under another writes past its buffers. So each count compiles into its own
+    folder, ``threads-N`` under ``TORCHINDUCTOR_CACHE_DIR`` (default: ``graphformer-inductor``
+    in the temp folder), set for the call only."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if not compiled:
-        return flex_attention
-    return torch.compile(flex_attention)
+    kernel = torch.compile(flex_attention)
+    if not threads:
+        return kernel
+    root = os.environ.get(CACHE_VARIABLE) or os.path.join(tempfile.gettempdir(), "graphformer-inductor")
+    folder = os.path.join(root, f"threads-{threads}")
+
+    def in_own_cache(*args, **kwargs):
+        previous = os.environ.get(CACHE_VARIABLE)
+        os.environ[CACHE_VARIABLE] = folder
+        try:
+            return kernel(*args, **kwargs)
+        finally:
+            if previous is None:
+                del os.environ[CACHE_VARIABLE]
+            else:
+                os.environ[CACHE_VARIABLE] = previous
+
+    return in_own_cache
 
 
 # Devices whose compiled kernel failed to build in this process, and why: their calls go to
@@ -258,7 +293,7 @@ def attend(
         with warnings.catch_warnings():
             if not compiled:  # asked for: the warning says to compile
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            out = _kernel(compiled)(Q, K, V, block_mask=layout.block_mask, scale=scale)
+            out = _kernel(compiled, q.device.type)(Q, K, V, block_mask=layout.block_mask, scale=scale)
     except Exception as err:  # noqa: BLE001 - told apart by name: Inductor is not imported here
         if not (compiled and q.device.type == "cpu" and type(err).__name__ == "InductorError"):
             raise

@@ -121,6 +121,11 @@ class IncrementalStepper:
         self.model = model
         self.pool = pool or model.make_pool()
         check_decodable(self.pool)
+        if (CROSS in self.pool.sample_terms) != (own_cross is not None):
+            raise ValueError(
+                "own_cross: give each sentence's own cross pattern where, and only where, the pool's cross "
+                "attention takes one (own_cross_patterns)"
+            )
         self.device = batch.src_tokens.device
         self.copy_moved_only = reads_are_free(self.device) if copy_moved_only is None else copy_moved_only
         self.k = hyps_per_sentence

@@ -264,7 +264,7 @@ def test_a_kernel_that_fails_to_build_falls_back_to_the_exact_backends(monkeypat
     def fails(*args, **kwargs):
         raise InductorError("CppCompileError: C++ compile error")
 
-    monkeypatch.setattr(flex, "_kernel", lambda compiled: fails if compiled else torch_ops.attend)
+    monkeypatch.setattr(flex, "_kernel", lambda compiled, device_type: fails if compiled else torch_ops.attend)
     monkeypatch.setattr(flex, "_FAILED", {})
     n = 1100
     relation = Relation.of_edges(*patterns.parse("window:8")(n, n), n, n)
@@ -294,6 +294,39 @@ def test_compiled_flex_gives_exact_attention_on_two_layouts_of_one_size():
             torch.testing.assert_close(
                 flex.attend(relation, q, k, v), torch_ops.attend(relation, q, k, v), atol=1e-5, rtol=1e-5
             )
+
+
+ONE_CALL = """
+import sys, torch
+from graphformer.attention import flex, torch_ops
+from graphformer.graphs.relation import Relation
+torch.set_num_threads(int(sys.argv[1]))
+gen = torch.Generator().manual_seed(0)
+mask = torch.rand(38, 38, generator=gen) < 0.3
+mask[torch.arange(38), torch.arange(38)] = True
+v, u = mask.nonzero(as_tuple=True)
+relation = Relation.of_edges(u, v, 38, 38)
+q, k, x = (torch.randn(38, 2, 4, generator=gen) for _ in range(3))
+with torch.no_grad():
+    torch.testing.assert_close(flex.attend(relation, q, k, x), torch_ops.attend(relation, q, k, x), atol=1e-5, rtol=1e-5)
+"""
+
+
+@needs_flex
+@pytest.mark.slow
+@pytest.mark.skipif(not flex.cpu_kernel_runs(), reason="Inductor builds no FlexAttention kernel for this CPU")
+def test_a_kernel_built_under_one_thread_count_is_not_run_under_another(tmp_path):
+    """Inductor sizes a CPU kernel's buffers by the thread count it was built for and did not key
+    its disk cache by it: a process with 2 threads loaded the kernel a 1-thread process had built
+    and wrote past its buffers (glibc aborted). Each count now builds its own."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    for threads in (1, 2):
+        done = subprocess.run([sys.executable, "-c", ONE_CALL, str(threads)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["threads-1", "threads-2"]
 
 
 @needs_flex

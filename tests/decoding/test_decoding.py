@@ -43,6 +43,8 @@ def test_a_cross_structure_derived_from_each_source_decodes_as_recomputing_does(
     """``operands`` gives each sample its own cross edges, made a query at a time by the
     incremental stepper and for the whole prefix by recomputing: the same hypotheses, with
     batches of several sentences that end at different steps (so sentences are dropped)."""
+    from graphformer.decoding import IncrementalStepper
+    from graphformer.graphs import make_batch
     from graphformer.graphs.sample_edges import operands
 
     model = random_model(seed=4)
@@ -60,6 +62,8 @@ def test_a_cross_structure_derived_from_each_source_decodes_as_recomputing_does(
     assert len({len(h.tokens) for h in fast}) > 1, "test should cover hypotheses of different lengths"
     full = translate_ids(model, src, beam=beam, alpha=0.6, extra_len=6, pool=GraphPool())
     assert [h.tokens for h in fast] != [h.tokens for h in full], "the cross structure should change the outputs"
+    with pytest.raises(ValueError, match="own_cross: give each sentence's own cross pattern"):
+        IncrementalStepper(model, make_batch(GraphPool(cross=cross), src, edges=edges), beam, 8, GraphPool(cross=cross))
 
 
 def test_progress_hears_of_every_sentence_batch_by_batch():
