@@ -64,7 +64,7 @@ def translate_ids(
         batch = make_batch(pool, chunk, edges=given).to(device)
         limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
         if incremental:
-            own_cross = own_cross_patterns(pool, given)
+            own_cross = own_cross_patterns(pool, chunk, given)
             stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool, own_cross=own_cross)
         else:
             stepper = RecomputeStepper(model, chunk, beam, pool, device, given)

@@ -23,13 +23,12 @@ Two implementations give the same numbers:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 
 from graphformer.decoding.search import reads_are_free
 from graphformer.errors import UserError
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool, make_batch, patterns
+from graphformer.graphs.batch import per_sample_edges
 from graphformer.graphs.relation import Relation
 from graphformer.vocab import EOS
 
@@ -45,15 +44,15 @@ def check_decodable(pool: GraphPool) -> None:
         )
 
 
-def own_cross_patterns(pool: GraphPool, edges: list | None) -> list | None:
-    """Each sample's own cross pattern, ``edges[b]["cross"]`` (a structure derived from its
-    source, `graphformer.graphs.sample_edges.operands`), where the pool's cross attention takes
-    one; None where it does not."""
+def own_cross_patterns(pool: GraphPool, src: list, edges: list | None) -> list | None:
+    """Each sample's own cross pattern (a structure derived from its source,
+    `graphformer.graphs.sample_edges.operands`), where the pool's cross attention takes one; None
+    where it does not. ``src`` and ``edges`` as `make_batch` takes them."""
     if CROSS not in pool.sample_terms:
         return None
     if edges is None:
         raise ValueError("this pool's cross attention takes each sample's own pattern: give edges=[one per sample]")
-    own = [e.get(CROSS, e.get("cross")) if isinstance(e, Mapping) else e for e in edges]  # else the only one
+    own = [entry.get(CROSS) for entry in per_sample_edges(pool, src, edges)]
     if not all(callable(p) for p in own):
         raise ValueError(
             "decoding makes a sample's cross edges a query at a time: give each as a pattern "

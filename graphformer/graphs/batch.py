@@ -163,7 +163,7 @@ def make_batch(
         tgt_tokens = _ids([t for y in tgt for t in (SOS, *y)], "target")
         gold = _ids([t for y in tgt for t in (*y, EOS)], "target")
 
-    graph = pool.batch(list(zip(src_lengths.tolist(), tgt_lengths.tolist())), _sample_edges(pool, src, edges))
+    graph = pool.batch(list(zip(src_lengths.tolist(), tgt_lengths.tolist())), per_sample_edges(pool, src, edges))
     return GraphBatch(
         graph=graph,
         src_tokens=src_tokens,
@@ -196,8 +196,9 @@ def _check_samples(pool: GraphPool, src: Sequence[Sequence[int]], tgt: Sequence[
         _check_words(tgt, "target")
 
 
-def _sample_edges(pool: GraphPool, src: Sequence[Sequence[int]], edges) -> list[dict] | None:
-    """``edges`` as one {relation: edges} per sample (see `make_batch`), or None for a pool without sample terms."""
+def per_sample_edges(pool: GraphPool, src: Sequence[Sequence[int]], edges) -> list[dict] | None:
+    """``edges`` as one {relation: edges} per sample (see `make_batch`), or None where none are given
+    (or the pool takes none)."""
     if not pool.sample_terms:
         if edges is not None:
             raise ValueError(

@@ -13,9 +13,10 @@ from graphformer.decoding.search import length_penalty
 VOCAB = 23
 
 
-def random_model(norm_first=True, seed=0):
+def random_model(norm_first=True, seed=0, kind="transformer"):
     torch.manual_seed(seed)
-    model = make_model(VOCAB, layers=2, d_model=32, heads=4, d_ff=64, dropout=0.0, norm_first=norm_first)
+    depth = {"model": "universal", "max_depth": 3} if kind == "universal" else {"layers": 2}
+    model = make_model(VOCAB, d_model=32, heads=4, d_ff=64, dropout=0.0, norm_first=norm_first, **depth)
     return model.double().eval()
 
 
@@ -37,23 +38,27 @@ def test_incremental_equals_recompute(beam, norm_first, backend):
     assert len({len(h.tokens) for h in fast}) > 1, "test should cover hypotheses of different lengths"
 
 
-@pytest.mark.parametrize("beam", [1, 3])
-@pytest.mark.parametrize("cross", ["operands", "window:1+operands"])
-def test_a_cross_structure_derived_from_each_source_decodes_as_recomputing_does(beam, cross):
+@pytest.mark.parametrize(
+    "beam,cross,kind",
+    [(1, "operands", "transformer"), (3, "operands", "transformer"), (3, "window:1+operands", "transformer")]
+    + [(1, "window:1+operands", "universal"), (3, "operands", "universal")],
+)
+def test_a_cross_structure_derived_from_each_source_decodes_as_recomputing_does(beam, cross, kind):
     """``operands`` gives each sample its own cross edges, made a query at a time by the
     incremental stepper and for the whole prefix by recomputing: the same hypotheses, with
-    batches of several sentences that end at different steps (so sentences are dropped)."""
+    batches of several sentences that end at different steps (so sentences are dropped), for the
+    Transformer and the Universal Transformer (ACT on the same edges)."""
     from graphformer.decoding import IncrementalStepper
     from graphformer.graphs import make_batch
     from graphformer.graphs.sample_edges import operands
 
-    model = random_model(seed=4)
+    model = random_model(seed=4, kind=kind)
     src, _ = random_pairs(9, VOCAB, max_len=12, seed=6)
     src = [s + [5, 6] for s in src]  # at least two tokens besides the one read as '+'
     words = [[str(t) for t in s] for s in src]
     for w, s in zip(words, src):
         w[len(s) // 2] = "+"  # the pattern reads words; the ids stay as drawn
-    edges = [{"cross": operands(w)} for w in words]
+    edges = [{"cross": operands(w)} if beam > 1 else operands(w) for w in words]  # named, or the only term
     kw = dict(beam=beam, alpha=0.6, batch_tokens=40, extra_len=6, pool=GraphPool(cross=cross), edges=edges)
     fast = translate_ids(model, src, incremental=True, **kw)
     slow = translate_ids(model, src, incremental=False, **kw)
