@@ -134,12 +134,11 @@ def sample_graphs(spec: str, length: int, pooling: str, data: Path | None, limit
     if not pool.sample_terms:
         return [(pool.graph(pool.source_positions(length), 0), length)]  # the tokens, </s> (and <cls>)
     test = read_split(data, "test")
-    edges = split_edges(pool.sample_terms, data, "test", test.src_words, test.tgt_words)
+    edges = split_edges(pool, data, "test", test.src_words, test.tgt_words)
     count = min(len(test), limit or len(test))
     lengths = [len(test.src_words[i]) for i in range(count)]
     return [
-        (pool.with_sample_edges(pool.graph(pool.source_positions(n), 0), {ENC: edges[i][ENC]}, i), n)
-        for i, n in enumerate(lengths)
+        (pool.with_sample_edges(pool.source_positions(n), 0, {ENC: edges[i][ENC]}, i), n) for i, n in enumerate(lengths)
     ]
 
 

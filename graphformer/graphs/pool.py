@@ -130,6 +130,7 @@ class GraphPool:
         self.cross_is_full = self.cross is patterns.full and CROSS not in self.sample_terms
         self.graph = GraphCache(self._build, cache_edges)
         self.incoming = lru_cache(maxsize=4096)(self._incoming)  # one row of key ids per entry
+        self.keyless = lru_cache(maxsize=4096)(self._keyless)  # checked for every sample's own edges
         self._edges(DEC, 8, 8)  # a decoder pattern that is not causal fails now, not at the first batch
 
     @property
@@ -207,8 +208,9 @@ class GraphPool:
         return u[v == query]
 
     def batch(self, lengths: list[tuple[int, int]], edges: list[dict] | None = None) -> HeteroGraph:
-        """The batched graph of samples with the given (n, m) lengths, in order; ``edges[b]`` maps
-        each relation of `sample_terms` to sample b's own edges (`with_sample_edges`)."""
+        """The batched graph of samples with the given (n, m) node counts (n: source positions,
+        m: target nodes), in order; ``edges[b]`` maps each relation of `sample_terms` to sample b's
+        own edges (`with_sample_edges`)."""
         if not self.sample_terms:
             return heterograph.batch([self.graph(n, m) for n, m in lengths])
         if edges is None or len(edges) != len(lengths):
@@ -217,40 +219,68 @@ class GraphPool:
                 "own edges: give make_batch(..., edges=[one per sample])"
             )
         return heterograph.batch(
-            [self.with_sample_edges(self.graph(n, m), e, b) for b, ((n, m), e) in enumerate(zip(lengths, edges))]
+            [self.with_sample_edges(n, m, e, b) for b, ((n, m), e) in enumerate(zip(lengths, edges))]
         )
 
-    def with_sample_edges(self, graph: HeteroGraph, edges: dict, sample: int = 0) -> HeteroGraph:
-        """A copy of one sample's length graph with its own edges joined to the relations of
-        `sample_terms` (``edges``: relation -> (u, v) in node positions, see `sample_edges`, or a
-        pattern ``(num_keys, num_queries) -> (u, v)`` of this sample).
-        A ValueError names the sample, the relation and what is wrong."""
+    def with_sample_edges(self, n: int, m: int, edges: dict, sample: int = 0) -> HeteroGraph:
+        """A copy of the length graph of a sample of n source positions and m target nodes, with its
+        own edges joined to the relations of `sample_terms` (``edges``: relation -> (u, v) in the
+        sample's positions, see `sample_edges`, or a pattern ``(num_keys, num_queries) -> (u, v)``
+        of this sample, called with its position counts). A ValueError names the sample (its
+        place in ``edges``), the relation and what is wrong, in the sample's positions."""
+        graph = self.graph(n, m)
         relations = dict(graph.edges_of)
         for relation in self.sample_terms:
             if relation not in edges:
                 raise ValueError(f"sample {sample} has no edges for the {relation[1]} attention, which takes them")
-            utype, _, vtype = relation
-            keys, queries = graph.node_counts[utype], graph.node_counts[vtype]
-            shift = int(self.cls_node)  # positions count the tokens; <cls> is node 0 before them
             given = edges[relation]
-            if callable(given):  # a pattern of this sample (`sample_edges.operands`), made for its lengths
-                given = given(keys, queries)
+            if callable(given):  # a pattern of this sample (`sample_edges.operands`), made for its positions
+                given = given(*self.sample_positions(relation, n, m))
             u, v = sample_edges.as_edge_list(given)
-            u, v = u + (shift if utype == SRC else 0), v + (shift if vtype == SRC else 0)
             try:
-                sample_edges.check_positions(u, v, keys, queries, causal=relation == DEC)
+                self.check_sample_edges(relation, n, m, u, v)
             except ValueError as err:
                 raise ValueError(f"sample {sample}, {relation[1]} attention: {err}") from None
+            utype, _, vtype = relation
             old_u, old_v = relations[relation]
-            u, v = unique_pairs(torch.cat([old_u, u]), torch.cat([old_v, v]), keys)
-            starved = torch.bincount(v, minlength=queries) == 0
-            if bool(starved.any()):
-                raise ValueError(
-                    f"sample {sample}, {relation[1]} attention: query {int(starved.nonzero()[0])} has no key; "
-                    "give it an edge (a self-loop) or join a length pattern, e.g. window:1+parse-tree"
-                )
-            relations[relation] = (u, v)
+            u, v = torch.cat([old_u, u + self._first(utype)]), torch.cat([old_v, v + self._first(vtype)])
+            relations[relation] = unique_pairs(u, v, graph.node_counts[utype])
         return HeteroGraph(graph.node_counts, relations, graph.pos)
+
+    def sample_positions(self, relation, n: int, m: int) -> tuple[int, int]:
+        """(keys, queries): the positions ``relation`` numbers a sample's own edges in, for a sample
+        of n source positions and m target nodes. Source positions are its tokens and `</s>`: not
+        the `<cls>` node, which graphformer places, nor a tree pattern's span nodes."""
+        positions = {SRC: n - self.cls_node, TGT: m}
+        return positions[relation[0]], positions[relation[2]]
+
+    def _first(self, node_type: str) -> int:
+        """The node id of a sample's position 0: a `<cls>` node comes before a source's tokens."""
+        return int(self.cls_node) if node_type == SRC else 0
+
+    def check_sample_edges(self, relation, n: int, m: int, u: torch.Tensor, v: torch.Tensor) -> None:
+        """A ValueError, in the sample's positions (`sample_positions`), for an edge outside a
+        sample of n source positions and m target nodes, a decoder edge from a later position, or
+        a query that neither the relation's length part nor these edges give a key."""
+        keys, queries = self.sample_positions(relation, n, m)
+        sample_edges.check_positions(u, v, keys, queries, causal=relation == DEC)
+        nodes = {SRC: n, TGT: m}
+        utype, _, vtype = relation
+        keyless = self.keyless(relation, nodes[utype], nodes[vtype]) - self._first(vtype)
+        missing = keyless[~torch.isin(keyless, v)]
+        if len(missing):
+            query, term = int(missing[0]), self.sample_terms[relation]
+            raise ValueError(
+                f"query {query} has no key; give it an edge (a self-loop: {query}-{query}) or join a length "
+                f"pattern, e.g. window:1+{term}"
+            )
+
+    def _keyless(self, relation, n_keys: int, n_queries: int) -> torch.Tensor:
+        """The query node ids that ``relation``'s length part leaves without a key (all of them
+        where the relation takes the sample's edges alone): a sample's own edges must give each one."""
+        _, v = self._edges(relation, n_keys, n_queries)
+        nodes = n_queries + (self.span_nodes(n_queries) if relation == ENC else 0)
+        return (torch.bincount(v, minlength=nodes) == 0).nonzero()[:, 0]
 
 
 class GraphCache:
