@@ -123,19 +123,21 @@ def read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args) -> int:
+    from graphformer.decoding import check_decodable
     from graphformer.decoding.inputs import encode_lines, source_limit
     from graphformer.graphs.sample_edges import edges_of_lines
 
     run, decoding = _load_run(args)
+    pool = run.model.make_pool()
+    check_decodable(pool)  # before any input is read or any progress is shown: the one line said is why
     precision = _precision_context(decoding.precision, run.device)
     lines = read_input(args.input)
     if not lines:
         print(f"graphformer: warning: {args.input or 'standard input'} is empty; nothing to translate", file=sys.stderr)
-    pool = run.model.make_pool()
     tokenize, detokenize = run.pipelines()
     source = encode_lines(lines, tokenize, run.src_vocab, source_limit(run.model, pool))
     _warn_about_input(source, source_limit(run.model, pool))
-    edges = edges_of_lines(pool.sample_terms, source.words, args.edges)
+    edges = edges_of_lines(pool, source.words, args.edges)
     with precision:
         return _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet, edges=edges)
 

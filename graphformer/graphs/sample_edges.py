@@ -16,8 +16,8 @@ edges are the union. Sample edges are never cached by length (two samples of one
 Positions. Edges are (key, query) pairs of node positions within one sample, as a batch numbers
 them: a source of n tokens has nodes 0..n-1 for its tokens and n for its `</s>`; a decoder input
 has node 0 for `<s>` and node t for target token t (1-based), so the causal rule key <= query
-holds on these numbers. A classifier's `<cls>` node is not counted: the pool shifts the source
-positions past it.
+holds on these numbers. A classifier's `<cls>` node is not counted, here or in any message: the
+pool shifts the source positions past it (`GraphPool.sample_positions`).
 
 The edges file: one line per line of ``{split}.src``, each a space-separated list of
 ``key-query`` pairs (an empty line: the sample has no edges of its own), for instance
@@ -25,7 +25,11 @@ The edges file: one line per line of ``{split}.src``, each a space-separated lis
     0-0 1-0 0-1 1-1 2-2
 
 for the encoder's ``{split}.enc.edges``; ``{split}.dec.edges`` pairs decoder positions and
-``{split}.cross.edges`` pairs a source position (key) with a decoder position (query).
+``{split}.cross.edges`` pairs a source position (key) with a decoder position (query). The file is
+read as the data is (`graphformer.data.text.read_lines`: UTF-8, a byte-order mark dropped), and
+checked whole when it is read, before a run writes anything: a position outside the sample, a
+decoder edge from a later position, or a query that neither the relation's length pattern nor the
+line gives a key is refused with the file and the line (`GraphPool.check_sample_edges`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import torch
 
 from graphformer import choices
 from graphformer.data.corpus import Split
-from graphformer.data.text import split_lines
+from graphformer.data.text import read_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
 
@@ -45,6 +49,7 @@ PARSE_TREE, OPERANDS, GIVEN = SAMPLE_TERMS = tuple(choices.SAMPLE_TERMS)
 # The relation each structure derived from the source serves: "enc", "dec" or "cross".
 DERIVED_FOR = {PARSE_TREE: "enc", OPERANDS: "cross"}
 OPENERS, CLOSERS = ("[", "("), ("]", ")")
+LAST_POSITION = torch.iinfo(torch.int64).max
 
 
 def split_spec(spec: str) -> tuple[str | None, str | None]:
@@ -144,12 +149,15 @@ def derive(term: str, words: Sequence[str], sample: int | str):
 
 
 def parse_pairs(line: str) -> EdgeList:
-    """``"0-1 1-0"`` -> (u, v); a ValueError names the first piece that is not a ``key-query`` pair."""
+    """``"0-1 1-0"`` -> (u, v); a ValueError names the first piece that is not a ``key-query`` pair
+    of ASCII digits (``isdigit`` alone takes ``²``), or one too large for any sample."""
     pairs = []
     for piece in line.split():
         key, dash, query = piece.partition("-")
-        if not (dash and key.isdigit() and query.isdigit()):
+        if not (dash and all(p.isascii() and p.isdigit() for p in (key, query))):
             raise ValueError(f"{piece!r} is not a key-query pair of token positions, such as 3-7")
+        if max(int(key), int(query)) > LAST_POSITION:  # it would not fit a tensor of positions
+            raise ValueError(f"{piece!r} names a position past any sample")
         pairs.append((int(key), int(query)))
     edges = torch.tensor(pairs, dtype=torch.int64).view(-1, 2)
     return edges[:, 0], edges[:, 1]
@@ -160,26 +168,35 @@ def edges_file(data_dir: str | Path, split: str, relation: str) -> Path:
     return Path(data_dir) / f"{split}.{relation}.edges"
 
 
-def read_edges_file(path: Path, key_sizes: Sequence[int], query_sizes: Sequence[int], causal: bool) -> list:
-    """Each line's edges, checked against the sample's node counts: a UserError names the file
-    and the line of a line count unlike the data's, a malformed pair, a position out of range or
-    (``causal``: a decoder's self-attention) an edge from a later position."""
+def read_edges_file(path: Path, pool, relation, lengths: Sequence[tuple[int, int] | None]) -> list:
+    """Each line's edges (u, v) of ``relation``, in the sample's positions, checked against the
+    sample of the same line (``lengths[i]``: its source positions and target nodes as
+    `GraphPool.batch` takes them; None: a line no batch will hold, whose pairs are only parsed).
+    A UserError names the file (`pool`'s `GraphPool.check_sample_edges` says what a line may hold)
+    and the line of a line count unlike the data's, a malformed pair, a position out of range, a
+    decoder edge from a later position or a query left without a key."""
     if not path.is_file():
         raise UserError(f"{path} is missing: the attention pattern 'edges' reads each sample's edges from it")
-    lines = split_lines(path.read_text(encoding="utf-8"))
-    if len(lines) != len(key_sizes):
+    lines = read_lines(path)
+    if len(lines) != len(lengths):
         raise UserError(
-            f"{path} has {len(lines)} lines but its data has {len(key_sizes)} samples; give one line of edges per sample"
+            f"{path} has {len(lines)} lines but its data has {len(lengths)} samples; give one line of edges per sample"
         )
     edges = []
-    for i, (line, keys, queries) in enumerate(zip(lines, key_sizes, query_sizes)):
+    for i, (line, sample) in enumerate(zip(lines, lengths)):
         try:
             u, v = parse_pairs(line)
-            check_positions(u, v, keys, queries, causal)
+            if sample is not None:
+                pool.check_sample_edges(relation, *sample, u, v)
         except ValueError as err:
-            raise UserError(f"{path}: line {i + 1}: {err}") from None
+            raise UserError(f"{line_of(path, i)}: {err}") from None
         edges.append((u, v))
     return edges
+
+
+def line_of(path: str | Path, i: int) -> str:
+    """How an error names sample ``i`` (counted from 0) of a file of one sample a line: ``PATH: line i+1``."""
+    return f"{path}: line {i + 1}"
 
 
 def check_positions(u: torch.Tensor, v: torch.Tensor, keys: int, queries: int, causal: bool) -> None:
@@ -220,39 +237,41 @@ class SplitEdges(Sequence):
         return edges | {relation: listed[i] for relation, listed in self.given.items()}
 
 
-def attach(split: Split, terms: dict, data_dir: str | Path, name: str) -> Split:
-    """``split`` with the sample edges of a pool's ``sample_terms`` (`split_edges`), as read
+def attach(split: Split, pool, data_dir: str | Path, name: str) -> Split:
+    """``split`` with the sample edges its ``pool``'s patterns take (`split_edges`), as read
     from ``data_dir`` for the split ``name``."""
-    split.edges = split_edges(terms, data_dir, name, split.src_words, split.tgt_words)
+    split.edges = split_edges(pool, data_dir, name, split.src_words, split.tgt_words)
     return split
 
 
 def split_edges(
-    terms: dict, data_dir: str | Path, split: str, src_words: Sequence[Sequence[str]], tgt_words: Sequence
+    pool, data_dir: str | Path, split: str, src_words: Sequence[Sequence[str]], tgt_words: Sequence
 ) -> SplitEdges | None:
-    """The sample edges of ``split`` for a pool's ``sample_terms`` ({relation: term}), or None
+    """The sample edges of ``split`` for the ``pool``'s ``sample_terms`` ({relation: term}), or None
     when it has none: structures derived from the source words (`derive`), ``edges`` read from
-    ``{split}.{relation}.edges`` and checked against each sample's node counts."""
+    ``{split}.{relation}.edges`` and checked against each sample (`read_edges_file`)."""
+    terms = pool.sample_terms
     if not terms:
         return None
-    nodes = {"src": [len(s) + 1 for s in src_words], "tgt": [len(t) + 1 for t in tgt_words]}  # </s>, <s>
+    lengths = [(pool.source_positions(len(s)), pool.target_nodes(len(t))) for s, t in zip(src_words, tgt_words)]
     derived, given = {}, {}
     for relation, term in terms.items():
         if term == GIVEN:
-            utype, name, vtype = relation
-            path = edges_file(data_dir, split, name)
-            given[relation] = read_edges_file(path, nodes[utype], nodes[vtype], causal=name == "dec")
+            path = edges_file(data_dir, split, relation[1])
+            given[relation] = read_edges_file(path, pool, relation, lengths)
         else:
             derived[relation] = term
     return SplitEdges(src_words, derived, given)
 
 
-def edges_of_lines(terms: dict, words: Sequence[Sequence[str]], path: str | Path | None) -> SplitEdges | None:
-    """The sample edges for lines to translate (``terms``: a pool's ``sample_terms``): the
+def edges_of_lines(pool, words: Sequence[Sequence[str]], path: str | Path | None) -> SplitEdges | None:
+    """The sample edges for lines to translate with the ``pool``'s ``sample_terms``: the
     structures derived from each line's words, and the encoder's edges read from ``path`` (an
-    edges file, one line per line). A UserError says which line does not parse, or that the
-    edges file is missing. A decoder's or cross edges given with the data are left out:
-    decoding refuses them."""
+    edges file, one line per line; an empty input line is not translated, and its edges are
+    only parsed). A UserError says which line does not parse or leaves a query without a key,
+    or that the edges file is missing. A decoder's or cross edges given with the data are left
+    out: decoding refuses them."""
+    terms = pool.sample_terms
     derived = {relation: term for relation, term in terms.items() if term != GIVEN}
     given_enc = next((r for r, term in terms.items() if r[1] == "enc" and term == GIVEN), None)
     if not (derived or given_enc):
@@ -264,8 +283,8 @@ def edges_of_lines(terms: dict, words: Sequence[Sequence[str]], path: str | Path
                 "the run's encoder attention reads each sample's edges ('edges'): give --edges FILE, one line of "
                 "key-query pairs per input line"
             )
-        sizes = [len(w) + 1 for w in words]  # </s>
-        given[given_enc] = read_edges_file(Path(path), sizes, sizes, causal=False)
+        lengths = [(pool.source_positions(len(w)), pool.target_nodes(0)) if w else None for w in words]
+        given[given_enc] = read_edges_file(Path(path), pool, given_enc, lengths)
     return SplitEdges(words, derived, given, lines=True)
 
 
@@ -303,6 +322,7 @@ __all__ = [
     "derive",
     "parse_pairs",
     "read_edges_file",
+    "line_of",
     "split_edges",
     "attach",
     "edges_of_lines",

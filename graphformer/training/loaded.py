@@ -60,7 +60,7 @@ class LoadedRun:
             name = self.task.split_file(name)
         where = self.data_dir() if folder is None else Path(folder)
         pool = self.model.make_pool()
-        split = attach(read_split(where, name), pool.sample_terms, where, name)
+        split = attach(read_split(where, name), pool, where, name)
         if folder is None:
             split.src_words, split.tgt_words = (
                 self.train_cfg.used(name, side) for side in (split.src_words, split.tgt_words)

@@ -188,7 +188,7 @@ def load_splits(cfg: TrainConfig, run_dir: Path, ctx: Context, pool: GraphPool) 
     if ctx.distributed:
         torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
     folder = task.data_dir(cfg, run_dir)
-    splits = {name: attach(read_split(folder, name), pool.sample_terms, folder, name) for name in ("train", "valid")}
+    splits = {name: attach(read_split(folder, name), pool, folder, name) for name in ("train", "valid")}
     if task.classification:
         check_labels(splits)
     train = splits["train"]
@@ -203,7 +203,7 @@ def test_split(cfg: TrainConfig, run_dir: Path, pool: GraphPool) -> dict[str, Sp
     folder = get_task(cfg.task).data_dir(cfg, run_dir)
     if not (folder / "test.src").is_file():
         return {}
-    return {"test": attach(read_split(folder, "test"), pool.sample_terms, folder, "test")}
+    return {"test": attach(read_split(folder, "test"), pool, folder, "test")}
 
 
 def choose_vocabs(

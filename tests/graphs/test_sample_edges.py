@@ -125,19 +125,38 @@ def test_specs_split_into_length_and_sample_terms():
 def test_edges_file_lines_are_read_and_checked(tmp_path):
     path = tmp_path / "train.enc.edges"
     path.write_text("0-1 1-0\n\n2-2\n")
-    edges = read_edges_file(path, [3, 2, 3], [3, 2, 3], causal=False)
+    joined = GraphPool("window:1+edges")  # the window gives every query a key: an empty line is fine
+    edges = read_edges_file(path, joined, ENC, [(3, 1), (2, 1), (3, 1)])
     assert [pairs_of(*e) for e in edges] == [{(0, 1), (1, 0)}, set(), {(2, 2)}]
-    for text, sizes, causal, named in [
-        ("0-1\n", [3, 3], False, "1 lines but its data has 2 samples"),
-        ("0-1\n1_0\n", [3, 3], False, "line 2: '1_0' is not a key-query pair"),
-        ("0-1\n0-3\n", [3, 3], False, "line 2: edge 0-3 is outside the sample"),
-        ("2-1\n", [3], True, "line 1: edge 2-1 lets a decoder position read a later one"),
+    causal = GraphPool("full", "causal+edges")
+    for text, pool, relation, named in [
+        ("0-1\n", joined, ENC, "1 lines but its data has 2 samples"),
+        ("0-1\n1_0\n", joined, ENC, "line 2: '1_0' is not a key-query pair"),
+        ("0-1\n1-\u00b2\n", joined, ENC, "line 2: '1-\u00b2' is not a key-query pair"),  # a digit, not ASCII
+        ("0-1\n0-3\n", joined, ENC, "line 2: edge 0-3 is outside the sample"),
+        ("0-1\n0-" + "9" * 30 + "\n", joined, ENC, "line 2: '0-9{30}' names a position past any sample"),
+        ("0-0 1-1 2-2\n0-0 2-2\n", GraphPool("edges"), ENC, "line 2: query 1 has no key"),
+        ("0-1\n2-1\n", causal, DEC, "line 2: edge 2-1 lets a decoder position read a later one"),
     ]:
         path.write_text(text)
         with pytest.raises(UserError, match=named) as err:
-            read_edges_file(path, sizes, sizes, causal)
+            read_edges_file(path, pool, relation, [(3, 3), (3, 3)])  # two samples of two tokens each
         assert str(path) in str(err.value)
     assert pairs_of(*parse_pairs(" 3-7  0-0 ")) == {(3, 7), (0, 0)}
+
+
+def test_edges_files_are_read_as_the_data_is(tmp_path):
+    """One reader for every text file: a byte-order mark is dropped, as from a .src; a byte that is
+    not UTF-8 is refused with the file and the line."""
+    path, pool = tmp_path / "valid.enc.edges", GraphPool("edges")
+    path.write_bytes(b"\xef\xbb\xbf0-0 1-1\r\n1-0 0-1\n")
+    assert [pairs_of(*e) for e in read_edges_file(path, pool, ENC, [(2, 1), (2, 1)])] == [
+        {(0, 0), (1, 1)},
+        {(1, 0), (0, 1)},
+    ]
+    path.write_bytes(b"0-0 1-1\n1-0 0-1 \xff\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}: line 2 is not valid UTF-8")):
+        read_edges_file(path, pool, ENC, [(2, 1), (2, 1)])
 
 
 def test_sample_edges_join_the_length_pattern_and_are_not_cached():
@@ -192,6 +211,38 @@ def test_a_classifier_pool_shifts_sample_positions_past_its_cls_node():
     tree = pairs_of(*parse_tree(words))
     cls = {(0, j) for j in range(6)} | {(i, 0) for i in range(6)}
     assert pairs_of(u, v) == cls | {(a + 1, b + 1) for a, b in tree}
+
+
+def test_positions_around_a_cls_node_are_the_users_everywhere():
+    """A pattern of the sample is called with the sample's positions (tokens and </s>, not <cls>),
+    position -1 is outside the sample (not the <cls> node), and refusals quote the positions given."""
+    pool = GraphPool("edges", targets=False, cls_node=True)
+    asked = []
+
+    def self_loops(keys, queries):
+        asked.append((keys, queries))
+        return torch.arange(queries), torch.arange(queries)
+
+    u, v = make_batch(pool, [[4, 5, 6]], edges=[self_loops]).graph.edges("enc")
+    assert asked == [(4, 4)]  # three tokens and </s>
+    cls = {(0, j) for j in range(5)} | {(i, 0) for i in range(5)}
+    assert pairs_of(u, v) == cls | {(i + 1, i + 1) for i in range(4)}
+    for edges, message in [
+        ([(-1, 0)], "sample 0, enc attention: edge -1-0 is outside the sample (4 key and 4 query positions)"),
+        ([(3, 0), (4, 0)], "sample 0, enc attention: edge 4-0 is outside the sample"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            make_batch(pool, [[4, 5, 6]], edges=[edges])
+
+
+def test_a_query_is_keyless_only_if_the_union_leaves_it_so():
+    src, tgt = [[4, 5], [4, 5, 6]], [[5], [6, 7]]
+    make_batch(GraphPool("window:1+edges"), src, tgt, edges=[[], []])
+    make_batch(GraphPool("full", "causal", "edges"), src, tgt, edges=[[(0, 0), (1, 1)], [(2, 0), (0, 1), (3, 2)]])
+    with pytest.raises(ValueError, match=re.escape("sample 1, cross attention: query 2 has no key")):
+        make_batch(GraphPool("full", "causal", "edges"), src, tgt, edges=[[(0, 0), (1, 1)], [(2, 0), (0, 1)]])
+    with pytest.raises(ValueError, match=re.escape("sample 0, enc attention: query 2 has no key")):
+        make_batch(GraphPool("edges"), src, tgt, edges=[[(0, 0), (1, 1)], [(i, i) for i in range(4)]])
 
 
 def random_sample_edges(n, m, rng):
