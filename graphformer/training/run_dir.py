@@ -102,8 +102,12 @@ class RunDir:
         for folder in (self.path, self.path / EPOCHS, self.path / ATTENTION):  # only this run's writers
             remove_temporaries(folder)  # (interrupted) can have left them
 
-    def unlock(self) -> None:
+    def unlock(self, remove: bool = False) -> None:
+        """Release the run; ``remove``: delete the lock file too (a refused start that made it), while
+        still holding it, so that no other process can hold the file it deletes."""
         if self._lock_file is not None:
+            if remove:
+                (self.path / LOCK).unlink(missing_ok=True)
             self._lock_file.close()
             self._lock_file = None
 

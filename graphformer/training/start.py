@@ -41,7 +41,7 @@ from graphformer.training.distributed import Context
 from graphformer.training.init_from import check_init_fits, check_init_vocab, init_weights, read_init
 from graphformer.training.loaded import checkpoint_vocabs, load_model
 from graphformer.training.progress import Progress
-from graphformer.training.run_dir import LAST, RunDir
+from graphformer.training.run_dir import LAST, LOCK, RunDir
 from graphformer.training.steps import (
     check_batches_per_step,
     check_epoch_has_steps,
@@ -79,14 +79,14 @@ def start_run(
     init = read_init(cfg.init_from) if cfg.init_from else None  # before anything is written
     if init:
         check_init_fits(*init, model_cfg)
-    made = False
+    made, had_lock = False, (files.path / LOCK).exists()
     try:
         made = open_run_dir(files, ctx)
         if ctx.is_main:
             check_holds_no_run(files)  # again, now that no other trainer can write here
         state = _new_run(files, ctx, cfg, model_cfg, recorder, fit_max_len, init)
     except BaseException:
-        files.unlock()
+        files.unlock(remove=ctx.is_main and not had_lock)  # a folder that was there is left as it was
         if made:  # a refused start leaves no half-made run behind
             shutil.rmtree(files.path, ignore_errors=True)
         raise
