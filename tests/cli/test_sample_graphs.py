@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from helpers import TINY_MODEL, small_copy_data
+from test_robustness import snapshot
 
 from graphformer.cli import main
 from graphformer.data import listops, synthetic
@@ -125,13 +126,24 @@ def reverse_links(n):
     return [(n - 1 - i, i) for i in range(n)] + [(i, i) for i in range(n + 1)]
 
 
-def test_an_edges_file_run_trains_and_translates_with_its_edges(tmp_path, capsys):
-    data = small_copy_data(tmp_path / "data", n_train=32)
+@pytest.fixture(scope="module")
+def edges_run(tmp_path_factory):
+    """A run whose encoder reads each sample's edges (`reverse_links`) alone, with its data; the
+    first line of valid.enc.edges starts with a byte-order mark, which the reader drops as from a .src."""
+    root = tmp_path_factory.mktemp("edges")
+    data = small_copy_data(root / "data", n_train=32)
     for split in ("train", "valid", "test"):
         write_enc_edges(data, split, reverse_links)
-    run = tmp_path / "run"
+    valid = data / "valid.enc.edges"
+    valid.write_bytes(b"\xef\xbb\xbf" + valid.read_bytes())
+    run = root / "run"
     argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--epochs", "1"]
     assert main([*argv, "--enc-attention", "edges", "--viz-every", "1", *TINY_MODEL]) == 0
+    return run, data
+
+
+def test_an_edges_file_run_trains_and_translates_with_its_edges(edges_run, tmp_path, capsys):
+    run, _ = edges_run
     record = load_records(run)[-1]
     n = len(record["src_labels"]) - 1  # the tokens, then </s>
     drawn = ~torch.isnan(record["maps"]["enc"][0, 0])
@@ -140,22 +152,122 @@ def test_an_edges_file_run_trains_and_translates_with_its_edges(tmp_path, capsys
         expected[query, key] = True
     assert torch.equal(drawn, expected)
     inputs = tmp_path / "in.txt"
-    inputs.write_text("a b c\nd e\n")
+    inputs.write_text("a b c\n\nd e\n")
     edges = tmp_path / "in.edges"
-    edges.write_text("".join(" ".join(f"{k}-{q}" for k, q in reverse_links(n)) + "\n" for n in (3, 2)))
+    links = ["".join(" ".join(f"{k}-{q}" for k, q in reverse_links(n))) for n in (3, 2)]
+    edges.write_text(f"{links[0]}\n\n{links[1]}\n")  # an empty input line is not translated: no key needed
     capsys.readouterr()
     assert main(["translate", str(run), "--input", str(inputs), "--edges", str(edges), "--quiet"]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[1] == "" and out[0] and out[2]
     assert main(["translate", str(run), "--input", str(inputs), "--quiet"]) == 2
     assert "--edges FILE" in capsys.readouterr().err
+
+
+def refused(capsys, argv, folder, *needles):
+    """``argv`` fails with one line holding ``needles``, exit 2, and leaves ``folder`` as it was
+    (absent stays absent)."""
+    before = snapshot(folder) if folder.exists() else None
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("graphformer: error: "), err
+    assert all(needle in err for needle in needles), err
+    assert captured.out == ""
+    assert (snapshot(folder) if folder.exists() else None) == before
+
+
+def without_keys(split, line, keep):
+    """A change to ``{split}.{relation}.edges``: line ``line`` (1-based) keeps only the pairs
+    ``keep`` picks."""
+
+    def change(lines):
+        pairs = lines[line - 1].split()
+        lines[line - 1] = " ".join(p for p in pairs if keep(*map(int, p.split("-"))))
+        return lines
+
+    return split, change
+
+
+@pytest.mark.parametrize(
+    "relation,change,named",
+    [  # (the relation's option, which file changes and how, what the one line names)
+        ("enc", without_keys("train", 2, lambda k, q: q != 1), "train.enc.edges: line 2: query 1 has no key"),
+        ("enc", without_keys("valid", 3, lambda k, q: False), "valid.enc.edges: line 3: query 0 has no key"),
+        ("enc", without_keys("test", 1, lambda k, q: q != 0), "test.enc.edges: line 1: query 0 has no key"),
+        ("cross", without_keys("train", 2, lambda k, q: q != 2), "train.cross.edges: line 2: query 2 has no key"),
+    ],
+)
+def test_a_query_left_without_keys_is_one_line_naming_file_and_line_and_writes_nothing(
+    tmp_path, capsys, relation, change, named
+):
+    data = small_copy_data(tmp_path / "data", n_train=8)
+    for split in ("train", "valid", "test"):
+        sources = [line.split() for line in (data / f"{split}.src").read_text().splitlines()]
+        targets = [line.split() for line in (data / f"{split}.tgt").read_text().splitlines()]
+        # enc: every node reads itself; cross: decoder node t reads every source node
+        pairs = [
+            [(i, i) for i in range(len(x) + 1)]
+            if relation == "enc"
+            else [(i, t) for i in range(len(x) + 1) for t in range(len(y) + 1)]
+            for x, y in zip(sources, targets)
+        ]
+        lines = [" ".join(f"{k}-{q}" for k, q in p) for p in pairs]
+        if split == change[0]:
+            lines = change[1](lines)
+        (data / f"{split}.{relation}.edges").write_text("".join(line + "\n" for line in lines))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("an --out folder that holds no run yet\n")
+    argv = [
+        "train",
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(run),
+        f"--{relation}-attention",
+        "edges",
+    ]
+    refused(capsys, [*argv, *TINY_MODEL], run, str(data / named.split(":")[0]), named)
+
+
+def test_an_empty_edges_line_is_fine_where_a_length_pattern_gives_every_query_a_key(tmp_path, capsys):
+    data = small_copy_data(tmp_path / "data", n_train=8)
+    for split in ("train", "valid", "test"):
+        (data / f"{split}.enc.edges").write_text("\n" * len((data / f"{split}.src").read_text().splitlines()))
+    argv = ["train", "--task", "parallel", "--data-dir", str(data), "--epochs", "1", *TINY_MODEL]
+    alone = tmp_path / "alone"
+    refused(capsys, [*argv, "--out", str(alone), "--enc-attention", "edges"], alone, "train.enc.edges: line 1: query 0")
+    assert main([*argv, "--out", str(tmp_path / "joined"), "--enc-attention", "window:1+edges"]) == 0
+
+
+def test_evaluate_and_translate_refuse_a_query_without_keys_naming_file_and_line(edges_run, tmp_path, capsys):
+    run, data = edges_run
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("test.src", "test.tgt", "test.enc.edges"):
+        (other / name).write_bytes((data / name).read_bytes())
+    lines = (other / "test.enc.edges").read_text().splitlines()
+    (other / "test.enc.edges").write_text("".join(line + "\n" for line in [lines[0], "", *lines[2:]]))
+    evaluate = ["evaluate", str(run), "--split", "test", "--data-dir", str(other)]
+    refused(capsys, evaluate, run, f"{other / 'test.enc.edges'}: line 2: query 0 has no key")
+    inputs, edges = tmp_path / "in.txt", tmp_path / "in.edges"
+    inputs.write_text("a b\nc d e\n")
+    edges.write_text("0-0 1-1 2-2\n0-0 1-1 3-3\n")
+    translate = ["translate", str(run), "--input", str(inputs), "--edges", str(edges)]
+    refused(capsys, translate, run, f"{edges}: line 2: query 2 has no key")
 
 
 @pytest.mark.parametrize(
     "text,named",
     [
         (lambda lines: lines[:-1], "lines but its data has"),
-        (lambda lines: ["0-0 1-x"] + lines[1:], "line 1: '1-x' is not a key-query pair"),
-        (lambda lines: lines[:2] + ["0-999"] + lines[3:], "line 3: edge 0-999 is outside the sample"),
+        (lambda lines: [b"0-0 1-x"] + lines[1:], "line 1: '1-x' is not a key-query pair"),
+        (lambda lines: lines[:2] + [b"0-999"] + lines[3:], "line 3: edge 0-999 is outside the sample"),
+        (lambda lines: lines[:1] + [lines[1] + b" 0-\xff"] + lines[2:], "line 2 is not valid UTF-8"),
+        (lambda lines: lines[:1] + [b"0-" + b"1" * 30] + lines[2:], "line 2: '0-111"),
     ],
 )
 def test_a_bad_edges_file_is_one_line_naming_file_and_line_and_writes_nothing(tmp_path, capsys, text, named):
@@ -163,12 +275,10 @@ def test_a_bad_edges_file_is_one_line_naming_file_and_line_and_writes_nothing(tm
     for split in ("train", "valid"):
         write_enc_edges(data, split, reverse_links)
     path = data / "train.enc.edges"
-    path.write_text("".join(line + "\n" for line in text(path.read_text().splitlines())))
+    path.write_bytes(b"".join(line + b"\n" for line in text(path.read_bytes().splitlines())))
     run = tmp_path / "run"
     argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--enc-attention", "edges"]
-    assert main([*argv, *TINY_MODEL]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and str(path) in err and named in err, err
+    refused(capsys, [*argv, *TINY_MODEL], run, str(path), named)
     assert not run.exists()
 
 
@@ -187,8 +297,8 @@ def test_decoder_edges_train_by_loss_and_refuse_decoding(tmp_path, capsys):
     assert main(["evaluate", str(run), "--split", "valid"]) == 0  # teacher forcing is all it reports
     report = capsys.readouterr().out
     assert "loss=" in report and "exact_match" not in report
-    assert main(["translate", str(run), "--input", str(data / "valid.src")]) == 2
-    assert "cannot decode with per-sample edges in the dec attention" in capsys.readouterr().err
-    refused = ["train", "--task", "copy", "--out", str(tmp_path / "r2"), "--dec-attention", "edges"]
-    assert main([*refused, "--data-dir", str(data), *TINY_MODEL]) == 2
+    translate = ["translate", str(run), "--input", str(data / "valid.src")]  # stdout is no terminal: a bar would show
+    refused(capsys, translate, run, "cannot decode with per-sample edges in the dec attention")
+    copy = ["train", "--task", "copy", "--out", str(tmp_path / "r2"), "--dec-attention", "edges"]
+    assert main([*copy, "--data-dir", str(data), *TINY_MODEL]) == 2
     assert "--select-by exact_match needs decoding" in capsys.readouterr().err
