@@ -3,8 +3,8 @@ r"""Attention edges that come with each sample: a parse tree, a file of pairs, a
 A length pattern (`graphformer.graphs.patterns`) gives every sample of one length the same edges.
 Here a relation takes each sample's own edges too, named by a *sample term* in its spec:
 
-    parse-tree     derived from the tokens of a bracketed prefix expression (ListOps; `parse_tree`),
-                   for the encoder
+    parse-tree     derived from the tokens of a bracketed prefix expression (ListOps, LRA's files;
+                   `graphformer.graphs.expression_tree`), for the encoder
     operands       derived from a source ``A + B``: target position t reads position t of each
                    operand (addition; `operands`), for the cross-attention
     edges          given with the data: ``{split}.{relation}.edges`` beside ``{split}.src``
@@ -40,11 +40,11 @@ from graphformer.data.corpus import Split
 from graphformer.data.text import split_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
+from graphformer.graphs.expression_tree import parse_tree
 
 PARSE_TREE, OPERANDS, GIVEN = SAMPLE_TERMS = tuple(choices.SAMPLE_TERMS)
 # The relation each structure derived from the source serves: "enc", "dec" or "cross".
 DERIVED_FOR = {PARSE_TREE: "enc", OPERANDS: "cross"}
-OPENERS, CLOSERS = ("[", "("), ("]", ")")
 
 
 def split_spec(spec: str) -> tuple[str | None, str | None]:
@@ -56,42 +56,6 @@ def split_spec(spec: str) -> tuple[str | None, str | None]:
         raise UserError(f"attention pattern {spec!r} joins {' and '.join(sample)}: give one sample term at most")
     length = "+".join(t for t in terms if t not in SAMPLE_TERMS)
     return (length or None), (sample[0] if sample else None)
-
-
-def parse_tree(words: Sequence[str]) -> EdgeList:
-    """The parse tree of a bracketed prefix expression such as ``[MAX 2 9 [MIN 4 7 ] 0 ]``.
-
-    An opener (a token starting with ``[`` or ``(``) begins an operator; its arguments are the
-    tokens up to its closer (``]`` or ``)``), which belongs to it too. Edges join each token and
-    the operator that holds it, in both directions, and every node to itself; the `</s>` node
-    (position ``len(words)``) is joined the same way to the expression's root, so that a pooling
-    that reads `</s>` reads the root::
-
-        [MAX 2 9 [MIN 4 7 ] 0 ]  </s>          </s>
-         0   1 2 3    4 5 6 7 8   9              |
-                                               [MAX --- 2, 9, 0, ]
-                                                 |
-                                               [MIN --- 4, 7, ]
-
-    A ValueError names the position where the tokens stop parsing as such an expression.
-    """
-    parent, stack = [], []
-    for i, word in enumerate(words):
-        if word in CLOSERS:
-            if not stack:
-                raise ValueError(f"token {i} {word!r} closes no operator")
-            parent.append(stack.pop())
-        else:
-            parent.append(stack[-1] if stack else len(words))  # top level: under </s>
-            if word.startswith(OPENERS):
-                stack.append(i)
-    if stack:
-        raise ValueError(f"the operator at token {stack[-1]} {words[stack[-1]]!r} is never closed")
-    child = torch.arange(len(words) + 1)
-    up = torch.tensor(parent, dtype=torch.int64)
-    u = torch.cat([child, child[:-1], up])  # self-loops, child -> operator, operator -> child
-    v = torch.cat([child, up, child[:-1]])
-    return u, v
 
 
 def operands(words: Sequence[str]) -> Callable[[int, int], EdgeList]:
