@@ -53,6 +53,11 @@ def lra_format(source):
     return " ".join(expression(token) for token in tokens)
 
 
+def snapshot(folder):
+    """Every file under ``folder`` and its bytes: equal before and after a refused command."""
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def read_jsonl(path):
     import json
 

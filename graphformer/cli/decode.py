@@ -134,8 +134,8 @@ def cmd_translate(args) -> int:
     pool = run.model.make_pool()
     tokenize, detokenize = run.pipelines()
     source = encode_lines(lines, tokenize, run.src_vocab, source_limit(run.model, pool))
+    edges = edges_of_lines(pool.sample_terms, source.words, args.edges)  # a line that does not parse: one error
     _warn_about_input(source, source_limit(run.model, pool))
-    edges = edges_of_lines(pool.sample_terms, source.words, args.edges)
     with precision:
         return _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet, edges=edges)
 

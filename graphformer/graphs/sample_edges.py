@@ -92,7 +92,8 @@ def operands(words: Sequence[str]) -> Callable[[int, int], EdgeList]:
 def derive(term: str, words: Sequence[str], sample: int | str):
     """The edges a named structure derives from one sample's tokens: (u, v) for ``parse-tree``,
     a pattern of the sample (``(num_keys, num_queries) -> (u, v)``, made for each target length)
-    for ``operands``. A UserError names the sample (its number, or words such as ``"input line 3"``)."""
+    for ``operands``. A UserError names the sample: its number, or words such as ``"input line 3"``
+    or ``"data/train.src: line 3"``, and the token where it stops parsing."""
     if term not in DERIVED_FOR:
         raise ValueError(f"{term!r} names no structure derived from tokens (those are {', '.join(DERIVED_FOR)})")
     where = f"sample {sample}" if isinstance(sample, int) else sample
@@ -167,11 +168,28 @@ class SplitEdges(Sequence):
     fails before training, and derived again on each use (a parse costs far less than a step, and
     keeping a long split's trees would cost memory); edges files are read once and kept."""
 
-    def __init__(self, words: Sequence[Sequence[str]], derived: dict, given: dict, checked: bool = False, lines=False):
+    def __init__(
+        self,
+        words: Sequence[Sequence[str]],
+        derived: dict,
+        given: dict,
+        checked: bool = False,
+        lines: bool = False,
+        source: str | Path | None = None,
+    ):
+        """A sample that does not parse is named by its line: ``input line N`` for ``lines`` to
+        translate, ``{source}: line N`` for a split read from the file ``source``, else ``sample i``."""
         self.words, self.derived, self.given = words, derived, given
+        self.lines, self.source = lines, source
         for term in () if checked else derived.values():
             for i, sample in enumerate(words):
-                derive(term, sample, f"input line {i + 1}" if lines else i)
+                derive(term, sample, self.name(i))
+
+    def name(self, i: int) -> str | int:
+        """How an error names sample ``i``: its 1-based line where it has one, else its number."""
+        if self.lines:
+            return f"input line {i + 1}"
+        return i if self.source is None else f"{self.source}: line {i + 1}"
 
     def __len__(self) -> int:
         return len(self.words)
@@ -179,8 +197,8 @@ class SplitEdges(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):  # the first samples of a split (train_limit)
             given = {relation: listed[i] for relation, listed in self.given.items()}
-            return SplitEdges(self.words[i], self.derived, given, checked=True)
-        edges = {relation: derive(term, self.words[i], i) for relation, term in self.derived.items()}
+            return SplitEdges(self.words[i], self.derived, given, checked=True, lines=self.lines, source=self.source)
+        edges = {relation: derive(term, self.words[i], self.name(i)) for relation, term in self.derived.items()}
         return edges | {relation: listed[i] for relation, listed in self.given.items()}
 
 
@@ -208,7 +226,7 @@ def split_edges(
             given[relation] = read_edges_file(path, nodes[utype], nodes[vtype], causal=name == "dec")
         else:
             derived[relation] = term
-    return SplitEdges(src_words, derived, given)
+    return SplitEdges(src_words, derived, given, source=Path(data_dir) / f"{split}.src")
 
 
 def edges_of_lines(terms: dict, words: Sequence[Sequence[str]], path: str | Path | None) -> SplitEdges | None:
