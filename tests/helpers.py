@@ -33,6 +33,31 @@ def small_recall_data(path, seed=1):
     )
 
 
+def lra_format(source):
+    """``source``, a bracketed expression such as ``[MAX 2 9 ]``, as the Long Range Arena's ListOps
+    generator writes it: an operator and its k arguments are the left-nested pairs
+    ``((([MAX, 2), 9), ])``, each pair written ``( left right )``, so ``( ( ( [MAX 2 ) 9 ) ] )``.
+    Written here from LRA's description, independently of graphformer's parser."""
+    tokens = iter(source.split())
+
+    def expression(token):
+        if not token.startswith("["):
+            return token
+        written = token
+        for argument in tokens:
+            if argument == "]":
+                return f"( {written} ] )"
+            written = f"( {written} {expression(argument)} )"
+        raise ValueError(f"{source!r} is not closed")
+
+    return " ".join(expression(token) for token in tokens)
+
+
+def snapshot(folder):
+    """Every file under ``folder`` and its bytes: equal before and after a refused command."""
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def read_jsonl(path):
     import json
 

@@ -136,8 +136,8 @@ def cmd_translate(args) -> int:
         print(f"graphformer: warning: {args.input or 'standard input'} is empty; nothing to translate", file=sys.stderr)
     tokenize, detokenize = run.pipelines()
     source = encode_lines(lines, tokenize, run.src_vocab, source_limit(run.model, pool))
+    edges = edges_of_lines(pool, source.words, args.edges)  # a line that does not parse: one error
     _warn_about_input(source, source_limit(run.model, pool))
-    edges = edges_of_lines(pool, source.words, args.edges)
     with precision:
         return _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet, edges=edges)
 

@@ -3,8 +3,8 @@ r"""Attention edges that come with each sample: a parse tree, a file of pairs, a
 A length pattern (`graphformer.graphs.patterns`) gives every sample of one length the same edges.
 Here a relation takes each sample's own edges too, named by a *sample term* in its spec:
 
-    parse-tree     derived from the tokens of a bracketed prefix expression (ListOps; `parse_tree`),
-                   for the encoder
+    parse-tree     derived from the tokens of a bracketed prefix expression (ListOps, LRA's files;
+                   `graphformer.graphs.expression_tree`), for the encoder
     operands       derived from a source ``A + B``: target position t reads position t of each
                    operand (addition; `operands`), for the cross-attention
     edges          given with the data: ``{split}.{relation}.edges`` beside ``{split}.src``
@@ -44,11 +44,11 @@ from graphformer.data.corpus import Split
 from graphformer.data.text import read_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
+from graphformer.graphs.expression_tree import parse_tree
 
 PARSE_TREE, OPERANDS, GIVEN = SAMPLE_TERMS = tuple(choices.SAMPLE_TERMS)
 # The relation each structure derived from the source serves: "enc", "dec" or "cross".
 DERIVED_FOR = {PARSE_TREE: "enc", OPERANDS: "cross"}
-OPENERS, CLOSERS = ("[", "("), ("]", ")")
 LAST_POSITION = torch.iinfo(torch.int64).max
 
 
@@ -61,42 +61,6 @@ def split_spec(spec: str) -> tuple[str | None, str | None]:
         raise UserError(f"attention pattern {spec!r} joins {' and '.join(sample)}: give one sample term at most")
     length = "+".join(t for t in terms if t not in SAMPLE_TERMS)
     return (length or None), (sample[0] if sample else None)
-
-
-def parse_tree(words: Sequence[str]) -> EdgeList:
-    """The parse tree of a bracketed prefix expression such as ``[MAX 2 9 [MIN 4 7 ] 0 ]``.
-
-    An opener (a token starting with ``[`` or ``(``) begins an operator; its arguments are the
-    tokens up to its closer (``]`` or ``)``), which belongs to it too. Edges join each token and
-    the operator that holds it, in both directions, and every node to itself; the `</s>` node
-    (position ``len(words)``) is joined the same way to the expression's root, so that a pooling
-    that reads `</s>` reads the root::
-
-        [MAX 2 9 [MIN 4 7 ] 0 ]  </s>          </s>
-         0   1 2 3    4 5 6 7 8   9              |
-                                               [MAX --- 2, 9, 0, ]
-                                                 |
-                                               [MIN --- 4, 7, ]
-
-    A ValueError names the position where the tokens stop parsing as such an expression.
-    """
-    parent, stack = [], []
-    for i, word in enumerate(words):
-        if word in CLOSERS:
-            if not stack:
-                raise ValueError(f"token {i} {word!r} closes no operator")
-            parent.append(stack.pop())
-        else:
-            parent.append(stack[-1] if stack else len(words))  # top level: under </s>
-            if word.startswith(OPENERS):
-                stack.append(i)
-    if stack:
-        raise ValueError(f"the operator at token {stack[-1]} {words[stack[-1]]!r} is never closed")
-    child = torch.arange(len(words) + 1)
-    up = torch.tensor(parent, dtype=torch.int64)
-    u = torch.cat([child, child[:-1], up])  # self-loops, child -> operator, operator -> child
-    v = torch.cat([child, up, child[:-1]])
-    return u, v
 
 
 def operands(words: Sequence[str]) -> Callable[[int, int], EdgeList]:
@@ -133,7 +97,8 @@ def operands(words: Sequence[str]) -> Callable[[int, int], EdgeList]:
 def derive(term: str, words: Sequence[str], sample: int | str):
     """The edges a named structure derives from one sample's tokens: (u, v) for ``parse-tree``,
     a pattern of the sample (``(num_keys, num_queries) -> (u, v)``, made for each target length)
-    for ``operands``. A UserError names the sample (its number, or words such as ``"input line 3"``)."""
+    for ``operands``. A UserError names the sample: its number, or words such as ``"input line 3"``
+    or ``"data/train.src: line 3"``, and the token where it stops parsing."""
     if term not in DERIVED_FOR:
         raise ValueError(f"{term!r} names no structure derived from tokens (those are {', '.join(DERIVED_FOR)})")
     where = f"sample {sample}" if isinstance(sample, int) else sample
@@ -220,11 +185,28 @@ class SplitEdges(Sequence):
     fails before training, and derived again on each use (a parse costs far less than a step, and
     keeping a long split's trees would cost memory); edges files are read once and kept."""
 
-    def __init__(self, words: Sequence[Sequence[str]], derived: dict, given: dict, checked: bool = False, lines=False):
+    def __init__(
+        self,
+        words: Sequence[Sequence[str]],
+        derived: dict,
+        given: dict,
+        checked: bool = False,
+        lines: bool = False,
+        source: str | Path | None = None,
+    ):
+        """A sample that does not parse is named by its line: ``input line N`` for ``lines`` to
+        translate, ``{source}: line N`` for a split read from the file ``source``, else ``sample i``."""
         self.words, self.derived, self.given = words, derived, given
+        self.lines, self.source = lines, source
         for term in () if checked else derived.values():
             for i, sample in enumerate(words):
-                derive(term, sample, f"input line {i + 1}" if lines else i)
+                derive(term, sample, self.name(i))
+
+    def name(self, i: int) -> str | int:
+        """How an error names sample ``i``: its 1-based line where it has one, else its number."""
+        if self.lines:
+            return f"input line {i + 1}"
+        return i if self.source is None else f"{self.source}: line {i + 1}"
 
     def __len__(self) -> int:
         return len(self.words)
@@ -232,8 +214,8 @@ class SplitEdges(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):  # the first samples of a split (train_limit)
             given = {relation: listed[i] for relation, listed in self.given.items()}
-            return SplitEdges(self.words[i], self.derived, given, checked=True)
-        edges = {relation: derive(term, self.words[i], i) for relation, term in self.derived.items()}
+            return SplitEdges(self.words[i], self.derived, given, checked=True, lines=self.lines, source=self.source)
+        edges = {relation: derive(term, self.words[i], self.name(i)) for relation, term in self.derived.items()}
         return edges | {relation: listed[i] for relation, listed in self.given.items()}
 
 
@@ -261,7 +243,7 @@ def split_edges(
             given[relation] = read_edges_file(path, pool, relation, lengths)
         else:
             derived[relation] = term
-    return SplitEdges(src_words, derived, given)
+    return SplitEdges(src_words, derived, given, source=Path(data_dir) / f"{split}.src")
 
 
 def edges_of_lines(pool, words: Sequence[Sequence[str]], path: str | Path | None) -> SplitEdges | None:

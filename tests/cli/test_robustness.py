@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import TINY_MODEL, read_jsonl, small_copy_data
+from helpers import TINY_MODEL, read_jsonl, small_copy_data, snapshot
 
 from graphformer.cli import main
 from graphformer.errors import UserError
@@ -35,10 +35,6 @@ def trained(data, tmp_path_factory):
     run = tmp_path_factory.mktemp("robust") / "run"
     assert fresh(data, run, "--epochs", "1") == 0
     return run
-
-
-def snapshot(folder):
-    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def one_line_error(capsys, argv, *needles):

@@ -3,11 +3,11 @@ with the parse tree and with edges files, and one-line refusals of bad edges."""
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
-from helpers import TINY_MODEL, small_copy_data
-from test_robustness import snapshot
+from helpers import TINY_MODEL, lra_format, small_copy_data, snapshot
 
 from graphformer.cli import main
 from graphformer.data import listops, synthetic
@@ -15,14 +15,14 @@ from graphformer.graphs.sample_edges import parse_tree
 from graphformer.training import checkpoint
 from graphformer.viz.recording import load_records
 
+SMALL = {"train": 64, "valid": 8, "test": 8}
 LISTOPS = ["--task", "listops", "--model", "encoder", "--positions", "none", "--pooling", "last"]
 
 
 @pytest.fixture(scope="module")
 def listops_data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("listops") / "data"
-    sizes = {"train": 64, "valid": 8, "test": 8}
-    return listops.write_listops(folder, seed=1, min_length=8, max_length=30, sizes=sizes)
+    return listops.write_listops(folder, seed=1, min_length=8, max_length=30, sizes=SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -59,27 +59,95 @@ def test_a_parse_tree_run_resumes_evaluates_and_translates(tree_run, listops_dat
     assert len(answers) == 8 and all(a in listops.DIGITS for a in answers)
 
 
-def test_translate_names_the_input_line_that_does_not_parse(tree_run, tmp_path, capsys):
-    lines = tmp_path / "in.txt"
-    lines.write_text("[MAX 1 2 ]\n[MIN 3 [SM 1 2 ]\n")
-    assert main(["translate", str(tree_run), "--input", str(lines)]) == 2
+# Each kind of expression that does not parse, and the words its refusal gives.
+MALFORMED = [
+    ("[MAX 1 2 )", "token 3 ')' closes no '(' (the '[MAX' at token 0 closes with ']')"),
+    ("( [MAX 1 ] ]", "token 4 ']' closes no operator (the '(' at token 0 closes with ')')"),
+    ("[MAX ]", "token 1 ']' closes '[MAX' (token 0), which has no argument"),
+    ("[MIN 3 [SM 4 5 ]", "the operator at token 0 '[MIN' is never closed"),
+    ("( ( ( [MAX 1 ) 2 ) ]", "the '(' at token 0 is never closed"),
+]
+
+
+def one_line_error(capsys, argv):
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "input line 2" in err and "never closed" in err
+    assert len(err.splitlines()) == 1 and err.startswith("graphformer: error: "), err
+    return err
 
 
-def test_a_sample_that_does_not_parse_stops_the_run_before_it_starts(tmp_path, capsys):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "train.src").write_text("[MAX 1 2 ]\n[MIN 3 4\n")
-    (data / "train.tgt").write_text("2\n3\n")
-    (data / "valid.src").write_text("[MAX 1 2 ]\n")
-    (data / "valid.tgt").write_text("2\n")
-    run = tmp_path / "run"
+def write_split(data, split, sources, answers):
+    data.mkdir(exist_ok=True)
+    (data / f"{split}.src").write_text("".join(line + "\n" for line in sources))
+    (data / f"{split}.tgt").write_text("".join(line + "\n" for line in answers))
+
+
+@pytest.mark.parametrize("bad,named", MALFORMED)
+def test_a_sample_that_does_not_parse_stops_the_run_naming_its_file_and_line(tmp_path, capsys, bad, named):
+    data, run = tmp_path / "data", tmp_path / "run"
+    write_split(data, "train", ["[MAX 1 2 ]", "( ( ( [MIN 3 ) 4 ) ] )", bad], ["2", "3", "1"])
+    write_split(data, "valid", ["[MAX 1 2 ]"], ["2"])
     argv = ["train", "--task", "classify", "--model", "encoder", "--data-dir", str(data), "--out", str(run)]
-    assert main([*argv, "--enc-attention", "parse-tree", *TINY_MODEL]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "sample 1" in err and "never closed" in err
+    err = one_line_error(capsys, [*argv, "--enc-attention", "parse-tree", *TINY_MODEL])
+    assert f"{data / 'train.src'}: line 3 does not parse as a bracketed expression (parse-tree): {named}" in err
     assert not run.exists()
+
+
+@pytest.mark.parametrize("bad,named", MALFORMED)
+def test_evaluate_and_translate_refuse_what_does_not_parse_and_leave_the_run_as_it_was(
+    tree_run, tmp_path, capsys, bad, named
+):
+    before = snapshot(tree_run)
+    other = tmp_path / "other"
+    write_split(other, "test", ["[MAX 1 2 ]", "[SM 3 4 ]", bad], ["2", "7", "1"])
+    err = one_line_error(capsys, ["evaluate", str(tree_run), "--split", "test", "--data-dir", str(other)])
+    assert f"{other / 'test.src'}: line 3 does not parse" in err and named in err
+    lines = tmp_path / "in.txt"
+    lines.write_text(f"[MAX 1 2 ]\n{bad}\n")
+    err = one_line_error(capsys, ["translate", str(tree_run), "--input", str(lines)])
+    assert f"input line 2 does not parse as a bracketed expression (parse-tree): {named}" in err
+    assert snapshot(tree_run) == before
+
+
+def test_a_resumed_run_refuses_a_split_that_stopped_parsing_and_is_left_as_it_was(listops_data, tmp_path, capsys):
+    data, run = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(listops_data, data)
+    argv = ["train", *LISTOPS, "--data-dir", str(data), "--out", str(run), "--enc-attention", "parse-tree"]
+    assert main([*argv, "--epochs", "1", "--batch-size", "32", *TINY_MODEL]) == 0
+    before = snapshot(run)
+    valid = (data / "valid.src").read_text().splitlines()
+    (data / "valid.src").write_text("".join(line + "\n" for line in valid[:1] + ["[MAX ]"] + valid[2:]))
+    err = one_line_error(capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"])
+    assert f"{data / 'valid.src'}: line 2 does not parse" in err and "which has no argument" in err
+    assert snapshot(run) == before
+
+
+def test_a_source_with_no_operator_is_refused_for_the_parse_tree(tmp_path, capsys):
+    """A copy task's sentences hold no operator: each would be a star around </s>."""
+    data, run = small_copy_data(tmp_path / "data", n_train=8), tmp_path / "run"
+    argv = ["train", "--task", "copy", "--data-dir", str(data), "--out", str(run), "--enc-attention", "parse-tree"]
+    err = one_line_error(capsys, [*argv, *TINY_MODEL])
+    assert f"{data / 'train.src'}: line 1 does not parse" in err and "is an operator" in err
+    assert not run.exists()
+
+
+def test_lras_parenthesised_listops_trains_along_the_tree_of_its_operators(tmp_path, capsys):
+    """LRA's files wrap each operator's arguments in grouping parentheses (`helpers.lra_format`):
+    every token but the parentheses reads exactly the tokens it reads without them."""
+    plain = listops.write_listops(tmp_path / "plain", seed=2, min_length=8, max_length=20, sizes=SMALL)
+    data, run = tmp_path / "lra", tmp_path / "run"
+    for split in SMALL:
+        lines = (plain / f"{split}.src").read_text().splitlines()
+        write_split(data, split, [lra_format(line) for line in lines], (plain / f"{split}.tgt").read_text().split())
+    argv = ["train", *LISTOPS, "--data-dir", str(data), "--out", str(run), "--enc-attention", "parse-tree"]
+    assert main([*argv, "--epochs", "1", "--batch-size", "16", "--viz-every", "1", *TINY_MODEL]) == 0
+    words = (data / "valid.src").read_text().splitlines()[0].split()
+    drawn = ~torch.isnan(load_records(run)[-1]["maps"]["enc"][0, 0])  # (queries, keys): is there an edge
+    kept = [i for i, word in enumerate(words) if word not in ("(", ")")] + [len(words)]  # and </s>
+    u, v = parse_tree((plain / "valid.src").read_text().splitlines()[0].split())
+    expected = torch.zeros(len(kept), len(kept), dtype=torch.bool)
+    expected[v, u] = True
+    assert torch.equal(drawn[kept][:, kept], expected)
 
 
 def test_sums_train_evaluate_and_translate_with_each_sources_operands(tmp_path, capsys):
@@ -109,7 +177,7 @@ def test_a_source_without_its_operands_stops_the_run_before_it_starts(tmp_path, 
     argv = ["train", "--task", "parallel", "--data-dir", str(data), "--out", str(run), "--cross-attention", "operands"]
     assert main([*argv, *TINY_MODEL]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "sample 0 is not two operands" in err
+    assert len(err.splitlines()) == 1 and f"{data / 'train.src'}: line 1 is not two operands" in err
     assert not run.exists()
 
 
