@@ -18,7 +18,7 @@ import numbers
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Optional
 
-from graphformer.errors import ConfigError
+from graphformer.errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,10 @@ class DictConfig:
                 continue
             value = _as_kind(f.name, f.type, value)
             setattr(self, f.name, value)
-            if meta.get("choices") and value not in meta["choices"]:
-                raise ConfigError(f.name, f"must be one of {', '.join(map(str, meta['choices']))}, got {value!r}")
+            choices = meta.get("choices")
+            if choices and value not in choices:
+                hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+                raise ConfigError(f.name, f"must be one of {', '.join(map(str, choices))}, got {value!r}{hint}")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             if not math.isfinite(value):
@@ -129,7 +131,10 @@ class DictConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if strict and unknown:
-            raise ConfigError(unknown[0], f"is not an option of {cls.__name__}; known: {', '.join(sorted(known))}")
+            hint = did_you_mean(str(unknown[0]), known)
+            raise ConfigError(
+                unknown[0], f"is not an option of {cls.__name__}{hint}; known: {', '.join(sorted(known))}"
+            )
         return cls(**{k: v for k, v in d.items() if k in known})
 
     @classmethod

@@ -82,6 +82,21 @@ def test_the_saved_form_reads_back_and_a_file_the_user_wrote_is_strict():
     assert Toy.defaults() == {"steps": 3, "rate": 0.1, "mode": "fast", "verbose": False, "limit": None, "hidden": 7}
 
 
+def test_a_misspelt_choice_or_key_gets_the_closest_known_name_and_a_far_one_none():
+    with pytest.raises(ConfigError) as info:
+        Toy(mode="fsat")
+    assert info.value.problem == "must be one of fast, slow, got 'fsat' (did you mean fast?)"
+    with pytest.raises(ConfigError) as info:
+        Toy(mode="medium")
+    assert info.value.problem == "must be one of fast, slow, got 'medium'"
+    with pytest.raises(ConfigError) as info:
+        Toy.from_dict({"stpes": 4}, strict=True)
+    assert info.value.problem.startswith("is not an option of Toy (did you mean steps?); known: ")
+    with pytest.raises(ConfigError) as info:
+        Toy.from_dict({"zzz": 4}, strict=True)
+    assert "did you mean" not in info.value.problem
+
+
 @pytest.mark.parametrize(
     "bounds,inside,outside,words",
     [

@@ -14,6 +14,6 @@ DGL.
 from graphformer.cli.main import main
 from graphformer.cli.parser import at_least_one, build_parser, command_parser, option_help
 from graphformer.cli.train import train_configs
-from graphformer.training.config import read_config_file
+from graphformer.training.config_file import read_config_file
 
 __all__ = ["main", "build_parser", "command_parser", "option_help", "at_least_one", "train_configs", "read_config_file"]

@@ -9,7 +9,7 @@ from graphformer.cli.average import cmd_average
 from graphformer.cli.decode import cmd_evaluate, cmd_translate
 from graphformer.cli.draw import cmd_animate, cmd_heatmap
 from graphformer.cli.errors import report
-from graphformer.cli.parser import build_parser
+from graphformer.cli.parser import parse_command_line
 from graphformer.cli.train import cmd_train
 from graphformer.errors import UserError
 
@@ -25,15 +25,8 @@ COMMANDS = {
 
 def main(argv=None) -> int:
     """Run ``graphformer ARGV`` (``sys.argv[1:]`` when None) and return its exit status."""
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args = parse_command_line(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # the command `train --processes` runs in each process
-    if unknown:
-        parser.exit(
-            2,
-            f"{args.command_prog}: error: unrecognized arguments: {' '.join(unknown)}; "
-            f"see {args.command_prog} --help\n",
-        )
     try:
         _check_output_folder(getattr(args, "output", None))
         return COMMANDS[args.command](args)

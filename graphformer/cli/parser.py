@@ -13,6 +13,8 @@ from dataclasses import MISSING, fields
 
 from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, RELATIONS, SCALES, VIEWS, pattern_syntax
 from graphformer.data.tasks import EVALUATION_SPLITS
+from graphformer.errors import did_you_mean
+from graphformer.invocation import NAME, invoked_as
 from graphformer.model.config import ModelConfig
 from graphformer.training.config import DEVICES, PER_PROCESS, RESUME_OVERRIDES, RUNTIME, DecodeConfig, TrainConfig
 
@@ -31,13 +33,25 @@ class _ShowDefaults(argparse.HelpFormatter):
 
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (argparse's own prints the whole usage first), no
-    abbreviated options (``--epoch 2`` must not quietly mean ``--epochs 2``), and defaults shown."""
+    abbreviated options (``--epoch 2`` must not quietly mean ``--epochs 2``), the closest choice
+    to a misspelt one, and defaults shown."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, allow_abbrev=False, formatter_class=_ShowDefaults, **kwargs)
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        """``graphformer train: error: ...``, as every error of the command begins, and the help to
+        read, as the user started the command (`invoked_as`: ``.venv/bin/graphformer train --help``)."""
+        command = self.prog.replace(NAME, invoked_as(), 1)
+        self.exit(2, f"{self.prog}: error: {message}; see {command} --help\n")
+
+    def _check_value(self, action, value):
+        """argparse's check of a value against an option's choices (and of a subcommand's name),
+        with the choice it was likely meant to be."""
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            message = f"invalid choice: {value!r}{did_you_mean(value, action.choices)}; choose from {choices}"
+            raise argparse.ArgumentError(action, message)
 
 
 def flag(name: str) -> str:
@@ -263,6 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
     return _build()[0]
 
 
+def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
+    """``argv`` parsed (``sys.argv[1:]`` when None); an argument that is none of its command's
+    is a one-line error, with the option it was likely meant to be, that points to the command's
+    own ``--help``. (The top parser finds such arguments, so its own error would name its help.)"""
+    parser, commands = _build()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = commands[args.command]
+        options = [option for action in command._actions for option in action.option_strings]
+        flags = [word.partition("=")[0] for word in unknown if word.startswith("-")]
+        hint = did_you_mean(flags[0], options) if flags else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return args
+
+
 def command_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one subcommand (``train``, ``heatmap``, ...): its ``description``, its
     ``format_help()``."""
@@ -276,10 +305,8 @@ def option_help(command: str, option: str) -> str:
 
 def _build() -> tuple[argparse.ArgumentParser, dict]:
     """The parser, and the parser of each subcommand by name."""
-    parser = _Parser(prog="graphformer", description="The Transformer as message passing on graphs.")
+    parser = _Parser(prog=NAME, description="The Transformer as message passing on graphs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for add in (_train_parser, _eval_parser, _translate_parser, _average_parser, _animate_parser, _heatmap_parser):
         add(sub)
-    for command in sub.choices.values():  # unrecognized arguments are found by the top parser: name the command's help
-        command.set_defaults(command_prog=command.prog)
     return parser, dict(sub.choices)

@@ -36,7 +36,7 @@ def ignored_flags_warning(args, model_cfg: ModelConfig) -> str | None:
 def chose_max_len(args, train_cfg: TrainConfig) -> bool:
     """Whether the user set max_len (a flag, the --config file, or --init-from's model): if not,
     a new run fits it to its data."""
-    from graphformer.training.config import read_config_file
+    from graphformer.training.config_file import read_config_file
 
     in_file = bool(args.config) and "max_len" in read_config_file(args.config)[0]
     return "max_len" in given(args, ModelConfig) or in_file or bool(train_cfg.init_from)

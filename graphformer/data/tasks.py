@@ -20,7 +20,7 @@ from pathlib import Path
 
 from graphformer.data import boolean, listops, multi30k, recall, subwords, synthetic
 from graphformer.data.text import split_lines, write_lines_atomic
-from graphformer.errors import ConfigError, UserError
+from graphformer.errors import ConfigError, UserError, did_you_mean
 from graphformer.files import write_text_atomic
 
 Tokenize = Callable[[str], list]
@@ -193,5 +193,5 @@ def classification_tasks() -> list[str]:
 
 def get_task(name: str) -> Task:
     if name not in TASKS:
-        raise ConfigError("task", f"must be one of {', '.join(TASKS)}, got {name!r}")
+        raise ConfigError("task", f"must be one of {', '.join(TASKS)}, got {name!r}{did_you_mean(str(name), TASKS)}")
     return TASKS[name]

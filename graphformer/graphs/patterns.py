@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from graphformer.choices import PATTERN_NAMES
-from graphformer.errors import UserError
+from graphformer.choices import PATTERN_NAMES, SAMPLE_TERMS
+from graphformer.errors import UserError, did_you_mean
 from graphformer.graphs import tree as tree_graph
 from graphformer.graphs.edges import EdgeList, unique_pairs
 
@@ -309,8 +309,10 @@ def _parse_one(term: str) -> Pattern:
             )
         base = builder(*values)
     else:
+        known = [*NAMES, *(f"causal-{n}" for n in NAMES), *SAMPLE_TERMS]  # the command line takes sample terms too
+        hint = did_you_mean(term.partition(":")[0], known)
         raise UserError(
-            f"unknown attention pattern {term!r}; known: {', '.join(NAMES)} (with causal- prefix and + for unions)"
+            f"unknown attention pattern {term!r}{hint}; known: {', '.join(NAMES)} (with causal- prefix and + for unions)"
         )
     return make_causal(base) if causal_prefix and base is not causal else base
 

@@ -22,6 +22,7 @@ import torch
 from graphformer import __version__
 from graphformer.errors import UserError
 from graphformer.files import write_atomic
+from graphformer.invocation import invoked_as
 
 VERSION = 1
 FORMAT = f"graphformer-checkpoint-{VERSION}"
@@ -37,7 +38,7 @@ def load(path: str | Path, advice: str = "use the other checkpoint or retrain") 
     names it and ends with ``advice``."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"no checkpoint at {path}; train a model first (graphformer train --out DIR)")
+        raise UserError(f"no checkpoint at {path}; train a model first ({invoked_as()} train --out DIR)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # torch's own text (unpickler internals, an unsafe retry) is not ours to pass on

@@ -2,8 +2,8 @@
 the run (``RUN_DIR/config.json`` and every checkpoint).
 
 A run's configuration is assembled here too (`run_configs`): the dataclass defaults, then a
-``--config`` file (`read_config_file`), then the flags (`with_flags`); a resumed run's saved
-configuration, then what may change (`resume_config`).
+``--config`` file (`graphformer.training.config_file`), then the flags (`with_flags`); a resumed
+run's saved configuration, then what may change (`resume_config`).
 
 Resuming a run keeps its configuration: only the fields marked ``RESUME_OVERRIDES`` (how long to
 train) may be given again with another value, ``RUNTIME`` fields (where and how fast to run)
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Optional
 
 from graphformer.choices import ATTENTION_BACKENDS, DEFAULT_ALPHA, DEFAULT_BACKEND, PRECISIONS, TRAIN_PRECISIONS
@@ -281,52 +280,6 @@ def differs(saved, given) -> str:
     return f"is {'not set' if saved is None else repr(saved)} in this run; you gave {given!r}"
 
 
-def read_config_file(path: str) -> tuple[dict, dict]:
-    """The (model, train) options of a YAML or JSON config file (a run's ``config.json`` is one)."""
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(
-            f"--config {path}: cannot read it ({err.__class__.__name__}); give a YAML or JSON file"
-        ) from None
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise UserError(f"--config {path} is not valid YAML or JSON ({str(err).splitlines()[0]})") from None
-    config = config or {}
-    if not isinstance(config, dict):
-        raise UserError(f"--config {path} must hold a 'model' and/or a 'train' mapping, like a run's config.json")
-    unknown = [str(name) for name in config if name not in ("model", "train")]  # YAML keys need not be text
-    if unknown:
-        what = (
-            f"{unknown[0]!r} is not a section"
-            if len(unknown) == 1
-            else f"{', '.join(map(repr, unknown))} are not sections"
-        )
-        raise UserError(
-            f"--config {path}: {what}; the sections are 'model' and 'train' (either or both), like a run's config.json"
-        )
-    model, train = config.get("model") or {}, config.get("train") or {}
-    for name, section, cls in (("model", model, ModelConfig), ("train", train, TrainConfig)):
-        _check_section(path, name, section, cls)
-    model = {k: v for k, v in model.items() if k not in ("src_vocab", "tgt_vocab")}  # taken from the data
-    return model, train
-
-
-def _check_section(path: str, name: str, section, cls) -> None:
-    """A config file's ``model`` or ``train`` section is a mapping of ``cls``'s options."""
-    if not isinstance(section, dict):
-        raise UserError(
-            f"--config {path}: '{name}' must be a mapping of options (name: value), not "
-            f"{type(section).__name__} {section!r}"
-        )
-    unknown = sorted(set(section) - {f.name for f in fields(cls)})
-    if unknown:
-        raise UserError(f"--config {path}: {name}.{unknown[0]} is not an option; see graphformer train --help")
-
-
 def run_configs(
     model_given: dict, train_given: dict, *, config_file: str | None = None, resume: str | None = None
 ) -> tuple[ModelConfig, TrainConfig]:
@@ -337,6 +290,8 @@ def run_configs(
     directory) takes that run's saved configuration, then what may change (`resume_config`).
     """
     if config_file:
+        from graphformer.training.config_file import read_config_file
+
         model_file, train_file = read_config_file(config_file)
         model_given, train_given = {**model_file, **model_given}, with_flags(train_file, train_given)
     train_given = absolute_paths(train_given)

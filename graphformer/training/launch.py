@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from graphformer.invocation import COMMAND, invoked_as
+
 LOOPBACK = "lo0" if sys.platform == "darwin" else "lo"
 GRACE_SECONDS = 5.0  # after a failure, the others' time to exit by themselves before they are killed
 POLL_SECONDS = 0.1
@@ -56,6 +58,7 @@ def process_environment(rank: int, processes: int, port: int) -> dict:
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
         LAUNCHER_PID: str(os.getpid()),
+        COMMAND: invoked_as(),  # each runs `python -m graphformer`; its hints name the command the user ran
     }
     env.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK)  # gloo would look the host name up, which need not resolve
     return env

@@ -41,6 +41,7 @@ from graphformer.files import (
     write_json_atomic,
     write_text_atomic,
 )
+from graphformer.invocation import invoked_as
 from graphformer.training import checkpoint
 
 CONFIG, VOCAB = "config.json", "vocab.json"
@@ -231,9 +232,9 @@ def resume_command(run_dir: str | Path, processes: int = 1, per_node: int | None
     across several."""
     per_node = per_node or processes
     if processes == 1:
-        return f"graphformer train --out {run_dir} --resume"
+        return f"{invoked_as()} train --out {run_dir} --resume"
     if per_node == processes:
-        return f"graphformer train --processes {processes} --out {run_dir} --resume"
+        return f"{invoked_as()} train --processes {processes} --out {run_dir} --resume"
     launch = f"torchrun --nnodes={processes // per_node} --nproc_per_node={per_node} ... -m graphformer"
     return f"{launch} train --out {run_dir} --resume"
 
@@ -256,7 +257,11 @@ def find_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
         if path.is_dir():
             raise UserError(f"checkpoint {path} is a folder; give best, last, averaged or a checkpoint file")
         if not path.is_file():
-            hint = "write it with graphformer average" if which == "averaged" else "give best, last, averaged or a file"
+            hint = (
+                f"write it with {invoked_as()} average"
+                if which == "averaged"
+                else "give best, last, averaged or a file"
+            )
             raise UserError(f"checkpoint {path} does not exist; {hint}")
         return path
     order = (BEST, LAST) if which == "best" else (LAST, BEST)
@@ -267,4 +272,4 @@ def find_checkpoint(run_dir: str | Path, which: str = "best") -> Path:
         raise UserError(
             f"{run_dir} is not a run directory (it has no {CONFIG}); give the --out directory of a training run"
         )
-    raise UserError(f"no checkpoint in {run_dir}; train first with graphformer train --out {run_dir}")
+    raise UserError(f"no checkpoint in {run_dir}; train first with {invoked_as()} train --out {run_dir}")

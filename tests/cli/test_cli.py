@@ -3,11 +3,13 @@
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -525,7 +527,9 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert b"Traceback" not in err and b"--resume" in err
+    assert b"Traceback" not in err
+    python_m = shlex.join([sys.executable, "-m", "graphformer"])  # the command as this test started it
+    assert f"continue with: {python_m} train --out {run} --resume".encode() in err, err
     state = checkpoint.load(run / LAST)
     assert state["progress"]["step"] == read_jsonl(run / "steps.jsonl")[-1]["step"] >= 3
     assert not [p for p in run.iterdir() if ".tmp-" in p.name]
@@ -661,6 +665,83 @@ def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path, monkeypat
             signal.signal(signal.SIGINT, previous)
     assert len(read_jsonl(tmp_path / "SIGINT" / "metrics.jsonl")) == 2  # trained to the end
     assert "interrupted at step 1" in capsys.readouterr().err
+
+
+# How the user started graphformer, and the command its hints then print (graphformer.invocation).
+def started_as(how, tmp_path, monkeypatch) -> str:
+    """Make this process look started ``how``; the command its hints should print."""
+    import graphformer
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRAPHFORMER_COMMAND", raising=False)
+    if how == "script by its path":
+        monkeypatch.setattr(sys, "argv", [".venv/bin/graphformer"])
+        return ".venv/bin/graphformer"
+    if how == "script by a path with a space":
+        monkeypatch.setattr(sys, "argv", ["my venv/bin/graphformer"])
+        return "'my venv/bin/graphformer'"
+    if how == "script found on PATH":  # the shell passes the full path, which the user did not type
+        script = tmp_path / "bin" / "graphformer"
+        script.parent.mkdir()
+        script.write_text("#!/bin/sh\n")
+        script.chmod(0o755)
+        monkeypatch.setenv("PATH", str(script.parent))
+        monkeypatch.setattr(sys, "argv", [str(script)])
+        return "graphformer"
+    main_py = str(Path(graphformer.__file__).parent / "__main__.py")
+    if how == "module":
+        monkeypatch.setattr(sys, "argv", [main_py, "train"])
+        monkeypatch.setattr(sys, "orig_argv", ["python3", "-X", "utf8", "-m", "graphformer", "train"])
+        return "python3 -X utf8 -m graphformer"
+    if how == "a process of train --processes":  # started as a module, told its launcher's command
+        monkeypatch.setattr(sys, "argv", [main_py])
+        monkeypatch.setenv("GRAPHFORMER_COMMAND", ".venv/bin/graphformer")
+        return ".venv/bin/graphformer"
+    assert how == "another program calling main"
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/pytest"])
+    return "graphformer"
+
+
+STARTS = [
+    "script by its path",
+    "script by a path with a space",
+    "script found on PATH",
+    "module",
+    "a process of train --processes",
+    "another program calling main",
+]
+
+
+@pytest.mark.parametrize("how", STARTS)
+def test_the_help_an_error_points_to_is_the_command_as_started(tmp_path, monkeypatch, capsys, how):
+    command = started_as(how, tmp_path, monkeypatch)
+    (tmp_path / "run.yaml").write_text("model:\n  layer: 1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--out", "run", "--epoch", "2"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and err.startswith("graphformer train: error: "), err
+    assert err.endswith(f"; see {command} train --help"), err
+    one_line_error(capsys, ["train", "--out", "run", "--config", "run.yaml"], f"; see {command} train --help")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("how", ["script by its path", "script found on PATH", "module"])
+def test_the_hint_after_ctrl_c_is_the_command_as_started(tmp_path, monkeypatch, capsys, how):
+    from graphformer.training.trainer import Trainer
+
+    data = small_copy_data(tmp_path / "data", n_train=64)
+    command = started_as(how, tmp_path, monkeypatch)
+    step = Trainer.train_step
+
+    def interrupted_step(self, *args):
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C during the first step
+        return step(self, *args)
+
+    monkeypatch.setattr(Trainer, "train_step", interrupted_step)
+    argv = ["--task", "parallel", "--data-dir", str(data), "--batch-size", "16", *TINY_MODEL]
+    assert main(["train", *argv, "--out", "run"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"continue with: {command} train --out run --resume"), err
 
 
 def test_progress_in_a_log_file_is_plain_lines(tmp_path):

@@ -665,6 +665,92 @@ def test_an_unknown_config_section_is_named(tmp_path, capsys, text):
     assert not (tmp_path / "run").exists()
 
 
+# A slip names where it is: a config file's line, the name a misspelt one was likely meant to be.
+SLIPS = {
+    "indent.yaml": "model:\n  layers: 1\n   heads: 4\n",  # heads one space deeper than layers
+    "tab.yaml": "model:\n\tlayers: 1\n",
+    "key.yaml": "model:\n  layer: 1\n",
+    "section.yaml": "modle:\n  layers: 1\n",
+    "choice.yaml": "train:\n  attention_backend: torhc\n",
+}
+
+
+@pytest.mark.parametrize(
+    "argv,needles",
+    [
+        (
+            ["--epoch", "2"],
+            ["unrecognized arguments: --epoch 2 (did you mean --epochs?); see graphformer train --help"],
+        ),
+        (["--d-modle=32"], ["unrecognized arguments: --d-modle=32 (did you mean --d-model?)"]),
+        (["--task", "cpy"], ["argument --task: invalid choice: 'cpy' (did you mean copy?); choose from copy,"]),
+        (["--attention-backend", "torhc"], ["invalid choice: 'torhc' (did you mean torch?)"]),
+        (["--enc-attention", "windw:8"], ["unknown attention pattern 'windw:8' (did you mean window?); known:"]),
+        (["--dec-attention", "causal-windw:2"], ["'causal-windw:2' (did you mean causal-window?)"]),
+        (["--enc-attention", "window:1+parse-tre"], ["'parse-tre' (did you mean parse-tree?)"]),
+        (["--config", "indent.yaml"], ["indent.yaml, line 3, column 9 is not valid YAML", "indentation"]),
+        (["--config", "tab.yaml"], ["tab.yaml, line 2, column 1 is not valid YAML", "'\\t'"]),
+        (
+            ["--config", "key.yaml"],
+            ["model.layer is not an option (did you mean layers?); see graphformer train --help"],
+        ),
+        (["--config", "section.yaml"], ["'modle' is not a section (did you mean model?)"]),
+        (["--config", "choice.yaml"], ["--attention-backend must be one of", "got 'torhc' (did you mean torch?)"]),
+    ],
+)
+@pytest.mark.parametrize("where", ["new folder", "existing run"])
+def test_a_slip_is_one_line_that_names_where_and_what_was_meant_and_writes_nothing(
+    data, trained, tmp_path, capsys, argv, needles, where
+):
+    for name, text in SLIPS.items():
+        (tmp_path / name).write_text(text)
+    run = tmp_path / "run"
+    if where == "existing run":
+        shutil.copytree(trained, run)
+    before = snapshot(run) if run.exists() else None
+    argv = [str(tmp_path / word) if word in SLIPS else word for word in argv]
+    try:
+        code = fresh(data, run, *argv)
+    except SystemExit as exit_info:  # argparse's own errors
+        code = exit_info.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert all(needle in err for needle in needles), err
+    assert (snapshot(run) if run.exists() else None) == before
+
+
+def test_a_misspelt_command_or_choice_of_another_command_gets_the_likely_name(trained, capsys):
+    before = snapshot(trained)
+    for argv, needle in (
+        (["trian", "--out", str(trained)], "invalid choice: 'trian' (did you mean train?)"),
+        (["evaluate", str(trained), "--split", "tset"], "invalid choice: 'tset' (did you mean test?)"),
+        (["evaluate", str(trained), "--bem", "2"], "--bem 2 (did you mean --beam?)"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and needle in err, err
+    assert snapshot(trained) == before
+
+
+def test_a_misspelt_task_in_a_config_file_gets_the_likely_name(tmp_path, capsys):
+    (tmp_path / "run.yaml").write_text("train:\n  task: cpy\n")
+    argv = ["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "run")]
+    one_line_error(capsys, argv, "--task must be one of", "got 'cpy' (did you mean copy?)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_name_close_to_no_known_one_gets_no_guess(data, tmp_path, capsys):
+    for argv in (["--task", "palindrome"], ["--enc-attention", "zigzag:3"], ["--frobnicate"]):
+        try:
+            code = fresh(data, tmp_path / "run", *argv)
+        except SystemExit as exit_info:
+            code = exit_info.code
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and "did you mean" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
 def test_tie_all_needs_one_vocabulary_not_two_of_one_size(tmp_path, capsys):
     data = tmp_path / "upper"
     data.mkdir()

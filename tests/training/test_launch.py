@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from graphformer.invocation import COMMAND
 from graphformer.training import launch as launcher
 from graphformer.training.launch import LAUNCHER_PID, LOOPBACK, Launch, process_environment, run_processes
 
@@ -132,6 +133,14 @@ def test_the_environment_keeps_the_callers_and_a_chosen_gloo_interface(monkeypat
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]) == ("1", "2", "29500")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
     assert process_environment(0, 2, 29500)["GLOO_SOCKET_IFNAME"] == "eth7"
+
+
+def test_each_process_is_told_the_command_the_user_started(monkeypatch):
+    """The processes run ``python -m graphformer``; their hints (continue with: ...) must name the
+    command the user typed."""
+    monkeypatch.delenv(COMMAND, raising=False)
+    monkeypatch.setattr(sys, "argv", [".venv/bin/graphformer", "train"])
+    assert process_environment(0, 2, 29500)[COMMAND] == ".venv/bin/graphformer"
 
 
 def test_the_meeting_port_is_free_to_listen_on():
