@@ -43,7 +43,7 @@ def _precision_context(precision: str, device):
 def cmd_evaluate(args) -> int:
     from tqdm.auto import tqdm
 
-    from graphformer.training.evaluate import evaluate
+    from graphformer.training.evaluate import HEADLINE, evaluate, for_console
 
     run, decoding = _load_run(args)
     precision = _precision_context(decoding.precision, run.device)
@@ -85,11 +85,11 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(scores))
     else:
         bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
-        # absent where per-sample edges in the decoder leave teacher forcing only
-        decoded = f" exact_match={scores['exact_match']:.4f}" if "exact_match" in scores else ""
+        # exact match is absent where per-sample edges in the decoder leave teacher forcing only
+        shown = for_console(scores)
+        headline = " ".join(f"{name}={shown[name]:.4f}" for name in HEADLINE if name in shown)
         print(
-            f"{args.split}: n={scores['n']} loss={scores['loss']:.4f} token_accuracy={scores['token_accuracy']:.4f}"
-            f"{decoded}{bleu}"
+            f"{args.split}: n={scores['n']} {headline}{bleu}"
             + (f" (beam {decoding.beam})" if searched else "")
             + (f" in {decoding.precision}" if decoding.precision != "float32" else "")
         )

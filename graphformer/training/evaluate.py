@@ -2,7 +2,10 @@
 
 For a classifier (``model='encoder'``) the same code scores one label per sample: the loss is the
 mean cross-entropy per sample, "decoding" is the argmax label, and exact match is the accuracy
-(also reported as ``accuracy``).
+(also reported as ``accuracy``). Token accuracy (the argmax label under teacher forcing) and
+character accuracy (of one position) count the same right labels: the scores keep all four keys
+(``--select-by``, ``metrics.jsonl`` and the sweeps read them), and lines for people show
+``accuracy`` alone (`for_console`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from graphformer.model.modes import evaluating
 from graphformer.training.bleu import bleu_scores
 from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.vocab import NEVER_EMITTED
+
+# A classifier's accuracy under the names it has as a sequence model's scores.
+SAME_AS_ACCURACY = ("token_accuracy", "exact_match", "char_accuracy")
+# What a one-line summary shows, in this order, where the scores have it.
+HEADLINE = ("loss", "token_accuracy", "exact_match", "accuracy")
+
+
+def for_console(scores: dict) -> dict:
+    """The scores a line for people shows: all of them, but a classifier's (those with
+    ``accuracy``) accuracy once rather than under four names of one number."""
+    if "accuracy" not in scores:
+        return scores
+    return {name: value for name, value in scores.items() if name not in SAME_AS_ACCURACY}
 
 
 @torch.no_grad()

@@ -17,12 +17,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from graphformer.errors import UserError
+from graphformer.training.evaluate import for_console
 
 
 def format_metrics(metrics: dict) -> str:
-    """One console line, numbers rounded (metrics.jsonl keeps them in full)."""
-    shown = {k.removeprefix("valid_").replace("_", " "): v for k, v in metrics.items() if k not in ("epoch", "step")}
-    parts = [f"{k} {_rounded(v)}" for k, v in shown.items()]
+    """One console line, numbers rounded (metrics.jsonl keeps them in full); a classifier's
+    accuracy once (`for_console`)."""
+    shown = for_console({k.removeprefix("valid_"): v for k, v in metrics.items() if k not in ("epoch", "step")})
+    parts = [f"{k.replace('_', ' ')} {_rounded(v)}" for k, v in shown.items()]
     return f"epoch {metrics['epoch']} (step {metrics['step']}): valid " + ", ".join(parts)
 
 

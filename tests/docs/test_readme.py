@@ -58,3 +58,17 @@ def test_the_multi30k_recipe_the_readme_states_is_the_recipe_file():
     text = " ".join(README.split())  # sentences wrap across lines
     stated = re.search(r"\(`examples/multi30k/cpu.sh`, (\d+) layers, d_model (\d+), (\d+) epochs", text)
     assert stated and tuple(int(x) for x in stated.groups()) == (model["layers"], model["d_model"], train["epochs"])
+
+
+def test_the_make_targets_and_pythons_the_docs_name_are_the_makefiles():
+    """A `make TARGET` in a page is a target of the Makefile, and the Python each stack is said to
+    run on is the one its install target takes."""
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, flags=re.M))
+    named = {t for text in TEXTS.values() for t in re.findall(r"(?:`|^)make ([a-z][\w-]*)", text, flags=re.M)}
+    assert {"demo", "test", "test-all", "test-current"} <= named
+    assert named <= targets, f"not in the Makefile: {sorted(named - targets)}"
+    for stack, variable in (("reference", "PYTHON"), ("current", "PYTHON_CURRENT")):
+        stated = set(re.findall(rf"{stack} stack: Python (3\.\d+)", ALL_TEXT))
+        taken = re.search(rf"^{variable} \?=.*?python(3\.\d+)", makefile, flags=re.M).group(1)
+        assert stated == {taken}, (stack, stated, taken)

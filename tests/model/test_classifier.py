@@ -3,6 +3,7 @@ backends, learning, resume, evaluate/translate and its bad-input errors."""
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -521,10 +522,15 @@ def test_the_classify_task_trains_on_the_users_own_label_files(tmp_path, capsys)
     )
     vocab = json.loads((tmp_path / "run" / "vocab.json").read_text())
     assert sorted(vocab["tgt"][4:]) == ["starts-a", "starts-b", "starts-c", "starts-d"]
-    capsys.readouterr()
+    trained = capsys.readouterr().out  # the last line: one accuracy, not four names of one number
+    assert re.search(r"\): valid loss [\d.]+, accuracy [\d.]+$", trained.strip()), trained
     assert main(["evaluate", str(tmp_path / "run"), "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == 12 and 0.0 <= scores["accuracy"] <= 1.0
+    assert scores["accuracy"] == scores["exact_match"]  # the JSON keeps every key that code reads
+    assert main(["evaluate", str(tmp_path / "run")]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == f"test: n=12 loss={scores['loss']:.4f} accuracy={scores['accuracy']:.4f}", line
 
 
 def test_a_label_line_of_two_tokens_is_a_one_line_error(tmp_path, capsys):

@@ -68,6 +68,17 @@ def test_the_console_line_rounds_every_number_lists_included():
     assert line == "epoch 3 (step 60): valid loss 0.1235, src step fraction [1, 0.6667, 0.1235]"
 
 
+def test_the_console_line_names_a_classifiers_accuracy_once_and_a_translators_scores_each():
+    from graphformer.training.report import format_metrics
+
+    same = 0.355  # a classifier's four names of one number (evaluate sets "accuracy" for it alone)
+    names = ("token_accuracy", "exact_match", "char_accuracy", "accuracy")
+    classifier = {"epoch": 1, "step": 9, "valid_loss": 1.5, **{f"valid_{n}": same for n in names}, "lr": 0.001}
+    assert format_metrics(classifier) == "epoch 1 (step 9): valid loss 1.5, accuracy 0.355, lr 0.001"
+    translator = {"epoch": 1, "step": 9, "valid_loss": 1.5, "valid_token_accuracy": 0.9, "valid_exact_match": 0.5}
+    assert format_metrics(translator) == "epoch 1 (step 9): valid loss 1.5, token accuracy 0.9, exact match 0.5"
+
+
 def test_noam_schedule():
     d, warm = 512, 4000
     assert noam_rate(warm, d, warm, 1.0) == pytest.approx(d**-0.5 * warm**-0.5)
