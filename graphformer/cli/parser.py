@@ -54,6 +54,7 @@ def add_config_options(group, config_class, skip=()) -> None:
         if not meta.get("cli", True) or f.name in skip:
             continue
         help_text = meta.get("help", "")
+        help_text = help_text() if callable(help_text) else help_text  # lists of registry entries, plugins' too
         if f.default is not MISSING and f.default is not None:
             shown = ("on" if f.default else "off") if isinstance(f.default, bool) else f.default
             help_text += f" (default: {shown})"
@@ -282,4 +283,12 @@ def _build() -> tuple[argparse.ArgumentParser, dict]:
         add(sub)
     for command in sub.choices.values():  # unrecognized arguments are found by the top parser: name the command's help
         command.set_defaults(command_prog=command.prog)
+        command.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="import this module first: it registers its own backends, patterns, sample terms, tasks or "
+            "models (docs/howto/extend.md); a run records it for evaluate, translate and --resume (repeatable)",
+        )
     return parser, dict(sub.choices)
