@@ -106,8 +106,8 @@ def measure(method: str, pattern: str, lengths: list[int], rounds: int) -> list[
     for L in lengths:
         row = {"method": method, "pattern": pattern, "spec": PATTERNS[pattern], "L": L}
         rows.append(row)
-        if method == "flex" and flex.available() is not None:
-            row["skipped"] = flex.available()
+        if method == "flex" and flex.unavailable() is not None:
+            row["skipped"] = flex.unavailable()
             continue
         if stopped is not None:
             row["skipped"] = f"longer than L={stopped}, already past the limit"

@@ -495,8 +495,8 @@ def long_sequence_stage(device, rows: Rows, out: Path):
                 }
                 backward = device.type == "cuda" or method != "flex"  # flex has no backward on a CPU
                 row["pass"] = "forward+backward" if backward else "forward"
-                if method == "flex" and flex.available():
-                    rows.add({**row, "skipped": flex.available()})
+                if method == "flex" and flex.unavailable():
+                    rows.add({**row, "skipped": flex.unavailable()})
                     continue
                 if method == "flex" and device.type == "cpu" and pattern != "window":
                     # Inductor's CPU code for a second block mask in one process fails to compile.

@@ -1,14 +1,18 @@
 """The names the command line offers and the library accepts, each written here once.
 
 The command line shows these in ``--help`` and checks arguments against them before anything
-heavy loads, so this module imports nothing (no torch, no DGL, no matplotlib); the modules that
-implement each choice import their list from here instead of writing it again.
+heavy loads, so this module imports nothing heavy (no torch, no DGL, no matplotlib); the modules
+that implement each choice import their list from here instead of writing it again. The lists of
+extension points (backends, patterns, sample terms) are read from `graphformer.catalog`, live:
+a plugin's entries are in them.
 """
 
 from __future__ import annotations
 
+from graphformer.catalog import BACKENDS, PATTERNS, SAMPLE_TERMS
+
 # graphformer.attention's backends (its BACKENDS maps each name to its function).
-ATTENTION_BACKENDS = ("auto", "dgl", "torch", "padded", "blocked", "flex")
+ATTENTION_BACKENDS = BACKENDS.names()
 DEFAULT_BACKEND = "auto"
 
 # What a model computes in (graphformer.precision). Training in float16 would need loss scaling,
@@ -21,28 +25,10 @@ TRAIN_PRECISIONS = PRECISIONS[:2]
 # split (tune.sh).
 DEFAULT_ALPHA = 0.6
 
-# Attention patterns (graphformer.graphs.patterns): each name with the arguments it takes after
-# a colon, as ``train --help`` writes them ("" for none).
-PATTERN_ARGUMENTS = {
-    "full": "",
-    "causal": "",
-    "window": "W",
-    "mirror": "W",
-    "dilated": "W,D",
-    "global": "G",
-    "block": "B",
-    "random": "R[,SEED]",
-    "tree": "K",
-}
-PATTERN_NAMES = sorted(PATTERN_ARGUMENTS)
-ENCODER_ONLY_PATTERNS = ("tree",)
-# Terms naming each sample's own edges (graphformer.graphs.sample_edges): derived from its source
-# tokens for one relation, or given beside the data.
-SAMPLE_TERMS = {
-    "parse-tree": "the source's parse tree (encoder only)",
-    "operands": "target position t reads position t of each operand of A + B (cross only)",
-    "edges": "{split}.{relation}.edges",
-}
+# Attention patterns (graphformer.graphs.patterns) and the terms naming each sample's own edges
+# (graphformer.graphs.sample_edges): see graphformer.catalog.
+PATTERN_NAMES = PATTERNS.names(ordered=True)
+ENCODER_ONLY_PATTERNS = PATTERNS.names("encoder-only")
 
 # What graphformer.viz draws: the relations it records, a panel's view, the colour scale, and the
 # files it writes.
@@ -56,10 +42,10 @@ IMAGE_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")  # matplotlib writes t
 def pattern_syntax() -> str:
     """The pattern names as ``train --help`` lists them: ``full, causal, window:W, ...``."""
 
-    def one(name):
-        arguments = PATTERN_ARGUMENTS[name]
-        shown = f"{name}:{arguments}" if arguments else name
-        return shown + (" (encoder only)" if name in ENCODER_ONLY_PATTERNS else "")
+    def one(entry):
+        arguments = entry.details.get("arguments", "")
+        shown = f"{entry.name}:{arguments}" if arguments else entry.name
+        return shown + (" (encoder only)" if entry.can("encoder-only") else "")
 
-    sample = ", ".join(f"{name} ({what})" for name, what in SAMPLE_TERMS.items())
-    return ", ".join(one(name) for name in PATTERN_ARGUMENTS) + "; each sample's own edges: " + sample
+    sample = ", ".join(f"{entry.name} ({entry.summary})" for entry in SAMPLE_TERMS.entries())
+    return ", ".join(one(entry) for entry in PATTERNS.entries()) + "; each sample's own edges: " + sample

@@ -75,3 +75,60 @@ def test_the_layer_check_sees_an_upward_import():
     tree = ast.parse("def f():\n    from graphformer.viz import plots\n")
     assert [layer_of(t) for t in imported(tree, "graphformer.training.trainer")] == [LAYERS.index("viz")]
     assert layer_of("graphformer.training.trainer") < LAYERS.index("viz")
+
+
+def imported_modules(tree: ast.AST, name: str, is_package: bool, known: set[str]):
+    """The graphformer modules a file imports, lazily inside functions too, to the module: ``from
+    graphformer.attention import blocked`` imports ``graphformer.attention.blocked``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against the importing package
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                module = f"{base}.{alias.name}"
+                yield module if module in known else base
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (module -> the modules it imports) as [a, b, ..., a], or None."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" after
+
+    def visit(module, path):
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                return path[path.index(target) :] + [target]
+            if target not in state and (found := visit(target, path + [target])):
+                return found
+        state[module] = "done"
+        return None
+
+    return next((found for module in sorted(graph) if module not in state and (found := visit(module, [module]))), None)
+
+
+def test_no_import_cycle_counting_imports_inside_functions():
+    known = {module_name(p) for p in modules()}
+    graph = {
+        module_name(p): set(
+            imported_modules(ast.parse(p.read_text(encoding="utf-8")), module_name(p), p.name == "__init__.py", known)
+        )
+        - {module_name(p)}
+        for p in modules()
+    }
+    cycle = import_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
+    known = {"graphformer.model.config", "graphformer.model.factory"}
+    lazy = ast.parse("def check():\n    from graphformer.model.factory import graph_pool\n")
+    eager = ast.parse("from graphformer.model import config\n")
+    graph = {
+        "graphformer.model.config": set(imported_modules(lazy, "graphformer.model.config", False, known)),
+        "graphformer.model.factory": set(imported_modules(eager, "graphformer.model.factory", False, known)),
+    }
+    assert import_cycle(graph) == ["graphformer.model.config", "graphformer.model.factory", "graphformer.model.config"]

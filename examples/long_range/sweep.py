@@ -122,13 +122,19 @@ def run_measured(command: list[str]) -> tuple[int, int]:
     return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024
 
 
+def classifier_pool(spec: str, pooling: str):
+    """The graph pool of an encoder classifier with this encoder pattern and pooling."""
+    from graphformer.model.config import ModelConfig
+
+    return ModelConfig(src_vocab=1, tgt_vocab=1, model="encoder", enc_attention=spec, pooling=pooling).graph_pool()
+
+
 def sample_graphs(spec: str, length: int, pooling: str, data: Path | None, limit: int | None = None) -> list:
     """Encoder graphs to measure: one sample of the length, or for a pattern with each sample's
     own edges, those of the test split's samples (the first ``limit``)."""
     from graphformer.data.corpus import read_split
     from graphformer.graphs.pool import ENC
     from graphformer.graphs.sample_edges import split_edges
-    from graphformer.model.classifier import classifier_pool
 
     pool = classifier_pool(spec, pooling)
     if not pool.sample_terms:
@@ -155,7 +161,6 @@ def reach(spec: str, length: int, pooling: str, run: Path, data: Path | None = N
     (`graphformer.graphs.reach`); for a pattern with each sample's own edges, the mean over the
     first 20 test samples."""
     from graphformer.graphs.reach import meeting_share, readout_node
-    from graphformer.model.classifier import classifier_pool
     from graphformer.training.run_dir import RunDir
 
     model, _ = RunDir(run).read_config()

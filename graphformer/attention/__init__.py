@@ -13,14 +13,12 @@ Six backends compute the same thing, each from a `graphformer.graphs.relation.Re
 * ``flex``: the edges as a block mask for PyTorch's compiled FlexAttention (torch >= 2.5); it
   trains on CUDA and, on a CPU, serves forward passes without gradients (see
   `graphformer.attention.flex`).
-* ``auto`` (default): ``padded`` where it reads full attention stretch by stretch (`padded.full_stretches`,
-  unless the weights are asked for) or where edges fill at least a quarter of the batch's tiles
-  (one per sample, padded to the longest: full and causal attention on length-bucketed batches);
-  ``flex`` where `flex.worth_it` (on a CPU without gradients: evaluation and decoding; relations
-  of 1024 queries or more whose edges fill at least 2.5 % of the pairs of the blocks they touch);
-  ``blocked`` on long relations (1024 queries or more) whose edges fill at least a quarter of the
-  64 x 64 tiles they touch (windows, blocks); elsewhere the ``dgl`` kernels where DGL is
-  installed and runs on the tensors' device, else ``torch``.
+* ``auto`` (default): `_auto` below picks one per call, by the rule `graphformer.catalog.AUTO_RULE`
+  states (``padded.worth_it``, ``flex.worth_it``, ``blocked.worth_it``, ``dgl_ops.runs_on``, in that
+  order).
+
+Each backend is an entry of `graphformer.catalog.BACKENDS` (its name, summary, capabilities and
+function); ``BACKENDS`` here is that registry, which maps each name to its function.
 
 The backend is an argument: models hold its name (``model.attention_backend``) and pass it to
 every call of `graph_attention`; layers never call a backend themselves.
@@ -33,7 +31,8 @@ from contextlib import contextmanager
 import torch
 
 from graphformer.attention import blocked, dgl_ops, flex, padded, torch_ops
-from graphformer.choices import ATTENTION_BACKENDS, DEFAULT_BACKEND
+from graphformer.catalog import BACKENDS
+from graphformer.choices import DEFAULT_BACKEND
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.relation import Relation
@@ -53,26 +52,24 @@ def _auto(relation: Relation, q, k, v, return_weights: bool = False):
     return attend(relation, q, k, v, return_weights=return_weights)
 
 
-BACKENDS = dict(
-    zip(ATTENTION_BACKENDS, (_auto, dgl_ops.attend, torch_ops.attend, padded.attend, blocked.attend, flex.attend))
-)  # in the order of graphformer.choices
-
-
 def unavailable(name: str) -> str | None:
     """Why backend ``name`` cannot run with the installed stack (what to install or choose
     instead), or None where it can."""
-    if name == "dgl" and dgl_ops.missing():
+    entry = BACKENDS.entry(name)
+    if entry.can("needs-dgl") and dgl_ops.missing():
         return (
-            f"dgl needs DGL, which cannot be imported here ({dgl_ops.missing()}); DGL 2.1.0 installs only beside "
+            f"{name} needs DGL, which cannot be imported here ({dgl_ops.missing()}); DGL 2.1.0 installs only beside "
             f"torch <= 2.2.1 on Python 3.11 (make install), or choose one of {', '.join(_usable())}"
         )
-    if name == "flex":
-        return flex.available()
+    if entry.can("needs-flex-attention"):
+        return flex.unavailable()
     return None
 
 
 def _usable() -> list[str]:
-    return [name for name in sorted(BACKENDS) if name not in ("dgl", "flex") and not unavailable(name)]
+    """The backends that need nothing beyond torch."""
+    optional = ("needs-dgl", "needs-flex-attention")
+    return [e.name for e in sorted(BACKENDS.entries(), key=lambda e: e.name) if not any(map(e.can, optional))]
 
 
 def check_backend(name: str) -> str:
@@ -88,14 +85,15 @@ def check_backend(name: str) -> str:
 
 def check_backend_trains(name: str, device: torch.device) -> None:
     """A `graphformer.errors.ConfigError` before training starts when backend ``name`` cannot
-    compute gradients on ``device`` (``flex`` on a CPU: torch's FlexAttention has no backward pass
-    there, so it serves evaluation and decoding only)."""
-    if name == "flex" and torch.device(device).type != "cuda":
+    compute gradients on ``device`` (one ``trains-only-on-cuda``, such as ``flex`` on a CPU: torch's
+    FlexAttention has no backward pass there, so it serves evaluation and decoding only)."""
+    entry = BACKENDS.entry(name)
+    if entry.can("trains-only-on-cuda") and torch.device(device).type != "cuda":
+        why, *others, last = entry.details.get("why_cpu", "it has no backward pass"), *_usable()
         raise ConfigError(
             "attention_backend",
-            f"flex trains only on CUDA (torch's FlexAttention has no backward pass "
-            f"on {torch.device(device).type}); train with auto, blocked, padded or torch here, and "
-            "evaluate or translate with flex",
+            f"{name} trains only on CUDA ({why} on {torch.device(device).type}); train with "
+            f"{', '.join(others)} or {last} here, and evaluate or translate with {name}",
         )
 
 

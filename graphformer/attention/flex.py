@@ -26,7 +26,7 @@ and memory. Nothing of size N_dst x N_src exists, and the layout is kept with th
 padded keys are in no block's bitmap (never attended) and padded query rows, which see no key,
 are dropped from the output.
 
-FlexAttention needs torch >= 2.5 (`available`); the import is lazy, so this module imports on older
+FlexAttention needs torch >= 2.5 (`unavailable`); the import is lazy, so this module imports on older
 torch. It is fast only compiled (`torch.compile`, one compiled function per process with dynamic
 shapes, so new node counts reuse it); uncompiled it materialises every score of the padded plane,
 which only tests can afford (``compiled=False``). On the CPU torch's FlexAttention has no backward
@@ -66,9 +66,9 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the compiled ker
 
 
 @functools.lru_cache(maxsize=1)
-def available() -> str | None:
+def unavailable() -> str | None:
     """None if this torch has FlexAttention, else why not (one line: what to install or choose).
-    Asked on every ``auto`` call, so the answer is kept (``available.cache_clear()`` asks again)."""
+    Asked on every ``auto`` call, so the answer is kept (``unavailable.cache_clear()`` asks again)."""
     try:
         from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
     except ImportError:
@@ -80,7 +80,7 @@ def available() -> str | None:
 
 
 def _require() -> None:
-    reason = available()
+    reason = unavailable()
     if reason is not None:
         raise UserError(reason)
 
@@ -89,7 +89,7 @@ def runs_on(q: torch.Tensor, k: torch.Tensor | None = None, v: torch.Tensor | No
     """Whether the compiled kernel serves a call on these tensors: in float32, bfloat16 or float16
     (`DTYPES`), on CUDA, or on the CPU where no gradient is needed (it has no backward pass there)
     and `cpu_kernel_runs`."""
-    if available() is not None or q.device.type not in ("cuda", "cpu") or q.dtype not in DTYPES:
+    if unavailable() is not None or q.device.type not in ("cuda", "cpu") or q.dtype not in DTYPES:
         return False
     return q.device.type == "cuda" or (not _needs_grad(q, k, v) and cpu_kernel_runs())
 
@@ -332,7 +332,7 @@ def _normalise(scores: torch.Tensor, dst: torch.Tensor, num_queries: int) -> tor
 
 __all__ = [
     "attend",
-    "available",
+    "unavailable",
     "runs_on",
     "worth_it",
     "layout_of",

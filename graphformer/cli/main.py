@@ -12,6 +12,7 @@ from graphformer.cli.errors import report
 from graphformer.cli.parser import parse_command_line
 from graphformer.cli.train import cmd_train
 from graphformer.errors import UserError
+from graphformer.registry import load_plugins
 
 COMMANDS = {
     "train": cmd_train,
@@ -25,8 +26,13 @@ COMMANDS = {
 
 def main(argv=None) -> int:
     """Run ``graphformer ARGV`` (``sys.argv[1:]`` when None) and return its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # before the parser is built: a plugin's backends, patterns, tasks and models are choices
+        load_plugins(plugins_named(argv), installed=True)
+    except UserError as err:
+        return report(err)
     args = parse_command_line(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)  # the command `train --processes` runs in each process
+    args.argv = argv  # the command `train --processes` runs in each process
     try:
         _check_output_folder(getattr(args, "output", None))
         return COMMANDS[args.command](args)
@@ -35,6 +41,12 @@ def main(argv=None) -> int:
         if status is None:
             raise
         return status
+
+
+def plugins_named(argv: list[str]) -> list[str]:
+    """The modules of every ``--plugin MODULE`` (or ``--plugin=MODULE``) in ``argv``."""
+    named = [value for flag, value in zip(argv, argv[1:]) if flag == "--plugin"]
+    return named + [arg.removeprefix("--plugin=") for arg in argv if arg.startswith("--plugin=")]
 
 
 def _check_output_folder(output: str | None) -> None:

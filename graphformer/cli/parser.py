@@ -68,6 +68,7 @@ def add_config_options(group, config_class, skip=()) -> None:
         if not meta.get("cli", True) or f.name in skip:
             continue
         help_text = meta.get("help", "")
+        help_text = help_text() if callable(help_text) else help_text  # lists of registry entries, plugins' too
         if f.default is not MISSING and f.default is not None:
             shown = ("on" if f.default else "off") if isinstance(f.default, bool) else f.default
             help_text += f" (default: {shown})"
@@ -309,4 +310,13 @@ def _build() -> tuple[argparse.ArgumentParser, dict]:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for add in (_train_parser, _eval_parser, _translate_parser, _average_parser, _animate_parser, _heatmap_parser):
         add(sub)
+    for command in sub.choices.values():
+        command.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="import this module first: it registers its own backends, patterns, sample terms, tasks or "
+            "models (docs/howto/extend.md); a run records it for evaluate, translate and --resume (repeatable)",
+        )
     return parser, dict(sub.choices)

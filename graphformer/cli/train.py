@@ -17,9 +17,10 @@ from graphformer.training.progress import Progress
 def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
     """The configuration of the run ``args`` (parsed ``train`` options) asks for (see
     `graphformer.training.config.run_configs`)."""
+    plugins = {"plugins": ",".join(args.plugin)} if args.plugin else {}  # recorded: the run loads them again
     return run_configs(
         given(args, ModelConfig),
-        given(args, TrainConfig),
+        {**given(args, TrainConfig), **plugins},
         config_file=args.config,
         resume=args.out if args.resume else None,
     )

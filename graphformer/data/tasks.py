@@ -4,8 +4,8 @@ A task says where its aligned ``{train,valid,test}.{src,tgt}`` files come from (
 fetched, or the user's own), how a line of text becomes tokens and back, which validation metric
 picks the best checkpoint, whether raw references exist for BLEU, and whether it is classification
 (one label token per target line, for ``--model encoder``) or sequence to sequence. The trainer, ``evaluate``
-and ``translate`` see tasks only through this interface: a new task is a subclass of ``Task`` and
-one line in ``TASKS``.
+and ``translate`` see tasks only through this interface: a new task is a ``Task`` (a subclass, or
+an instance of one here) and one entry in `graphformer.catalog.TASKS`, whose target is that object.
 
 This module imports neither torch nor DGL (the command line lists the task names from it).
 """
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from graphformer.catalog import TASKS as CATALOG_TASKS
 from graphformer.data import boolean, listops, multi30k, recall, subwords, synthetic
 from graphformer.data.text import split_lines, write_lines_atomic
 from graphformer.errors import ConfigError, UserError, did_you_mean
@@ -169,18 +170,13 @@ class Multi30kTask(Task):
         return multi30k.MosesPipeline(multi30k.TGT_LANG).tokenize if cfg.bpe else None
 
 
-TASKS: dict[str, Task] = {
-    "copy": SyntheticTask("copy"),
-    "sort": SyntheticTask("sort"),
-    "reverse": SyntheticTask("reverse"),
-    "addition": SyntheticTask("addition"),
-    "listops": GeneratedTask(listops.write_listops, classification=True),  # 500-2000 tokens: raise max_len
-    "recall": GeneratedTask(recall.write_recall, classification=True),  # 1024 tokens: raise max_len
-    "boolean": GeneratedTask(boolean.write_boolean, classification=True),  # 100-500 tokens
-    "parallel": Task(),
-    "classify": LabelFiles(),
-    "multi30k": Multi30kTask(),
-}
+# The package's tasks, each the target of its entry in graphformer.catalog.TASKS (``TASKS`` below).
+COPY, SORT, REVERSE, ADDITION = (SyntheticTask(name) for name in synthetic.NAMES)
+LISTOPS = GeneratedTask(listops.write_listops, classification=True)  # 500-2000 tokens: raise max_len
+RECALL = GeneratedTask(recall.write_recall, classification=True)  # 1024 tokens: raise max_len
+BOOLEAN = GeneratedTask(boolean.write_boolean, classification=True)  # 100-500 tokens
+PARALLEL, CLASSIFY, MULTI30K = Task(), LabelFiles(), Multi30kTask()
+TASKS = CATALOG_TASKS  # name -> Task, loaded from the catalog's entries (a plugin's too)
 
 
 # What ``evaluate --split`` may name: every task's train, valid and test, and Multi30k's test sets.
@@ -191,7 +187,26 @@ def classification_tasks() -> list[str]:
     return [name for name, task in TASKS.items() if task.classification]
 
 
+def task_help() -> str:
+    """The tasks as ``train --help`` lists them, sequence tasks first, those of one summary
+    together: ``copy | sort | reverse | addition (generated), parallel (...); for --model encoder: ...``."""
+
+    def listed(entries) -> str:
+        groups: dict[str, list[str]] = {}
+        for entry in entries:
+            groups.setdefault(entry.summary, []).append(entry.name)
+        return ", ".join(f"{' | '.join(names)} ({summary})" for summary, names in groups.items())
+
+    entries = TASKS.entries()
+    sequence = [e for e in entries if not TASKS[e.name].classification]
+    labels = [e for e in entries if TASKS[e.name].classification]
+    return f"{listed(sequence)}; for --model encoder: {listed(labels)}"
+
+
 def get_task(name: str) -> Task:
     if name not in TASKS:
         raise ConfigError("task", f"must be one of {', '.join(TASKS)}, got {name!r}{did_you_mean(str(name), TASKS)}")
-    return TASKS[name]
+    task = TASKS[name]
+    if not isinstance(task, Task):
+        raise UserError(f"task {name!r} is registered with {task!r}, not a graphformer.data.tasks.Task; fix its entry")
+    return task

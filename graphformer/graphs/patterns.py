@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from graphformer.choices import PATTERN_NAMES, SAMPLE_TERMS
+from graphformer.catalog import PATTERNS, SAMPLE_TERMS
+from graphformer.choices import PATTERN_NAMES
 from graphformer.errors import UserError, did_you_mean
 from graphformer.graphs import tree as tree_graph
 from graphformer.graphs.edges import EdgeList, unique_pairs
@@ -275,45 +276,43 @@ def _positive(name: str, value: int) -> None:
 
 full.spec, causal.spec = "full", "causal"
 
-_BUILDERS = {
-    "window": (window, 1),
-    "mirror": (mirror, 1),
-    "dilated": (dilated, 2),
-    "global": (global_tokens, 1),
-    "block": (block, 1),
-    "random": (random_links, (1, 2)),
-    "tree": (tree, 1),
-}
-_PLAIN = {"full": full, "causal": causal}
+# The patterns by name: graphformer.catalog.PATTERNS (each entry's target is a builder taking its
+# integer arguments, or, for an entry without arguments, the pattern itself).
 NAMES = PATTERN_NAMES
+
+
+def arity(arguments: str) -> tuple[int, ...]:
+    """How many integers a pattern's ``arguments`` (``"W,D"``, ``"R[,SEED]"``) allow: (2,), (1, 2)."""
+    required, _, optional = arguments.partition("[")
+    least = len([a for a in required.split(",") if a])
+    return tuple(range(least, least + len([a for a in optional.rstrip("]").split(",") if a]) + 1))
 
 
 def _parse_one(term: str) -> Pattern:
     causal_prefix = term.startswith("causal-")
     name, _, args = term.removeprefix("causal-").partition(":")
-    if name in _PLAIN:
-        if args:
-            raise UserError(f"attention pattern {term!r}: {name} takes no argument; write {name}")
-        base = _PLAIN[name]
-    elif name in _BUILDERS:
-        builder, arity = _BUILDERS[name]
-        try:
-            values = [int(a) for a in args.split(",")] if args else []
-        except ValueError:
-            raise UserError(f"attention pattern {term!r}: arguments must be integers, e.g. window:8") from None
-        allowed = arity if isinstance(arity, tuple) else (arity,)
-        if len(values) not in allowed:
-            raise UserError(
-                f"attention pattern {term!r}: {name} takes {' or '.join(map(str, allowed))} "
-                f"integer argument(s), e.g. {name}:{','.join(['4'] * allowed[0])}"
-            )
-        base = builder(*values)
-    else:
+    if name not in PATTERNS:
         known = [*NAMES, *(f"causal-{n}" for n in NAMES), *SAMPLE_TERMS]  # the command line takes sample terms too
         hint = did_you_mean(term.partition(":")[0], known)
         raise UserError(
             f"unknown attention pattern {term!r}{hint}; known: {', '.join(NAMES)} (with causal- prefix and + for unions)"
         )
+    allowed = arity(PATTERNS.entry(name).details.get("arguments", ""))
+    if allowed == (0,):
+        if args:
+            raise UserError(f"attention pattern {term!r}: {name} takes no argument; write {name}")
+        base = PATTERNS[name]
+    else:
+        try:
+            values = [int(a) for a in args.split(",")] if args else []
+        except ValueError:
+            raise UserError(f"attention pattern {term!r}: arguments must be integers, e.g. window:8") from None
+        if len(values) not in allowed:
+            raise UserError(
+                f"attention pattern {term!r}: {name} takes {' or '.join(map(str, allowed))} "
+                f"integer argument(s), e.g. {name}:{','.join(['4'] * allowed[0])}"
+            )
+        base = PATTERNS[name](*values)
     return make_causal(base) if causal_prefix and base is not causal else base
 
 

@@ -39,16 +39,18 @@ from pathlib import Path
 
 import torch
 
-from graphformer import choices
+from graphformer.catalog import SAMPLE_TERMS as TERMS
 from graphformer.data.corpus import Split
 from graphformer.data.text import read_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
 from graphformer.graphs.expression_tree import parse_tree
 
-PARSE_TREE, OPERANDS, GIVEN = SAMPLE_TERMS = tuple(choices.SAMPLE_TERMS)
+# The sample terms are the entries of graphformer.catalog.SAMPLE_TERMS (live: a plugin's are in them).
+SAMPLE_TERMS = TERMS.names()
+PARSE_TREE, OPERANDS, GIVEN = "parse-tree", "operands", "edges"  # the package's own
 # The relation each structure derived from the source serves: "enc", "dec" or "cross".
-DERIVED_FOR = {PARSE_TREE: "enc", OPERANDS: "cross"}
+DERIVED_FOR = TERMS.detail("serves")
 LAST_POSITION = torch.iinfo(torch.int64).max
 
 
@@ -102,15 +104,10 @@ def derive(term: str, words: Sequence[str], sample: int | str):
     if term not in DERIVED_FOR:
         raise ValueError(f"{term!r} names no structure derived from tokens (those are {', '.join(DERIVED_FOR)})")
     where = f"sample {sample}" if isinstance(sample, int) else sample
-    if term == OPERANDS:
-        try:
-            return operands(words)
-        except ValueError as err:
-            raise UserError(f"{where} is not two operands joined by '+' ({OPERANDS}): {err}") from None
     try:
-        return parse_tree(words)
-    except ValueError as err:
-        raise UserError(f"{where} does not parse as a bracketed expression ({PARSE_TREE}): {err}") from None
+        return TERMS[term](words)
+    except ValueError as err:  # the entry's "fails" says what the tokens are not
+        raise UserError(f"{where} {TERMS.entry(term).details['fails']} ({term}): {err}") from None
 
 
 def parse_pairs(line: str) -> EdgeList:

@@ -3,16 +3,18 @@
 A model class declares what it is and can do, so that no other module decides by the name of a
 kind of model:
 
-    kind             the ``ModelConfig.model`` value it builds (`build_model` picks the class by it)
+    kind             the ``ModelConfig.model`` value it builds: the name of its entry in
+                     `graphformer.catalog.MODELS`, where `build_model` finds the class
     records_maps     whether every layer attends once over the whole graph, so that
                      `graphformer.viz.attention_maps` draws one (heads, queries, keys) map per layer
                      (not so the ACT models: their steps attend on subgraphs of the active nodes)
-    pool_of(cfg)     the `GraphPool` whose batches a model of ``cfg`` reads
 
-and every model gives
+The graph pool a model reads is its config's (``cfg.graph_pool()``: the catalog entry's
+``classifies`` capability decides between a classifier's pool and a sequence model's). Every
+model gives
 
     model.cfg, model.attention_backend     its `ModelConfig`; the attention implementation
-    model.make_pool()                      its own pool, ``pool_of(model.cfg)``
+    model.make_pool()                      its own pool, ``model.cfg.graph_pool()``
     model.check_batch(batch)               refuse a batch made by another kind of pool
     model.encode(batch)                    (N_src, d_model) encoder output
     model(batch, full_output=False)        log-probabilities: (N_tgt, tgt_vocab) of the next
@@ -56,24 +58,14 @@ class GraphModel(nn.Module):
         self.cfg = cfg
         self.attention_backend = attention_backend
 
-    @classmethod
-    def pool_of(cls, cfg: ModelConfig) -> GraphPool:
-        """A graph pool with the attention patterns of ``cfg``."""
-        raise NotImplementedError
-
-    @classmethod
-    def has_cls_node(cls, cfg: ModelConfig) -> bool:
-        """Whether the pool of ``cfg`` puts a global `<cls>` node before each source's tokens."""
-        return False
-
     def make_pool(self) -> GraphPool:
         """A graph pool with this model's attention patterns."""
-        return self.pool_of(self.cfg)
+        return self.cfg.graph_pool()
 
     def check_batch(self, batch: GraphBatch) -> None:
         """Refuse a batch made by another kind of graph pool than this model's (a classifier's for a
         sequence model, or one without the `<cls>` node this classifier reads): it would run, wrongly."""
-        if batch.targets == self.cfg.classifies or batch.cls_node != self.has_cls_node(self.cfg):
+        if batch.targets == self.cfg.classifies or batch.cls_node != self.cfg.cls_node:
             made = (
                 "a sequence model's pool"
                 if batch.targets
@@ -97,10 +89,6 @@ class SequenceModel(GraphModel):
     * ``decode(tokens, positions, self_relation, cross_relation, memory_kv, remember)``: the
       log-probabilities (N, tgt_vocab) at N target nodes, as a `ModelOutput`.
     """
-
-    @classmethod
-    def pool_of(cls, cfg: ModelConfig) -> GraphPool:
-        return GraphPool(cfg.enc_attention, cfg.dec_attention, cfg.cross_attention)
 
     @property
     def cache_depth(self) -> int:

@@ -28,13 +28,13 @@ import torch
 from torch import nn
 
 from graphformer.attention import DEFAULT_BACKEND
-from graphformer.graphs import ENC, GraphBatch, GraphPool
+from graphformer.graphs import ENC, GraphBatch
 from graphformer.graphs.relation import Relation, sample_of
 from graphformer.model.act import ACTStats
 from graphformer.model.base import GraphModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import TokenEmbedding, check_ids, embed_source, make_embedder
-from graphformer.model.layers import Generator, init_weights
+from graphformer.model.layers import Generator, xavier_init
 from graphformer.model.output import ModelOutput
 from graphformer.model.transformer import Encoder
 from graphformer.model.universal import UniversalEncoder
@@ -43,17 +43,6 @@ from graphformer.vocab import EOS, PAD, SOS, UNK
 # The specials are never a prediction. <unk> is no label either: a test line's label unseen in
 # training reads as <unk>, and answering <unk> must not count as getting it right.
 NEVER_LABELS = (PAD, SOS, EOS, UNK)
-
-
-def reads_cls_node(pooling: str) -> bool:
-    """Whether a classifier pooling this way reads a global `<cls>` node (its pool adds one)."""
-    return pooling == "cls"
-
-
-def classifier_pool(enc_attention: str, pooling: str) -> GraphPool:
-    """The source-only graph pool of a classifier with this encoder pattern and pooling: cls
-    pooling puts a global `<cls>` node before each sample's tokens, mean and last add nothing."""
-    return GraphPool(enc_attention, targets=False, cls_node=reads_cls_node(pooling))
 
 
 class EncoderClassifier(GraphModel):
@@ -67,16 +56,7 @@ class EncoderClassifier(GraphModel):
         self.src_embed = make_embedder(cfg, TokenEmbedding(cfg.src_vocab, cfg.d_model))
         self.encoder = self.make_encoder(cfg)
         self.head = Generator(cfg.d_model, cfg.tgt_vocab)
-        init_weights(self)
-
-    @classmethod
-    def pool_of(cls, cfg: ModelConfig) -> GraphPool:
-        """A source-only graph pool with the encoder pattern of ``cfg`` (and `<cls>` node)."""
-        return classifier_pool(cfg.enc_attention, cfg.pooling)
-
-    @classmethod
-    def has_cls_node(cls, cfg: ModelConfig) -> bool:
-        return reads_cls_node(cfg.pooling)
+        xavier_init(self)
 
     def make_encoder(self, cfg: ModelConfig) -> nn.Module:
         return Encoder(cfg)
@@ -96,7 +76,7 @@ class EncoderClassifier(GraphModel):
     def summarize(self, batch: GraphBatch, h: torch.Tensor) -> torch.Tensor:
         """(B, d_model): each sample's `<cls>` node, the mean of its token nodes (not span nodes), or
         its `</s>` node."""
-        if self.cfg.pooling == "cls":
+        if self.cfg.cls_node:
             return h[batch.src_offsets]  # the <cls> node is each sample's first
         if self.cfg.pooling == "last":
             return h[batch.src_offsets + batch.src_lengths - 1]  # span nodes (trees) come after the tokens

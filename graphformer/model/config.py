@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from graphformer.catalog import MODELS as MODEL_KINDS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
 
-# The kinds of model and which options apply to each, without torch (for --help and `check`); the
-# class of each kind (`graphformer.model.factory.MODEL_CLASSES`) declares what it can do.
-MODELS = ("transformer", "universal", "encoder", "universal-encoder")
-CLASSIFIERS = ("encoder", "universal-encoder")  # one label per sample (graphformer.model.classifier)
-UNIVERSALS = ("universal", "universal-encoder")  # a shared layer repeated with ACT (graphformer.model.universal)
+# The kinds of model, their capabilities and classes: graphformer.catalog.MODELS (live names: a
+# plugin's kinds are in them), and which options apply to each, without torch (for --help and `check`).
+MODELS = MODEL_KINDS.names()
+CLASSIFIERS = MODEL_KINDS.names("classifies")  # one label per sample (graphformer.model.classifier)
+UNIVERSALS = MODEL_KINDS.names("universal")  # a shared layer repeated with ACT (graphformer.model.universal)
 POSITIONS = ("sinusoidal", "learned", "none")
 TYING = ("none", "decoder", "all")
 POOLINGS = ("cls", "mean", "last")
@@ -29,22 +30,23 @@ ENCODER_ONLY = ("pooling",)
 DECODER_ONLY = ("dec_attention", "cross_attention", "tie")
 
 
+def model_help() -> str:
+    """The kinds of model as ``train --help`` lists them (graphformer.catalog.MODELS)."""
+    from graphformer.data.tasks import classification_tasks
+
+    kinds = "; ".join(f"{e.name}: {e.summary}" for e in MODEL_KINDS.entries())
+    return f"{kinds}; the classifiers ({', '.join(CLASSIFIERS)}) take the tasks {', '.join(classification_tasks())}"
+
+
 @dataclass
 class ModelConfig(DictConfig):
     """Hyper-parameters of a ``GraphTransformer``, ``UniversalTransformer`` or ``EncoderClassifier``
     (saved with every checkpoint). Build the model with ``graphformer.model.build_model(cfg)``, its
-    graph pool (without the model) with ``graphformer.model.graph_pool(cfg)``."""
+    graph pool (without the model) with ``cfg.graph_pool()``."""
 
     src_vocab: int = option(help="source vocabulary size", range=AT_LEAST_1, cli=False)
     tgt_vocab: int = option(help="target vocabulary size", range=AT_LEAST_1, cli=False)
-    model: str = option(
-        "transformer",
-        "transformer: a stack of layers per side; universal: one shared layer "
-        "per side, repeated with adaptive computation time; encoder: the encoder stack and a "
-        "classification head, one label per sample (tasks listops, boolean, recall, classify); universal-encoder: "
-        "the same classifier on the universal encoder",
-        choices=MODELS,
-    )
+    model: str = option("transformer", model_help, choices=MODELS)
     layers: int = option(2, "layers per side (transformer, encoder)", range=AT_LEAST_1)
     d_model: int = option(128, "width of every node's hidden state", range=Range(low=2))
     heads: int = option(4, "attention heads (must divide d_model)", range=AT_LEAST_1)
@@ -113,9 +115,17 @@ class ModelConfig(DictConfig):
             )
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ConfigError("tie", "'all' needs one vocabulary for source and target (equal sizes)")
-        from graphformer.model.factory import graph_pool  # torch: only once a config is made, never for --help
+        self.graph_pool()  # parses and checks the attention patterns: fails early, with their own message
 
-        graph_pool(self)  # parses and checks the attention patterns: fails early, with their own message
+    def graph_pool(self):
+        """The `graphformer.graphs.GraphPool` whose batches the model of this config reads: a
+        classifier's holds source graphs only (with a `<cls>` node where `cls_node`), a sequence
+        model's the encoder, decoder and cross patterns."""
+        from graphformer.graphs.pool import GraphPool  # torch: only once a config is made, never for --help
+
+        if self.classifies:
+            return GraphPool(self.enc_attention, targets=False, cls_node=self.cls_node)
+        return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention)
 
     def _refuse_changed(self, names: tuple[str, ...], why: str) -> None:
         changed = [
@@ -128,6 +138,11 @@ class ModelConfig(DictConfig):
     def classifies(self) -> bool:
         """Whether the model gives one label per sample (an encoder classifier) rather than a sequence."""
         return self.model in CLASSIFIERS
+
+    @property
+    def cls_node(self) -> bool:
+        """Whether each source gets a global `<cls>` node placed first: a classifier pooling ``cls``."""
+        return self.classifies and self.pooling == "cls"
 
 
 def unused_layers(model: str) -> str | None:

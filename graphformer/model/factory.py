@@ -1,45 +1,44 @@
-"""The model that a config names: one place that knows every model class."""
+"""The model that a config names: its class is the entry of ``cfg.model`` in `graphformer.catalog.MODELS`.
 
-from graphformer.attention import DEFAULT_BACKEND
-from graphformer.graphs import GraphPool
-from graphformer.model.base import GraphModel
-from graphformer.model.classifier import EncoderClassifier, UniversalEncoderClassifier
+Nothing in `graphformer.model` imports this module: the classes are found by name, so adding a
+kind of model is its own module and one catalog entry.
+"""
+
+from graphformer.catalog import MODELS
+from graphformer.choices import DEFAULT_BACKEND
 from graphformer.model.config import ModelConfig, unused_layers
-from graphformer.model.transformer import GraphTransformer
-from graphformer.model.universal import UniversalTransformer
 from graphformer.vocab import SPECIALS
 
-# Each kind of ModelConfig.model and the class that builds it (the class declares its kind).
-MODEL_CLASSES: dict[str, type[GraphModel]] = {
-    cls.kind: cls for cls in (GraphTransformer, UniversalTransformer, EncoderClassifier, UniversalEncoderClassifier)
-}
+# Each kind of ModelConfig.model and the class that builds it, loaded on first use.
+MODEL_CLASSES = MODELS
 
 
-def graph_pool(cfg: ModelConfig) -> GraphPool:
+def graph_pool(cfg: ModelConfig):
     """The `GraphPool` whose batches the model ``cfg`` names reads (a classifier's: source graphs
-    only), without building the model."""
-    return MODEL_CLASSES[cfg.model].pool_of(cfg)
+    only), without building the model: ``cfg.graph_pool()``."""
+    return cfg.graph_pool()
 
 
-def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND) -> GraphModel:
-    """The model that ``cfg.model`` names."""
+def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
+    """The model that ``cfg.model`` names: the factory (`make_model` builds ``cfg`` from keywords first)."""
     if cfg.tgt_vocab <= len(SPECIALS):
         what = "label" if cfg.classifies else "token"
         raise ValueError(
             f"tgt_vocab ({cfg.tgt_vocab}) holds no {what} besides the {len(SPECIALS)} specials "
             f"{SPECIALS}: the model could only answer those"
         )
-    return MODEL_CLASSES[cfg.model](cfg, attention_backend)
+    cls = MODELS[cfg.model]
+    if getattr(cls, "kind", None) != cfg.model:
+        raise ValueError(f"model {cfg.model!r} is registered with {cls!r}, whose kind is not {cfg.model!r}")
+    return cls(cfg, attention_backend)
 
 
-def make_model(
-    src_vocab: int, tgt_vocab: int | None = None, attention_backend: str = DEFAULT_BACKEND, **hyper
-) -> GraphModel:
+def make_model(src_vocab: int, tgt_vocab: int | None = None, attention_backend: str = DEFAULT_BACKEND, **hyper):
     """Build a `GraphTransformer` (or, with ``model="universal"``, a `UniversalTransformer`, with
     ``model="encoder"`` an `EncoderClassifier` over ``tgt_vocab`` labels, with ``"universal-encoder"``
-    a `UniversalEncoderClassifier`); ``hyper`` are `ModelConfig` fields. ``layers`` sets the depth of
-    the layer stacks; the universal models have one shared layer and take ``max_depth`` instead
-    (giving them ``layers`` is an error)."""
+    a `UniversalEncoderClassifier`, or a plugin's kind); ``hyper`` are `ModelConfig` fields. ``layers``
+    sets the depth of the layer stacks; the universal models have one shared layer and take
+    ``max_depth`` instead (giving them ``layers`` is an error)."""
     # A config always holds a layers value (its default), so only a caller's explicit one is refused; the
     # command line warns instead, since a --config file may be shared by several kinds of model.
     if "layers" in hyper and (why := unused_layers(hyper.get("model", "transformer"))):

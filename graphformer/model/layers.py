@@ -153,14 +153,14 @@ def final_norm(cfg) -> nn.Module:
 
 
 def init_and_tie(model: nn.Module) -> None:
-    """`init_weights` on an encoder-decoder model, then, with ``cfg.tie`` 'decoder' or 'all', its
+    """`xavier_init` on an encoder-decoder model, then, with ``cfg.tie`` 'decoder' or 'all', its
     generator's matrix becomes the target token table (tied after initialising: initialised once)."""
-    init_weights(model)
+    xavier_init(model)
     if model.cfg.tie != "none":
         model.generator.proj.weight = model.tgt_embed.tokens.table.weight
 
 
-def init_weights(model: nn.Module) -> None:
+def xavier_init(model: nn.Module) -> None:
     """Xavier-uniform initialisation of every matrix (Vaswani et al.); biases and norms keep
     PyTorch's defaults. Call before tying weights, so a shared matrix is initialised once."""
     for p in model.parameters():

@@ -18,13 +18,15 @@ import os
 from dataclasses import dataclass, fields
 from typing import Optional
 
+from graphformer.catalog import BACKENDS
 from graphformer.choices import ATTENTION_BACKENDS, DEFAULT_ALPHA, DEFAULT_BACKEND, PRECISIONS, TRAIN_PRECISIONS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.data import synthetic
 from graphformer.data.batching import DECODE_BATCH_TOKENS
-from graphformer.data.tasks import TASKS, get_task
+from graphformer.data.tasks import TASKS, get_task, task_help
 from graphformer.errors import ConfigError, UserError
 from graphformer.model.config import ModelConfig
+from graphformer.registry import load_plugins
 from graphformer.training.progress import Progress
 
 # metric -> True when larger is better
@@ -37,15 +39,14 @@ PATHS = ("data_dir", "init_from")  # saved absolute: a run is evaluated and resu
 BATCH_SIZE = 64  # sentences per training batch when neither batch_size nor batch_tokens is given
 
 
+def backend_help() -> str:
+    """The backends as ``train --help`` lists them, from graphformer.catalog.BACKENDS."""
+    return "same results, different speed: " + "; ".join(f"{e.name}: {e.summary}" for e in BACKENDS.entries())
+
+
 @dataclass
 class TrainConfig(DictConfig):
-    task: str = option(
-        "copy",
-        "copy | sort | reverse | addition (generated), parallel (your files in --data-dir), "
-        "multi30k (English-German); for --model encoder: listops | boolean | recall (generated), classify (your "
-        "texts and one label per line in --data-dir)",
-        choices=tuple(TASKS),
-    )
+    task: str = option("copy", task_help, choices=TASKS)
     data_dir: Optional[str] = option(
         None,
         "parallel, classify: train/valid/test.{src,tgt} files; copy, sort, "
@@ -145,15 +146,12 @@ class TrainConfig(DictConfig):
         "also log loss, learning rate, tokens/s, validation metrics and recorded "
         "attention maps to RUN_DIR/tensorboard (needs the tensorboard extra)",
     )
+    plugins: Optional[str] = option(
+        None, "the plugin modules the run was trained with, comma-separated (train --plugin)", cli=False
+    )
     attention_backend: str = option(
         DEFAULT_BACKEND,
-        "same results, different speed: dgl: edge-wise DGL kernels; torch: the "
-        "same message passing as PyTorch ops (any device); blocked: block-sparse tiles "
-        "(long sequences, local patterns); padded: one dense matrix per sample (batches of "
-        "short sentences); flex: PyTorch's FlexAttention with the edges as a block mask (torch "
-        ">= 2.5; trains on CUDA only); auto: padded where edges fill a quarter of the "
-        "batch's tiles, flex (no gradients, on a CPU) or blocked on long relations whose blocks hold edges, "
-        "else dgl where DGL is installed and runs on the device, else torch",
+        backend_help,
         choices=ATTENTION_BACKENDS,
     )
 
@@ -310,6 +308,7 @@ def _resumed_configs(run_dir: str, model_given: dict, train_given: dict) -> tupl
     if not (run / CONFIG).is_file():
         raise UserError(f"--resume: no run to continue in {run_dir} (no {CONFIG}); start it without --resume")
     model_saved, train_saved = run.read_config()
+    load_run_plugins(train_saved)
     saved = ModelConfig.from_dict(model_saved)
     for name, value in model_given.items():
         if getattr(saved, name) != value:
@@ -318,6 +317,11 @@ def _resumed_configs(run_dir: str, model_given: dict, train_given: dict) -> tupl
                 f"{differs(getattr(saved, name), value)}: a resumed run keeps its model; start a new run to change it",
             )
     return saved, resume_config(TrainConfig.from_dict(absolute_paths(train_saved)), train_given)
+
+
+def load_run_plugins(train_values: dict) -> None:
+    """Import the plugins a run was trained with (its saved ``plugins``), before its options are read."""
+    load_plugins((train_values.get("plugins") or "").split(","))
 
 
 def init_model_options(where: str) -> dict:

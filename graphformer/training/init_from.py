@@ -57,7 +57,7 @@ def check_init_vocab(train: Split, src_vocab: Vocab, tgt_vocab: Vocab, path: Pat
     return None
 
 
-def init_weights(model, state: dict, path: Path) -> None:
+def load_init_weights(model, state: dict, path: Path) -> None:
     """Copy the weights of ``state`` (a checkpoint) into ``model``, which must have the same
     shapes; a mismatch names the model options that differ."""
     try:

@@ -11,11 +11,10 @@ from graphformer.data.corpus import Split, read_split
 from graphformer.data.tasks import get_task
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs.sample_edges import attach
-from graphformer.model import ModelConfig
-from graphformer.model import build_model as model_from_config
+from graphformer.model import ModelConfig, build_model
 from graphformer.training import checkpoint
 from graphformer.training.checks import check_labels, check_lengths, check_matches_run
-from graphformer.training.config import TrainConfig
+from graphformer.training.config import TrainConfig, load_run_plugins
 from graphformer.training.distributed import resolve_device
 from graphformer.training.progress import Progress
 from graphformer.training.run_dir import RunDir, find_checkpoint
@@ -34,6 +33,7 @@ class LoadedRun:
         state = checkpoint.load(path)
         check_matches_run(state, RunDir(self.run_dir), path)
         self.path = path
+        load_run_plugins(state["train_config"])  # a plugin's task or model kind is named in the configs
         self.train_cfg = TrainConfig.from_dict(state["train_config"])
         self.task = get_task(self.train_cfg.task)
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state)
@@ -97,7 +97,7 @@ def checkpoint_vocabs(state: dict) -> tuple[Vocab, Vocab]:
 
 
 def load_model(state: dict, path: Path, attention_backend: str = DEFAULT_BACKEND):
-    model = model_from_config(ModelConfig.from_dict(state["model_config"]), attention_backend)
+    model = build_model(ModelConfig.from_dict(state["model_config"]), attention_backend)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError:

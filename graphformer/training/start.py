@@ -26,8 +26,7 @@ from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import GraphPool
 from graphformer.graphs.sample_edges import attach
-from graphformer.model import ModelConfig, graph_pool
-from graphformer.model import build_model as model_from_config
+from graphformer.model import ModelConfig, build_model, graph_pool
 from graphformer.training import checkpoint
 from graphformer.training.checks import (
     check_labels,
@@ -38,7 +37,7 @@ from graphformer.training.checks import (
 )
 from graphformer.training.config import TrainConfig
 from graphformer.training.distributed import Context
-from graphformer.training.init_from import check_init_fits, check_init_vocab, init_weights, read_init
+from graphformer.training.init_from import check_init_fits, check_init_vocab, load_init_weights, read_init
 from graphformer.training.loaded import checkpoint_vocabs, load_model
 from graphformer.training.progress import Progress
 from graphformer.training.run_dir import LAST, LOCK, RunDir
@@ -120,9 +119,9 @@ def _new_run(files, ctx, cfg, model_cfg, recorder, fit_max_len, init) -> RunStat
     model_cfg = dataclasses.replace(model_cfg, src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab))
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    model = model_from_config(model_cfg, cfg.attention_backend)
+    model = build_model(model_cfg, cfg.attention_backend)
     if init:
-        init_weights(model, *init)
+        load_init_weights(model, *init)
     if ctx.is_main:
         files.clear_records()  # every check has passed: this run starts here
         files.write_config(model_cfg, cfg)

@@ -20,7 +20,7 @@ from graphformer.errors import UserError
 from graphformer.graphs import patterns
 from graphformer.graphs.relation import Relation
 
-needs_flex = pytest.mark.skipif(flex.available() is not None, reason=str(flex.available()))
+needs_flex = pytest.mark.skipif(flex.unavailable() is not None, reason=str(flex.unavailable()))
 HEADS, DIM = 2, 8
 
 
@@ -84,12 +84,12 @@ def assert_matches_torch_backend(relation, q, k, v, weight_tolerance=1e-5, **opt
 
 
 def test_without_flexattention_the_backend_says_what_to_install_in_one_line(monkeypatch):
-    """On torch < 2.5 (or with FlexAttention hidden, as here on newer torch) `available` gives the
+    """On torch < 2.5 (or with FlexAttention hidden, as here on newer torch) `unavailable` gives the
     reason, `runs_on` and `worth_it` say no, and a call is one UserError line naming the fix."""
     monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)  # import raises ImportError
-    flex.available.cache_clear()
+    flex.unavailable.cache_clear()
     try:
-        reason = flex.available()
+        reason = flex.unavailable()
         relation = pattern_relation("window:1", 4, 4)
         q = torch.randn(4, 1, 4)
         assert not flex.runs_on(q) and not flex.worth_it(relation, q)
@@ -97,7 +97,7 @@ def test_without_flexattention_the_backend_says_what_to_install_in_one_line(monk
             flex.attend(relation, q, q, q)
     finally:
         monkeypatch.undo()
-        flex.available.cache_clear()
+        flex.unavailable.cache_clear()
     assert reason == str(error.value) and "\n" not in reason
     assert "torch >= 2.5" in reason and torch.__version__ in reason and "blocked/torch" in reason
 
@@ -349,4 +349,4 @@ def test_training_with_flex_on_this_cpu_is_refused_in_one_line_before_anything_i
     way ``train --attention-backend flex`` here is one line, exit 2, and no run folder."""
     line = refused_training(tmp_path, "flex")
     assert "--attention-backend" in line
-    assert ("torch >= 2.5" in line) if flex.available() else ("only on CUDA" in line and "auto" in line)
+    assert ("torch >= 2.5" in line) if flex.unavailable() else ("only on CUDA" in line and "auto" in line)

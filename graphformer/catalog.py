@@ -1,0 +1,142 @@
+"""The package's extension points and its own entries in them, one `register` call per choice.
+
+Five registries (`graphformer.registry.Registry`), each a mapping from name to the loaded object:
+
+    BACKENDS      attention backends: ``attend(relation, q, k, v, return_weights=False)``
+    PATTERNS      attention patterns: a builder ``(*ints) -> pattern``, or, where the entry takes
+                  no arguments, the pattern ``(num_keys, num_queries) -> (u, v)`` itself
+    SAMPLE_TERMS  each sample's own edges: derived from its source tokens (``words -> (u, v)``
+                  or a pattern of the sample) for one relation, or given beside the data
+    TASKS         `graphformer.data.tasks.Task` objects
+    MODELS        `graphformer.model.base.GraphModel` classes, built from a ``ModelConfig``
+
+The command line builds its choices, ``--help`` and checks from these entries; the modules that
+run them load them by name. Adding one inside the package: its own module, and one entry here;
+from outside: the same `register` call in a plugin (``docs/howto/extend.md``).
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+from graphformer.registry import Registry
+
+BACKENDS = Registry(
+    "attention backend",
+    {
+        "chooses": "picks another backend per call (auto)",
+        "trains-only-on-cuda": "computes gradients on CUDA only (evaluation and decoding elsewhere)",
+        "needs-dgl": "needs DGL installed",
+        "needs-flex-attention": "needs torch's FlexAttention (torch >= 2.5)",
+    },
+)
+# The rule of auto, written once: the help, the docs' table and graphformer.attention's docstring show it.
+AUTO_RULE = (
+    "padded where edges fill a quarter of the batch's tiles, flex (no gradients, on a CPU) or "
+    "blocked on long relations whose blocks hold edges, else dgl where DGL is installed and runs on "
+    "the device, else torch"
+)
+BACKENDS.register("auto", AUTO_RULE, "graphformer.attention:_auto", ["chooses"])
+BACKENDS.register("dgl", "edge-wise DGL kernels", "graphformer.attention.dgl_ops:attend", ["needs-dgl"])
+BACKENDS.register(
+    "torch", "the same message passing as PyTorch ops (any device)", "graphformer.attention.torch_ops:attend"
+)
+BACKENDS.register(
+    "padded", "one dense matrix per sample (batches of short sentences)", "graphformer.attention.padded:attend"
+)
+BACKENDS.register(
+    "blocked", "block-sparse tiles (long sequences, local patterns)", "graphformer.attention.blocked:attend"
+)
+BACKENDS.register(
+    "flex",
+    "PyTorch's FlexAttention with the edges as a block mask (torch >= 2.5; trains on CUDA only)",
+    "graphformer.attention.flex:attend",
+    ["trains-only-on-cuda", "needs-flex-attention"],
+    why_cpu="torch's FlexAttention has no backward pass",
+)
+
+PATTERNS = Registry("attention pattern", {"encoder-only": "adds span nodes: --enc-attention only"})
+# ``arguments``: what follows the colon, as ``train --help`` writes it; [...] is optional.
+PATTERNS.register("full", "every pair", "graphformer.graphs.patterns:full", arguments="")
+PATTERNS.register("causal", "key <= query", "graphformer.graphs.patterns:causal", arguments="")
+PATTERNS.register("window", "|key - query| <= W", "graphformer.graphs.patterns:window", arguments="W")
+PATTERNS.register("mirror", "the window reflected", "graphformer.graphs.patterns:mirror", arguments="W")
+PATTERNS.register("dilated", "a strided window", "graphformer.graphs.patterns:dilated", arguments="W,D")
+PATTERNS.register("global", "the first G tokens", "graphformer.graphs.patterns:global_tokens", arguments="G")
+PATTERNS.register("block", "blocks of B", "graphformer.graphs.patterns:block", arguments="B")
+PATTERNS.register("random", "R random keys", "graphformer.graphs.patterns:random_links", arguments="R[,SEED]")
+PATTERNS.register(
+    "tree", "a binary-partition tree", "graphformer.graphs.patterns:tree", ["encoder-only"], arguments="K"
+)
+
+SAMPLE_TERMS = Registry(
+    "sample term",
+    {
+        "derived": "derived from the sample's source tokens (details: serves, fails)",
+        "given": "read beside the data, {split}.{relation}.edges",
+    },
+)
+SAMPLE_TERMS.register(
+    "parse-tree",
+    "the source's parse tree (encoder only)",
+    "graphformer.graphs.expression_tree:parse_tree",
+    ["derived"],
+    serves="enc",
+    fails="does not parse as a bracketed expression",
+)
+SAMPLE_TERMS.register(
+    "operands",
+    "target position t reads position t of each operand of A + B (cross only)",
+    "graphformer.graphs.sample_edges:operands",
+    ["derived"],
+    serves="cross",
+    fails="is not two operands joined by '+'",
+)
+SAMPLE_TERMS.register("edges", "{split}.{relation}.edges", None, ["given"])
+
+TASKS = Registry("task", {"generated": "its data is generated from the seed"})
+for _name in ("copy", "sort", "reverse", "addition"):
+    TASKS.register(_name, "generated", f"graphformer.data.tasks:{_name.upper()}", ["generated"])
+TASKS.register("listops", "generated", "graphformer.data.tasks:LISTOPS", ["generated"])
+TASKS.register("recall", "generated", "graphformer.data.tasks:RECALL", ["generated"])
+TASKS.register("boolean", "generated", "graphformer.data.tasks:BOOLEAN", ["generated"])
+TASKS.register("parallel", "your files in --data-dir", "graphformer.data.tasks:PARALLEL")
+TASKS.register("classify", "your texts and one label per line in --data-dir", "graphformer.data.tasks:CLASSIFY")
+TASKS.register("multi30k", "English-German", "graphformer.data.tasks:MULTI30K")
+
+MODELS = Registry(
+    "model",
+    {
+        "classifies": "one label per sample: an encoder and a head, no decoder (its pool: source graphs only)",
+        "universal": "a shared layer repeated with ACT (max_depth, act_threshold, ponder_weight apply)",
+    },
+)
+MODELS.register("transformer", "a stack of layers per side", "graphformer.model.transformer:GraphTransformer")
+MODELS.register(
+    "universal",
+    "one shared layer per side, repeated with adaptive computation time",
+    "graphformer.model.universal:UniversalTransformer",
+    ["universal"],
+)
+MODELS.register(
+    "encoder",
+    "the encoder stack and a classification head, one label per sample",
+    "graphformer.model.classifier:EncoderClassifier",
+    ["classifies"],
+)
+MODELS.register(
+    "universal-encoder",
+    "the same classifier on the universal encoder",
+    "graphformer.model.classifier:UniversalEncoderClassifier",
+    ["classifies", "universal"],
+)
+
+REGISTRIES = {"backend": BACKENDS, "pattern": PATTERNS, "sample-term": SAMPLE_TERMS, "task": TASKS, "model": MODELS}
+
+
+def table(registry: Registry) -> str:
+    """A Markdown table of ``registry``'s entries (name, summary, capabilities), as the docs show it."""
+    rows = ["| name | what | capabilities |", "| --- | --- | --- |"]
+    for entry in registry.entries():
+        shown = entry.name + (f":{entry.details['arguments']}" if entry.details.get("arguments") else "")
+        rows.append(f"| `{shown}` | {entry.summary} | {', '.join(sorted(entry.capabilities))} |")
+    return "\n".join(rows)
