@@ -13,7 +13,8 @@ How it was started shows in ``sys.argv[0]``:
 
 Anything else is a program that calls `graphformer.cli.main` itself (the tests, a notebook),
 whose hints say plain ``graphformer``. The processes of ``train --processes N`` run
-``python -m graphformer`` but are told their launcher's command (`COMMAND`).
+``python -m graphformer`` but are told their launcher's command (`COMMAND`); those torchrun
+starts say ``python -m graphformer`` with this interpreter's path.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 COMMAND = "GRAPHFORMER_COMMAND"  # set by graphformer.training.launch for the processes it starts
+TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for the processes it starts
 NAME = "graphformer"
 
 
@@ -33,6 +35,8 @@ def invoked_as() -> str:
     docstring)."""
     if COMMAND in os.environ:
         return os.environ[COMMAND]
+    if TORCHRUN in os.environ:  # the user typed torchrun's command; this interpreter runs graphformer alone
+        return shlex.join([sys.executable, "-m", NAME])
     script = sys.argv[0] if sys.argv else ""
     if _is_our_main(script):
         words = sys.orig_argv[: len(sys.orig_argv) - len(sys.argv) + 1]  # the interpreter, its options, -m graphformer

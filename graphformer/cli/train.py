@@ -11,6 +11,7 @@ from graphformer.cli.signals import abort_on_ctrl_c_at_exit, abort_training
 from graphformer.errors import UserError
 from graphformer.model.config import ModelConfig, unused_layers
 from graphformer.training.config import TrainConfig, run_configs
+from graphformer.training.config_file import read_config_file
 from graphformer.training.progress import Progress
 
 
@@ -21,7 +22,7 @@ def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
     return run_configs(
         given(args, ModelConfig),
         {**given(args, TrainConfig), **plugins},
-        config_file=args.config,
+        from_file=read_config_file(args.config) if args.config else ({}, {}),
         resume=args.out if args.resume else None,
     )
 

@@ -2,8 +2,8 @@
 the run (``RUN_DIR/config.json`` and every checkpoint).
 
 A run's configuration is assembled here too (`run_configs`): the dataclass defaults, then a
-``--config`` file (`graphformer.training.config_file`), then the flags (`with_flags`); a resumed
-run's saved configuration, then what may change (`resume_config`).
+``--config`` file (`graphformer.training.config_file`, read by the caller), then the flags
+(`with_flags`); a resumed run's saved configuration, then what may change (`resume_config`).
 
 Resuming a run keeps its configuration: only the fields marked ``RESUME_OVERRIDES`` (how long to
 train) may be given again with another value, ``RUNTIME`` fields (where and how fast to run)
@@ -279,19 +279,17 @@ def differs(saved, given) -> str:
 
 
 def run_configs(
-    model_given: dict, train_given: dict, *, config_file: str | None = None, resume: str | None = None
+    model_given: dict, train_given: dict, *, from_file: tuple[dict, dict] = ({}, {}), resume: str | None = None
 ) -> tuple[ModelConfig, TrainConfig]:
     """The configuration of a run to train, from the options given (name -> value, as flags).
 
-    A new run takes the dataclass defaults, then ``config_file``, then what is given (with
-    ``init_from``, the model options of its checkpoint come first); ``resume`` (a run
+    A new run takes the dataclass defaults, then ``from_file`` (the model and train options of a
+    ``--config`` file, `graphformer.training.config_file.read_config_file`), then what is given
+    (with ``init_from``, the model options of its checkpoint come first); ``resume`` (a run
     directory) takes that run's saved configuration, then what may change (`resume_config`).
     """
-    if config_file:
-        from graphformer.training.config_file import read_config_file
-
-        model_file, train_file = read_config_file(config_file)
-        model_given, train_given = {**model_file, **model_given}, with_flags(train_file, train_given)
+    model_file, train_file = from_file
+    model_given, train_given = {**model_file, **model_given}, with_flags(train_file, train_given)
     train_given = absolute_paths(train_given)
     if resume is not None:
         return _resumed_configs(resume, model_given, train_given)

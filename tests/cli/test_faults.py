@@ -387,7 +387,8 @@ def test_a_process_killed_mid_epoch_stops_the_other_within_seconds_and_the_run_r
     printed = done.stderr
     assert done.returncode == 128 + signal.SIGKILL and "Traceback" not in printed, printed[-3000:]
     assert f"graphformer: process {rank} was killed by SIGKILL; " in printed
-    assert f"continue from the last checkpoint with: graphformer train --processes 2 --out {run} --resume" in printed
+    invoked = f"{sys.executable} -m graphformer"  # the hint names the command as it was started
+    assert f"continue from the last checkpoint with: {invoked} train --processes 2 --out {run} --resume" in printed
     assert checkpoint.load(run / LAST)["progress"]["step"] == resumes_from
     assert bool(list(run.glob(".*.tmp-*"))) == (moment == "write")  # the half-written one, never renamed
     resumed = subprocess.run(

@@ -215,7 +215,8 @@ def test_a_signal_to_any_one_rank_stops_every_rank_with_a_checkpoint(tmp_path):
     steps = read_jsonl(run / "steps.jsonl")
     assert checkpoint.load(run / LAST)["progress"]["step"] == steps[-1]["step"], printed[-3000:]
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written" in printed, printed[-3000:]
-    assert f"continue with: graphformer train --processes 2 --out {run} --resume" in printed  # one machine
+    invoked = f"{sys.executable} -m graphformer"  # torchrun's processes name this interpreter
+    assert f"continue with: {invoked} train --processes 2 --out {run} --resume" in printed  # one machine
     # Rank 0 exits with 130 as an interrupted run does; torchrun reports that exit in its own words.
     assert code != 0 and "Connection reset" not in printed and "(exitcode: 130) local_rank: 0" in printed
 
@@ -259,10 +260,10 @@ def test_ctrl_c_stops_a_processes_run_after_one_step_with_a_checkpoint_and_no_tr
     steps = read_jsonl(run / "steps.jsonl")
     assert code == 130 and "Traceback" not in printed, printed[-3000:]
     assert checkpoint.load(run / LAST)["progress"]["step"] == steps[-1]["step"]
-    resume = f"graphformer train --processes 2 --out {run} --resume"
+    resume = f"{sys.executable} -m graphformer train --processes 2 --out {run} --resume"  # as it was started
     assert f"interrupted at step {steps[-1]['step']}; checkpoint written to {run}; continue with: {resume}" in printed
     more = str(steps[-1]["step"] + 2)
-    done = _run([sys.executable, "-m", *resume.split(), "--max-steps", more], env, tmp_path / "resume.log")
+    done = _run([*resume.split(), "--max-steps", more], env, tmp_path / "resume.log")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert [s["step"] for s in read_jsonl(run / "steps.jsonl")][-3:] == [steps[-1]["step"] + i for i in range(3)]
 
@@ -286,7 +287,8 @@ def test_a_killed_process_of_a_processes_run_stops_the_other_and_the_launcher_sa
     assert code == 128 + signal.SIGKILL and "Traceback" not in printed, printed[-3000:]
     # Rank 0 is stopped at once, or ends by itself first on the lost connection, with one line.
     assert "graphformer: process 1 was killed by SIGKILL; " in printed, printed[-3000:]
-    assert f"continue from the last checkpoint with: graphformer train --processes 2 --out {run} --resume" in printed
+    invoked = f"{sys.executable} -m graphformer"  # the hint names the command as it was started
+    assert f"continue from the last checkpoint with: {invoked} train --processes 2 --out {run} --resume" in printed
 
 
 @pytest.mark.slow
