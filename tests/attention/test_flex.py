@@ -3,9 +3,10 @@ backend's edge-wise attention: outputs and weights, on relations of several samp
 cross attention and queries of a single key; its refusals; and ``auto``'s question, `worth_it`.
 
 Most cases run FlexAttention uncompiled (``compiled=False``: the same block mask and mask_mod,
-without the ~30 s compilation); one slow test runs the compiled kernel, the one the backend uses,
-on two relations of different sizes (so once more with dynamic shapes). All run without gradients
-on the CPU, where FlexAttention has no backward pass. On torch < 2.5 only the refusal test runs.
+without the ~30 s compilation); slow tests run the compiled kernel, the one the backend uses, on
+relations of several sizes and layouts (one kernel per shared size), and every test that calls
+flex asserts how its calls were served (`flex_calls`). All run without gradients on the CPU,
+where FlexAttention has no backward pass. On torch < 2.5 only the refusal tests run.
 """
 
 import sys
