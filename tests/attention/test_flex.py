@@ -4,8 +4,8 @@ cross attention and queries of a single key; its refusals; and ``auto``'s questi
 
 Most cases run FlexAttention uncompiled (``compiled=False``: the same block mask and mask_mod,
 without the ~30 s compilation); slow tests run the compiled kernel, the one the backend uses, on
-relations of several sizes and layouts (one kernel per shared size), and every test that calls
-flex asserts how its calls were served (`flex_calls`). All run without gradients on the CPU,
+relations of several sizes and layouts (one kernel per shared size), and the tests of the compiled
+path assert how their calls were served (`flex_calls`). All run without gradients on the CPU,
 where FlexAttention has no backward pass. On torch < 2.5 only the refusal tests run.
 """
 
