@@ -194,6 +194,11 @@ CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 MAX_CPU_KERNELS = 32
 
 
+# The CPU kernels built in this process, as (threads, q shape, k shape, bitmap shape, dtype). All are
+# torch.compile entries of one function, flex_attention, whose limit counts them together.
+_BUILT: set[tuple] = set()
+
+
 class TooManySizes(RuntimeError):
     """A call of a size that would compile one CPU kernel more than `MAX_CPU_KERNELS`."""
 
@@ -229,23 +234,22 @@ def _compiled(threads: int):
     root = os.environ.get(CACHE_VARIABLE) or os.path.join(tempfile.gettempdir(), "graphformer-inductor")
     folder = os.path.join(root, f"threads-{threads}")
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    built: set[tuple] = set()
 
     def in_own_cache(Q, K, V, layout: FlexLayout, scale: float):
-        size = (Q.shape, K.shape, layout.bits.shape, Q.dtype)
-        if size not in built and len(built) >= MAX_CPU_KERNELS:
+        size = (threads, Q.shape, K.shape, layout.bits.shape, Q.dtype)
+        if size not in _BUILT and len(_BUILT) >= MAX_CPU_KERNELS:
             raise TooManySizes(f"this process has compiled {MAX_CPU_KERNELS} CPU kernel sizes, the most it builds")
         previous = os.environ.get(CACHE_VARIABLE)
         os.environ[CACHE_VARIABLE] = folder
         try:
-            with torch._dynamo.config.patch({limit: MAX_CPU_KERNELS + 1}):
+            with torch._dynamo.config.patch({limit: MAX_CPU_KERNELS + 8}):  # and a GPU's few
                 out = kernel(Q, K, V, block_mask=layout.block_mask, scale=scale)
         finally:
             if previous is None:
                 del os.environ[CACHE_VARIABLE]
             else:
                 os.environ[CACHE_VARIABLE] = previous
-        built.add(size)
+        _BUILT.add(size)
         return out
 
     return in_own_cache
