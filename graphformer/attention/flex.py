@@ -39,7 +39,8 @@ its time and memory under flex's name), and choosing among backends is ``auto``'
 (`FlexLayout.edge_scores`): the compiled CPU kernel cannot return the lse.
 
 Each call is counted (`graphformer.attention.flex_calls`): compiled, uncompiled, or handed to the
-blocked or torch backend where the compiled CPU kernel failed to build (`_fallback`).
+blocked or torch backend (`_fallback`: where the compiled CPU kernel failed to build, or a size
+would pass `MAX_CPU_KERNELS`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How the flex backend served this process's calls: by the compiled kernel, uncompiled, or by
-another backend after the compiled kernel failed to build (and why).
+another backend where the compiled kernel could not serve them (and why).
 
 The results are the same either way (the stand-ins are exact), so nothing in them shows which
 ran; these counts do. They are per process, kept from its start: a command reads them before and
@@ -19,7 +19,7 @@ COMPILED, UNCOMPILED, FALLEN_BACK = "compiled", "uncompiled", "fallen_back"
 class FlexCalls:
     """Counts of flex calls: ``compiled`` (torch.compile's kernel), ``uncompiled`` (FlexAttention
     run eagerly: ``compiled=False``, for tests), and ``fallen_back``: handed to the blocked or
-    torch backend, by reason (the first line of the build error)."""
+    torch backend, by reason (the first line of the build error, or the kernel-size limit)."""
 
     compiled: int = 0
     uncompiled: int = 0
@@ -73,12 +73,12 @@ def worth_saying(backend: str, calls: FlexCalls) -> bool:
 
 def summary(calls: FlexCalls) -> str:
     """One line for the end of a command, e.g. ``flex attention: 40 of 52 calls ran compiled; 12 ran
-    on blocked/torch (CppCompileError: ...)``."""
+    on blocked/torch, with the same results (12: CppCompileError: ...)``."""
     fallen = sum(calls.fallen_back.values())
     line = f"flex attention: {calls.compiled} of {calls.total} call{'s' if calls.total != 1 else ''} ran compiled"
     if calls.uncompiled:
         line += f", {calls.uncompiled} uncompiled"
     if fallen:
         reasons = "; ".join(f"{n}: {why}" for why, n in calls.fallen_back.most_common())
-        line += f"; {fallen} ran on blocked/torch after the compiled kernel failed to build ({reasons})"
+        line += f"; {fallen} ran on blocked/torch, with the same results ({reasons})"
     return line
