@@ -13,8 +13,8 @@ Methods: ``flex`` (`graphformer.attention.flex.attend`, compiled), ``blocked`` a
 (`graphformer.attention.blocked.attend`, `graphformer.attention.torch_ops.attend`), and ``sdpa``:
 ``torch.nn.functional.scaled_dot_product_attention`` with a dense (N, N) boolean mask of the edges.
 Each (method, pattern) runs in a fresh process, lengths in increasing order: one warm-up call (for
-flex the compilation: the first length compiles, the second compiles again with dynamic shapes,
-later ones reuse it), then the median of ``--rounds`` calls; peak memory is the growth of the
+flex the compilation: on a CPU one kernel per power-of-two size, see `graphformer.attention.flex`),
+then the median of ``--rounds`` calls; peak memory is the growth of the
 process's resident set over the timed calls. A size whose time or memory, extrapolated from the
 previous one (edges for the graph backends, N^2 for sdpa), would pass 60 s or 8 GiB is skipped, and
 the row says why; a call of 2 s or more is timed once. All processes of one run share a fresh

@@ -27,9 +27,9 @@ padded keys are in no block's bitmap (never attended) and padded query rows, whi
 are dropped from the output.
 
 FlexAttention needs torch >= 2.5 (`unavailable`); the import is lazy, so this module imports on older
-torch. It is fast only compiled (`torch.compile`, one compiled function per process with dynamic
-shapes, so new node counts reuse it); uncompiled it materialises every score of the padded plane,
-which only tests can afford (``compiled=False``). On the CPU torch's FlexAttention has no backward
+torch. It is fast only compiled (`torch.compile`, see `_compiled` for how kernels are shared among
+sizes); uncompiled it materialises every score of the padded plane, which only tests can afford
+(``compiled=False``). On the CPU torch's FlexAttention has no backward
 pass and its compiled kernel returns no lse: the backend serves forward passes without gradients
 there (evaluation, decoding), and a call that needs gradients on the CPU raises a one-line
 `UserError` naming the backends that train there. It raises rather than handing the call to
@@ -37,6 +37,10 @@ another backend: a backend named by the user is the one that runs (a silent subs
 its time and memory under flex's name), and choosing among backends is ``auto``'s job, for which
 `worth_it` refuses such calls. The weights are normalised over the edges' own scores
 (`FlexLayout.edge_scores`): the compiled CPU kernel cannot return the lse.
+
+Each call is counted (`graphformer.attention.flex_calls`): compiled, uncompiled, or handed to the
+blocked or torch backend (`_fallback`: where the compiled CPU kernel failed to build, or a size
+would pass `MAX_CPU_KERNELS`).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import warnings
 
 import torch
 
+from graphformer.attention import flex_calls
 from graphformer.attention.flex_layout import FlexLayout
 from graphformer.errors import UserError
 from graphformer.graphs.relation import Relation
@@ -116,13 +121,19 @@ def default_block(device: torch.device | str) -> int:
     return BLOCK.get(torch.device(device).type, 128)
 
 
-def layout_of(relation: Relation, block: int | tuple[int, int] | None = None) -> FlexLayout:
+def layout_of(
+    relation: Relation, block: int | tuple[int, int] | None = None, shared_sizes: bool | None = None
+) -> FlexLayout:
     """The relation's layout for ``block`` (default: `default_block` of its device), built once
-    and kept with the relation."""
+    and kept with the relation. ``shared_sizes`` (default: on a CPU, whose compiled kernels are
+    one per size, see `_compiled`) rounds its sizes up to powers of two (`FlexLayout`)."""
     _require()
     block = default_block(relation.device) if block is None else block
     block = (block, block) if isinstance(block, int) else tuple(block)
-    return relation.layout(("flex", block), lambda r: FlexLayout(r.u, r.v, r.num_keys, r.num_queries, block))
+    shared = relation.device.type == "cpu" if shared_sizes is None else shared_sizes
+    return relation.layout(
+        ("flex", block, shared), lambda r: FlexLayout(r.u, r.v, r.num_keys, r.num_queries, block, shared)
+    )
 
 
 def worth_it(
@@ -169,31 +180,46 @@ def worth_it(
 
 
 def _kernel(compiled: bool, device_type: str):
-    """FlexAttention, compiled once per process (`_compiled`; on the CPU once per thread count
-    too), or not compiled at all."""
+    """FlexAttention as ``kernel(Q, K, V, layout, scale)``: compiled (`_compiled`: on the CPU per
+    thread count and per size), or not compiled at all."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if not compiled:
-        return flex_attention
+        return lambda Q, K, V, layout, scale: flex_attention(Q, K, V, block_mask=layout.block_mask, scale=scale)
     return _compiled(torch.get_num_threads() if device_type == "cpu" else 0)
 
 
 CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+# Kernel sizes one process compiles on the CPU at most (`_compiled`); powers of two keep a model's
+# relations to a few (each costs seconds to tens of seconds to build).
+MAX_CPU_KERNELS = 32
+
+
+# The CPU kernels built in this process, as (threads, q shape, k shape, bitmap shape, dtype). All are
+# torch.compile entries of one function, flex_attention, whose limit counts them together.
+_BUILT: set[tuple] = set()
+
+
+class TooManySizes(RuntimeError):
+    """A call of a size that would compile one CPU kernel more than `MAX_CPU_KERNELS`."""
 
 
 @functools.cache
 def _compiled(threads: int):
     """FlexAttention compiled for ``threads`` CPU threads (0: for a GPU).
 
-    Node counts change with every batch. Compiled with torch.compile's default (automatic dynamic
-    shapes), the first call compiles for its sizes and the first call with other sizes compiles
-    once more with the node and block counts symbolic; every later size reuses that kernel.
-    Symbolic from the first call is not an option: ``dynamic=True`` also makes the block side
-    symbolic, which the CPU kernel's code generator does not compile, and the BlockMask's lengths
-    are plain ints, which pin the first kernel's sizes anyway. A new head count, head size or dtype,
-    or the first call with gradients (CUDA), compiles again; past torch.compile's limit of kernels
-    per function (``torch._dynamo.config.recompile_limit``) calls would run uncompiled, which one
-    model's few kinds of call do not reach.
+    Node counts change with every batch. On a GPU torch.compile's default (automatic dynamic
+    shapes) serves them: the first call compiles for its sizes, the first call with other sizes
+    compiles once more with the node and block counts symbolic, and every later size reuses that
+    kernel. On the CPU that symbolic kernel does not build (torch 2.11 to 2.14): Inductor's C++
+    template names its tile sizes as size symbols and renames them back by replacing text, so the
+    tile's ``ks1`` -> ``cur_qSplitSize`` also turns the bitmap's size ``ks18`` into an undeclared
+    ``cur_qSplitSize8`` (benchmarks/flex_cpu_dynamic_shapes.py reproduces it). So CPU kernels are
+    compiled for fixed sizes (``dynamic=False``: no size symbol exists to be renamed), and CPU
+    layouts round their sizes up to powers of two (`FlexLayout`'s ``shared_sizes``), so relations
+    of many sizes share a few kernels. A process builds at most `MAX_CPU_KERNELS` (torch.compile's
+    own limit per function, 8, is raised for these calls); a call of a further size raises
+    `TooManySizes`. A new head count, head size or dtype is a new size too.
 
     Inductor writes the thread count into a CPU kernel's C++ and sizes each thread's buffers by
     it, but does not key its on-disk cache by it (torch 2.11): a kernel built under one count
@@ -202,22 +228,30 @@ def _compiled(threads: int):
     in the temp folder), set for the call only."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    kernel = torch.compile(flex_attention)
     if not threads:
-        return kernel
+        kernel = torch.compile(flex_attention)
+        return lambda Q, K, V, layout, scale: kernel(Q, K, V, block_mask=layout.block_mask, scale=scale)
+    kernel = torch.compile(flex_attention, dynamic=False)
     root = os.environ.get(CACHE_VARIABLE) or os.path.join(tempfile.gettempdir(), "graphformer-inductor")
     folder = os.path.join(root, f"threads-{threads}")
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 
-    def in_own_cache(*args, **kwargs):
+    def in_own_cache(Q, K, V, layout: FlexLayout, scale: float):
+        size = (threads, Q.shape, K.shape, layout.bits.shape, Q.dtype)
+        if size not in _BUILT and len(_BUILT) >= MAX_CPU_KERNELS:
+            raise TooManySizes(f"this process has compiled {MAX_CPU_KERNELS} CPU kernel sizes, the most it builds")
         previous = os.environ.get(CACHE_VARIABLE)
         os.environ[CACHE_VARIABLE] = folder
         try:
-            return kernel(*args, **kwargs)
+            with torch._dynamo.config.patch({limit: MAX_CPU_KERNELS + 8}):  # and a GPU's few
+                out = kernel(Q, K, V, block_mask=layout.block_mask, scale=scale)
         finally:
             if previous is None:
                 del os.environ[CACHE_VARIABLE]
             else:
                 os.environ[CACHE_VARIABLE] = previous
+        _BUILT.add(size)
+        return out
 
     return in_own_cache
 
@@ -227,10 +261,12 @@ def _compiled(threads: int):
 _FAILED: dict[str, str] = {}
 
 
-def _fallback(relation: Relation, q, k, v, return_weights: bool):
-    """The same attention by the exact backends auto would take without flex."""
+def _fallback(relation: Relation, q, k, v, return_weights: bool, reason: str):
+    """The same attention by the exact backends auto would take without flex, counted as fallen
+    back for ``reason``."""
     from graphformer.attention import blocked, torch_ops
 
+    flex_calls.count(flex_calls.FALLEN_BACK, reason)
     attend = blocked.attend if blocked.worth_it(relation) else torch_ops.attend
     return attend(relation, q, k, v, return_weights=return_weights)
 
@@ -282,30 +318,30 @@ def attend(
     if relation.num_queries == 0:  # nothing to attend (an empty subgraph of active nodes)
         out = q.new_zeros(q.shape)
         return (out, q.new_zeros(relation.num_edges, q.shape[1], 1)) if return_weights else out
-    layout = layout_of(relation, default_block(q.device) if block is None else block)
+    if compiled and q.device.type in _FAILED:
+        return _fallback(relation, q, k, v, return_weights, _FAILED[q.device.type])
+    layout = layout_of(
+        relation, default_block(q.device) if block is None else block, compiled and q.device.type == "cpu"
+    )
     Q, K, V = layout.pad_queries(q), layout.pad_keys(k), layout.pad_keys(v)
     if K.data_ptr() == Q.data_ptr() or V.data_ptr() in (Q.data_ptr(), K.data_ptr()):
         K, V = K.clone(), V.clone()  # the compiled CPU kernel refuses one buffer read as two inputs
     scale = 1.0 / math.sqrt(q.shape[-1])
-    if compiled and q.device.type in _FAILED:
-        return _fallback(relation, q, k, v, return_weights)
     try:
-        with warnings.catch_warnings():
-            if not compiled:  # asked for: the warning says to compile
-                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            out = _kernel(compiled, q.device.type)(Q, K, V, block_mask=layout.block_mask, scale=scale)
+        out = _run(layout, Q, K, V, scale, compiled)
+    except TooManySizes as err:
+        return _fallback(relation, q, k, v, return_weights, str(err))
     except Exception as err:  # noqa: BLE001 - told apart by name: Inductor is not imported here
         if not (compiled and q.device.type == "cpu" and type(err).__name__ == "InductorError"):
             raise
         _FAILED[q.device.type] = str(err).splitlines()[0] if str(err) else type(err).__name__
         warnings.warn(
-            "flex: torch's compiled CPU kernel failed to build for this block layout (its code generator "
-            "fails on some second layouts of one size); this process's flex calls now run on the blocked "
-            "or torch backend, with the same results",
+            "flex: torch's compiled CPU kernel failed to build for this block layout; this process's "
+            "flex calls now run on the blocked or torch backend, with the same results",
             RuntimeWarning,
             stacklevel=2,
         )
-        return _fallback(relation, q, k, v, return_weights)
+        return _fallback(relation, q, k, v, return_weights, _FAILED[q.device.type])
     out = out[0].transpose(0, 1)[: relation.num_queries].contiguous()  # (N_dst, H, d), padded rows dropped
     if not return_weights:
         return out
@@ -316,6 +352,16 @@ def attend(
     with torch.no_grad():
         scores = layout.edge_scores(relation.u, relation.v, Q, K, scale)  # (E, H)
         return out, _normalise(scores, relation.v, relation.num_queries)[..., None]
+
+
+def _run(layout: FlexLayout, Q, K, V, scale: float, compiled: bool) -> torch.Tensor:
+    """The kernel's (1, H, padded_queries, d) output, the call counted as compiled or uncompiled."""
+    with warnings.catch_warnings():
+        if not compiled:  # asked for: the warning says to compile
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        out = _kernel(compiled, Q.device.type)(Q, K, V, layout, scale)
+    flex_calls.count(flex_calls.COMPILED if compiled else flex_calls.UNCOMPILED)
+    return out
 
 
 def _normalise(scores: torch.Tensor, dst: torch.Tensor, num_queries: int) -> torch.Tensor:

@@ -1,6 +1,13 @@
 """A relation's edges as FlexAttention's block mask: which blocks of the (query, key) plane are
 empty, full or partial, and a bitmap per partial block (the layout `graphformer.attention.flex`
-describes)."""
+describes).
+
+With ``shared_sizes`` every count the compiled kernel is specialised on (query blocks, key
+blocks, bitmap slots) is rounded up to a power of two (`shared_size`), so relations of many sizes
+share a few kernels: the added query blocks list no key block and the added slots are never read,
+so they cost memory (less than twice the padded q, k and v), not work. The CPU kernel needs that
+(see `graphformer.attention.flex`: torch 2.11's code generator fails on kernels for several sizes).
+"""
 
 from __future__ import annotations
 
@@ -15,20 +22,30 @@ class FlexLayout:
 
     Attributes:
         num_keys, num_queries: the relation's nodes; ``padded_keys``/``padded_queries`` rounded up
-            to whole blocks (what the kernel sees).
+            to whole blocks, with ``shared_sizes`` to a power of two of blocks (what the kernel sees).
         block_mask: the BlockMask (batch 1, one head broadcast to all heads).
         partial, full: how many blocks carry a bitmap and how many are all edges.
-        bits: (2 + partial, BQ, BK) bool: slot 0 all False, slot 1 all True, then one per partial block.
+        bits: (2 + partial, BQ, BK) bool: slot 0 all False, slot 1 all True, then one per partial
+            block (and, with ``shared_sizes``, unused slots up to a power of two).
         table: (q_blocks, k_blocks) int32 slot of each block's bitmap.
     """
 
-    def __init__(self, u: torch.Tensor, v: torch.Tensor, num_keys: int, num_queries: int, block: tuple[int, int]):
+    def __init__(
+        self,
+        u: torch.Tensor,
+        v: torch.Tensor,
+        num_keys: int,
+        num_queries: int,
+        block: tuple[int, int],
+        shared_sizes: bool = False,
+    ):
         from torch.nn.attention.flex_attention import BlockMask
 
         bq, bk = block
         self.block = block
         self.num_keys, self.num_queries = num_keys, num_queries
-        q_blocks, k_blocks = -(-num_queries // bq), -(-num_keys // bk)
+        size = shared_size if shared_sizes else int
+        q_blocks, k_blocks = size(-(-num_queries // bq)), size(-(-num_keys // bk))
         self.padded_queries, self.padded_keys = q_blocks * bq, k_blocks * bk
         device = u.device
         # Edges per block: a block is full when it holds BQ * BK distinct edges (a verified
@@ -44,7 +61,7 @@ class FlexLayout:
         table = torch.full((q_blocks, k_blocks), _EMPTY, dtype=torch.int32, device=device)
         table[full] = _FULL
         table[partial] = torch.arange(2, 2 + self.partial, dtype=torch.int32, device=device)
-        bits = torch.zeros(2 + self.partial, bq, bk, dtype=torch.bool, device=device)
+        bits = torch.zeros(size(2 + self.partial), bq, bk, dtype=torch.bool, device=device)
         bits[_FULL] = True
         slot = table.view(-1)[tile_of_edge]
         in_partial = slot >= 2
@@ -102,6 +119,11 @@ class FlexLayout:
     def pad_keys(self, x: torch.Tensor) -> torch.Tensor:
         """(N_src, H, d) -> (1, H, padded_keys, d), the keys that no edge names zeroed."""
         return _to_sequence(x, self.padded_keys, self.unread_keys)
+
+
+def shared_size(count: int) -> int:
+    """The power of two at or above ``count``: sizes that many relations share."""
+    return 1 << max(count - 1, 0).bit_length()
 
 
 def _ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

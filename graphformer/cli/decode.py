@@ -40,11 +40,23 @@ def _precision_context(precision: str, device):
     return context
 
 
+def say_flex_calls(backend: str, before) -> None:
+    """The line that ends a command whose user chose ``flex`` or whose ``auto`` used it: how many
+    flex calls since ``before`` (a `flex_calls.snapshot`) ran compiled, and how many on another backend."""
+    from graphformer.attention import flex_calls
+
+    calls = flex_calls.since(before)
+    if flex_calls.worth_saying(backend, calls):
+        print(flex_calls.summary(calls), file=sys.stderr)
+
+
 def cmd_evaluate(args) -> int:
     from tqdm.auto import tqdm
 
+    from graphformer.attention import flex_calls
     from graphformer.training.evaluate import HEADLINE, evaluate, for_console
 
+    before = flex_calls.snapshot()
     run, decoding = _load_run(args)
     precision = _precision_context(decoding.precision, run.device)
     _, detokenize = run.pipelines()
@@ -93,6 +105,7 @@ def cmd_evaluate(args) -> int:
             + (f" (beam {decoding.beam})" if searched else "")
             + (f" in {decoding.precision}" if decoding.precision != "float32" else "")
         )
+    say_flex_calls(run.model.attention_backend, before)
     return 0
 
 
@@ -123,10 +136,12 @@ def read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args) -> int:
+    from graphformer.attention import flex_calls
     from graphformer.decoding import check_decodable
     from graphformer.decoding.inputs import encode_lines, source_limit
     from graphformer.graphs.sample_edges import edges_of_lines
 
+    before = flex_calls.snapshot()
     run, decoding = _load_run(args)
     pool = run.model.make_pool()
     check_decodable(pool)  # before any input is read or any progress is shown: the one line said is why
@@ -139,7 +154,9 @@ def cmd_translate(args) -> int:
     edges = edges_of_lines(pool, source.words, args.edges)  # a line that does not parse: one error
     _warn_about_input(source, source_limit(run.model, pool))
     with precision:
-        return _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet, edges=edges)
+        status = _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet, edges=edges)
+    say_flex_calls(run.model.attention_backend, before)
+    return status
 
 
 def _warn_about_input(source, limit: int) -> None:

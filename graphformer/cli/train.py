@@ -45,8 +45,11 @@ def chose_max_len(args, train_cfg: TrainConfig) -> bool:
 
 
 def cmd_train(args) -> int:
+    from graphformer.attention import flex_calls
+    from graphformer.cli.decode import say_flex_calls
     from graphformer.training.run_dir import resume_command
 
+    before = flex_calls.snapshot()
     model_cfg, train_cfg = train_configs(args)  # before any process starts: a mistake gets one line, once
     world = os.environ.get("WORLD_SIZE")
     if args.processes > 1 and world is None:  # start the processes, each of which runs this command
@@ -89,6 +92,7 @@ def cmd_train(args) -> int:
     trainer.close()
     if not trainer.ctx.is_main:
         return 0
+    say_flex_calls(trainer.cfg.attention_backend, before)
     return _report_end(args, trainer, metrics)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from graphformer.attention import flex_calls
 from graphformer.data.batching import DECODE_BATCH_TOKENS, plan_batches
 from graphformer.data.corpus import Split
 from graphformer.decoding import DEFAULT_ALPHA, translate_ids
@@ -137,11 +138,13 @@ def evaluate(
     ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
     where the model's tokens are not words (subwords); by default the model's tokens are scored.
     ``progress(n)`` hears of the sentences decoded, batch by batch; ``batch_tokens``: source tokens
-    per decoding batch, as ``translate`` batches."""
+    per decoding batch, as ``translate`` batches. Where the model's backend is ``flex``, or
+    ``auto`` gave it calls, the scores say how flex served them (`flex_calls.FlexCalls.as_metrics`)."""
+    before = flex_calls.snapshot()
     scores = teacher_forced(model, split, pool)
     scores["n"] = len(split)
     if not pool.decodable:  # target-side sample edges: teacher forcing is all there is to score
-        return scores
+        return {**scores, **_flex_metrics(model, before)}
     scores["exact_match"], hyps = exact_match(
         model, split, pool, beam, alpha, batch_tokens=batch_tokens, progress=progress
     )
@@ -150,7 +153,13 @@ def evaluate(
         scores["accuracy"] = scores["exact_match"]
     if references is not None:
         scores.update(bleu_of(hyps, split, tgt_vocab, references, detokenize, bleu_tokenize))
-    return scores
+    return {**scores, **_flex_metrics(model, before)}
+
+
+def _flex_metrics(model, before: flex_calls.FlexCalls) -> dict:
+    """How flex served the calls since ``before``, where the model asked for it or auto used it."""
+    calls = flex_calls.since(before)
+    return calls.as_metrics() if flex_calls.worth_saying(model.attention_backend, calls) else {}
 
 
 def bleu_of(hyps: list, split: Split, tgt_vocab, references: list[str], detokenize, bleu_tokenize=None) -> dict:

@@ -3,9 +3,10 @@ backend's edge-wise attention: outputs and weights, on relations of several samp
 cross attention and queries of a single key; its refusals; and ``auto``'s question, `worth_it`.
 
 Most cases run FlexAttention uncompiled (``compiled=False``: the same block mask and mask_mod,
-without the ~30 s compilation); one slow test runs the compiled kernel, the one the backend uses,
-on two relations of different sizes (so once more with dynamic shapes). All run without gradients
-on the CPU, where FlexAttention has no backward pass. On torch < 2.5 only the refusal test runs.
+without the ~30 s compilation); slow tests run the compiled kernel, the one the backend uses, on
+relations of several sizes and layouts (one kernel per shared size), and the tests of the compiled
+path assert how their calls were served (`flex_calls`). All run without gradients on the CPU,
+where FlexAttention has no backward pass. On torch < 2.5 only the refusal tests run.
 """
 
 import sys
@@ -15,7 +16,7 @@ import pytest
 import torch
 from helpers import refused_training
 
-from graphformer.attention import flex, flex_layout, torch_ops
+from graphformer.attention import flex, flex_calls, flex_layout, graph_attention, torch_ops
 from graphformer.errors import UserError
 from graphformer.graphs import patterns
 from graphformer.graphs.relation import Relation
@@ -134,8 +135,8 @@ def test_the_layout_skips_empty_blocks_and_unmasks_full_ones():
     bitmap), the last one, 4 tokens and 4 padded ones, is partial with its padding masked, and the
     other blocks are in no list."""
     relation = pattern_relation("block:8", 44, 44)
-    layout = flex.layout_of(relation, 8)
-    assert layout is flex.layout_of(relation, 8)  # kept with the relation
+    layout = flex.layout_of(relation, 8, shared_sizes=False)
+    assert layout is flex.layout_of(relation, 8, shared_sizes=False)  # kept with the relation
     assert (layout.padded_queries, layout.padded_keys) == (48, 48)
     assert layout.full == 5 and layout.partial == 1  # the last block holds 4 x 4 edges of 8 x 8
     assert layout.bits.shape == (2 + 1, 8, 8) and layout.table.shape == (6, 6)
@@ -143,6 +144,34 @@ def test_the_layout_skips_empty_blocks_and_unmasks_full_ones():
     assert last[:4, :4].all() and not last[4:].any() and not last[:, 4:].any()
     assert layout.block_mask.kv_num_blocks.tolist() == [[[0, 0, 0, 0, 0, 1]]]
     assert layout.block_mask.full_kv_num_blocks.tolist() == [[[1, 1, 1, 1, 1, 0]]]
+
+
+@needs_flex
+def test_shared_sizes_round_blocks_and_slots_up_to_powers_of_two():
+    """The CPU layout of the same 44 tokens: 6 blocks a side become 8 and 3 bitmap slots 4; the
+    added blocks list no key block, so the kernel's output is the same attention."""
+    relation = pattern_relation("block:8", 44, 44)
+    layout = flex.layout_of(relation, 8, shared_sizes=True)
+    assert layout is flex.layout_of(relation, 8) and layout is not flex.layout_of(relation, 8, shared_sizes=False)
+    assert (layout.padded_queries, layout.padded_keys) == (64, 64)
+    assert layout.table.shape == (8, 8) and layout.bits.shape == (4, 8, 8) and not layout.bits[3].any()
+    assert layout.block_mask.kv_num_blocks.tolist() == [[[0, 0, 0, 0, 0, 1, 0, 0]]]
+    assert layout.block_mask.full_kv_num_blocks.tolist() == [[[1, 1, 1, 1, 1, 0, 0, 0]]]
+    assert [flex_layout.shared_size(n) for n in (1, 2, 3, 4, 5, 17, 64)] == [1, 2, 4, 4, 8, 32, 64]
+    for case in ("samples, cross", "window+global, cross"):
+        relation = CASES[case]()
+        q, k, v = qkv(relation, seed=9)
+        layout = flex.layout_of(relation, 16, shared_sizes=True)
+        with torch.no_grad():
+            out = flex._kernel(False, "cpu")(
+                layout.pad_queries(q), layout.pad_keys(k), layout.pad_keys(v), layout, DIM**-0.5
+            )
+            torch.testing.assert_close(
+                out[0].transpose(0, 1)[: relation.num_queries],
+                torch_ops.attend(relation, q, k, v),
+                rtol=1e-5,
+                atol=1e-5,
+            )
 
 
 @needs_flex
@@ -220,11 +249,13 @@ def test_the_compiled_kernel_equals_the_torch_backend_across_sizes():
         pytest.skip("this CPU has no AVX2: FlexAttention's CPU kernel does not compile here")
     first = sample_relation([130, 64, 200], [130, 64, 200], 0.05, seed=4)
     second = pattern_relation("window:16+global:1", 300, 170)
+    before = flex_calls.snapshot()
     for relation in (first, second):
         assert_matches_torch_backend(relation, *qkv(relation, seed=6))
     with torch.inference_mode():
         q, k, v = qkv(first, seed=7)
         torch.testing.assert_close(flex.attend(first, q, k, v), torch_ops.attend(first, q, k, v), rtol=1e-5, atol=1e-5)
+    assert flex_calls.since(before) == flex_calls.FlexCalls(compiled=3)
 
 
 @needs_flex
@@ -269,6 +300,7 @@ def test_a_kernel_that_fails_to_build_falls_back_to_the_exact_backends(monkeypat
     n = 1100
     relation = Relation.of_edges(*patterns.parse("window:8")(n, n), n, n)
     q = torch.randn(n, HEADS, DIM)
+    before = flex_calls.snapshot()
     with torch.no_grad():
         assert flex.worth_it(relation, q, q, q) == flex.runs_on(q, q, q)
         with pytest.warns(RuntimeWarning, match="now run on the blocked or torch backend"):
@@ -278,22 +310,77 @@ def test_a_kernel_that_fails_to_build_falls_back_to_the_exact_backends(monkeypat
         torch.testing.assert_close(weights, ref_weights)
         assert "cpu" in flex._FAILED and not flex.worth_it(relation, q, q, q)
         torch.testing.assert_close(flex.attend(relation, q, q, q), ref)  # no second try, no second warning
+        after_failure = flex_calls.snapshot()
+        torch.testing.assert_close(graph_attention(relation, q, q, q, "auto"), ref)
+    calls = flex_calls.since(before)
+    assert calls.compiled == calls.uncompiled == 0 and calls.fallen_back == {"CppCompileError: C++ compile error": 2}
+    assert flex_calls.since(after_failure).total == 0  # auto no longer hands flex the call
+    line = flex_calls.summary(calls)
+    assert (
+        line.startswith("flex attention: 0 of 2 calls ran compiled; 2 ran on blocked/torch")
+        and "CppCompileError" in line
+    )
+
+
+@needs_flex
+def test_auto_hands_flex_long_filled_relations_and_counts_them(monkeypatch):
+    """auto's choice, read off the counts: a long window goes to flex (here a stand-in kernel, so
+    that no compilation runs), a short one and a call after a build failure do not."""
+    if not flex.cpu_kernel_runs():
+        pytest.skip("this CPU has no AVX2: auto never hands flex a CPU call here")
+    monkeypatch.setattr(flex, "_FAILED", {})
+    monkeypatch.setattr(
+        flex, "_compiled", lambda threads: flex._kernel(False, "cpu")
+    )  # uncompiled, counted as compiled
+    long_one, short = pattern_relation("window:8", 1100, 1100), pattern_relation("window:8", 300, 300)
+    q = torch.randn(1100, HEADS, DIM)
+    before = flex_calls.snapshot()
+    with torch.no_grad():
+        for relation in (long_one, short):
+            x = q[: relation.num_queries]
+            torch.testing.assert_close(graph_attention(relation, x, x, x, "auto"), torch_ops.attend(relation, x, x, x))
+    assert flex_calls.since(before) == flex_calls.FlexCalls(compiled=1)
+    graph_attention(long_one, q.requires_grad_(), q, q, "auto")  # needs gradients: not flex
+    assert flex_calls.since(before) == flex_calls.FlexCalls(compiled=1)
+
+
+@needs_flex
+def test_past_the_most_kernel_sizes_calls_go_to_the_exact_backends(monkeypatch):
+    """A call whose size would compile one CPU kernel too many runs on blocked/torch, counted with
+    the reason; it does not stop flex for the sizes already built."""
+    if not flex.cpu_kernel_runs():
+        pytest.skip("this CPU has no AVX2: FlexAttention's CPU kernel does not compile here")
+    monkeypatch.setattr(flex, "MAX_CPU_KERNELS", 0)
+    monkeypatch.setattr(flex, "_FAILED", {})
+    relation = CASES["window"]()
+    q, k, v = (torch.randn(relation.num_queries, 3, 4) for _ in range(3))  # a head count no other test compiles
+    before = flex_calls.snapshot()
+    with torch.no_grad():
+        torch.testing.assert_close(flex.attend(relation, q, k, v), torch_ops.attend(relation, q, k, v))
+    calls = flex_calls.since(before)
+    assert calls.compiled == 0 and sum(calls.fallen_back.values()) == 1 and not flex._FAILED
+    assert "compiled 0 CPU kernel sizes" in next(iter(calls.fallen_back))
 
 
 @needs_flex
 @pytest.mark.slow
-def test_compiled_flex_gives_exact_attention_on_two_layouts_of_one_size():
-    """The layouts torch's CPU code generator has failed to build (window:128, then window:64,
-    at one size): compiled or fallen back, every call equals the torch backend."""
-    n = 2048
-    for spec in ("window:128", "window:64"):
+def test_compiled_flex_runs_compiled_and_exact_on_two_layouts_of_one_size():
+    """Two layouts of one size whose bitmaps differ in length (10 and 6 partial blocks): torch
+    2.11's code generator failed to build the second with automatic dynamic shapes
+    (benchmarks/flex_cpu_dynamic_shapes.py); kernels for fixed, shared sizes build both, and
+    then serve a third relation of another node count in the same bucket without compiling."""
+    if not flex.cpu_kernel_runs():
+        pytest.skip("this CPU has no AVX2: FlexAttention's CPU kernel does not compile here")
+    before = flex_calls.snapshot()
+    for spec, n in (("window:8", 256), ("window:130", 256), ("window:8", 200)):
         relation = Relation.of_edges(*patterns.parse(spec)(n, n), n, n)
-        q, k, v = (torch.randn(n, 4, 32, generator=torch.Generator().manual_seed(i)) for i in range(3))
+        q, k, v = (torch.randn(n, 2, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
         with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.simplefilter("error", RuntimeWarning)  # a fallback warns
             torch.testing.assert_close(
                 flex.attend(relation, q, k, v), torch_ops.attend(relation, q, k, v), atol=1e-5, rtol=1e-5
             )
+    assert flex_calls.since(before) == flex_calls.FlexCalls(compiled=3)
 
 
 ONE_CALL = """
