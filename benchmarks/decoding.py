@@ -84,7 +84,7 @@ from graphformer.attention import unavailable
 from graphformer.cli import at_least_one
 from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
 from graphformer.decoding import DEFAULT_ALPHA, IncrementalStepper, beam_search, greedy_search, translate_ids
-from graphformer.graphs import make_batch
+from graphformer.graphs import make_batch, patterns
 from graphformer.model.dense import to_torch_transformer
 from graphformer.vocab import EOS, PAD, UNK, Vocab
 
@@ -163,37 +163,48 @@ class DenseCacheStepper:
         self.cache[:, :, :, :, : self.t] = self.cache[:, :, parents, :, : self.t]
 
 
-class InlineStepGraphStepper(IncrementalStepper):
+class InlineStepGraphStepper:
     """The graph decoder with its step's abstractions taken out: a bound, not a decoder to use.
 
-    Everything is `IncrementalStepper`'s (the graph batch and encoder, its padded memory, its cache
-    of each hypothesis's keys and values as one block, reorders and dropped rows, search) except
-    ``step``, whose operations are written out inline as the dense peer's are: no relation, no
-    backend dispatch, no node functions or residual blocks, one fused attention call per
-    sub-layer over the cache's and the memory's blocks, read in place. It computes what the graph
-    step computes (`tests/bench/test_benchmarks.py` holds it to that). Its time against the dense peer's is
+    Everything is an `IncrementalStepper`'s, held as ``graph`` (the graph batch and encoder, its
+    padded memory ``memory_kv``, its `graphformer.decoding.cache.DecodingCache` of each hypothesis's keys and values as one
+    block, reorders and dropped rows, search) except ``step``, whose operations are written out
+    inline as the dense peer's are: no relation, no backend dispatch, no node functions or
+    residual blocks, one fused attention call per sub-layer over the cache's blocks and the
+    memory's, read in place. It computes what the graph step computes
+    (`tests/bench/test_benchmarks.py` holds it to that). Its time against the dense peer's is
     the most the graph decoder could reach by cutting its per-step overhead alone: the bound on
     fixed lengths, where nothing ends early. For what the fixed setting decodes: a pre-norm
     Transformer, causal decoder self-attention and full cross-attention, sources of one length.
     """
 
     def __init__(self, model, batch, hyps_per_sentence: int, max_steps: int, pool):
-        super().__init__(model, batch, hyps_per_sentence, max_steps, pool)
+        lengths = set(batch.src_lengths.tolist())
         if not (
             model.cfg.model == "transformer"
             and model.cfg.norm_first
-            and self.causal
-            and self.cross is not None
-            and len(set(self.src_lengths)) == 1
+            and pool.dec is patterns.causal
+            and pool.cross_is_full
+            and len(lengths) == 1
         ):
             raise ValueError(
                 "the inline step covers pre-norm Transformers with causal and full attention on sources "
                 "of one length (the fixed setting)"
             )
+        self.graph = IncrementalStepper(model, batch, hyps_per_sentence, max_steps, pool)
+        self.model, self.k, self.width = model, hyps_per_sentence, lengths.pop()
+        self.device = self.graph.device
+
+    @property
+    def num_hyps(self) -> int:
+        return self.graph.num_hyps
+
+    def reorder(self, parents):
+        self.graph.reorder(parents)
 
     def step(self, tokens):
-        model, t, n, k = self.model, self.t, self.num_hyps, self.k
-        x = model.tgt_embed.embed(tokens, torch.full_like(tokens, t))
+        model, cache, n, k = self.model, self.graph.cache, self.graph.num_hyps, self.k
+        x = model.tgt_embed.embed(tokens, torch.full_like(tokens, self.graph.t))
         for i, layer in enumerate(model.decoder.layers):
             attn, cross, d = layer.self_attn, layer.cross_attn, x.shape[1]
             q, key, value = (
@@ -201,16 +212,16 @@ class InlineStepGraphStepper(IncrementalStepper):
                 .view(n, 3, attn.heads, -1)
                 .unbind(1)
             )
-            self.cache[0, i, :n, t], self.cache[1, i, :n, t] = key, value
-            keys, values = (self.cache[j, i, :n, : t + 1].transpose(1, 2) for j in (0, 1))  # (n, H, t + 1, d_head)
+            cache.write(i, key, value)
+            keys, values = (z.transpose(1, 2) for z in cache.blocks(i))  # (n, H, t + 1, d_head)
             x = x + attn.out_proj(F.scaled_dot_product_attention(q[:, :, None], keys, values).view(n, d))
             q = F.linear(layer.cross_block.norm(x), cross.in_proj.weight[:d], cross.in_proj.bias[:d])
             q = q.view(n // k, k, cross.heads, -1).transpose(1, 2)  # (sentences, H, k, d_head)
-            memory = (z.view(n // k, self.width, cross.heads, -1).transpose(1, 2) for z in self.memory_kv[i])
+            memory = (z.view(n // k, self.width, cross.heads, -1).transpose(1, 2) for z in self.graph.memory_kv[i])
             o = F.scaled_dot_product_attention(q, *memory).transpose(1, 2).reshape(n, d)
             x = x + cross.out_proj(o)
             x = x + layer.feed_forward.linear2(torch.relu(layer.feed_forward.linear1(layer.ff_block.norm(x))))
-        self.t += 1
+        cache.end_step()
         return model.generator(model.decoder.norm(x))
 
 

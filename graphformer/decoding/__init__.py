@@ -8,6 +8,7 @@ import torch
 
 from graphformer.data.batching import DECODE_BATCH_TOKENS
 from graphformer.decoding.buckets import in_length_buckets
+from graphformer.decoding.cache import DecodingCache
 from graphformer.decoding.inputs import SourceLines, encode_lines, source_limit
 from graphformer.decoding.labels import classify_ids
 from graphformer.decoding.search import DEFAULT_ALPHA, Hypothesis, beam_search, check_alpha, greedy_search
@@ -83,6 +84,7 @@ __all__ = [
     "beam_search",
     "greedy_search",
     "IncrementalStepper",
+    "DecodingCache",
     "RecomputeStepper",
     "translate_ids",
     "SourceLines",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from graphformer.decoding.cache import DecodingCache
 from graphformer.decoding.search import reads_are_free
 from graphformer.errors import UserError
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch, GraphPool, make_batch, patterns
@@ -83,9 +84,11 @@ class IncrementalStepper:
             every beam search step).
 
     Node layout (what makes a step cheap). Target node j of live hypothesis h is cached at id
-    ``h * max_steps + j`` (one (L * max_steps, heads, d_head) table of keys and of values per
-    layer; per ACT step for the Universal Transformer), and source token j of live sentence s is
-    read at id ``s * width + j`` of the padded memory (width: the longest source). With the
+    ``h * max_steps + j`` of ``cache`` (a `graphformer.decoding.cache.DecodingCache`: one
+    (L * max_steps, heads, d_head) table of keys and of values per layer; per ACT step for the
+    Universal Transformer), and source token j of live sentence s is read at id ``s * width + j``
+    of the padded memory ``memory_kv`` (width: the longest source; a `MemoryKV`, one
+    (B * width, heads, d_head) pair per decoder layer). With the
     usual patterns (causal decoder self-attention, full cross-attention) a step's relations are
     then `Relation.of_groups`: hypothesis h's keys are one block of the table, and the ``padded``
     backend attends over the blocks in place. Other patterns list each new node's keys as rows
@@ -112,10 +115,10 @@ class IncrementalStepper:
                 "the model is in training mode (dropout on: every run would decode other tokens); "
                 "call model.eval() before decoding"
             )
-        if max_steps > model.tgt_embed.positions.max_len:  # checked once: the steps embed unchecked
+        if max_steps > model.max_target_len:  # checked once: the steps embed unchecked
             raise ValueError(
-                f"max_steps {max_steps} exceeds the positional table (max_len="
-                f"{model.tgt_embed.positions.max_len}); decode fewer tokens"
+                f"max_steps {max_steps} exceeds the positional table (max_len={model.max_target_len}); "
+                "decode fewer tokens"
             )
         self.model = model
         self.pool = pool or model.make_pool()
@@ -132,26 +135,33 @@ class IncrementalStepper:
         self.width = max(self.src_lengths)
         # Each layer's cross-attention keys and values, projected once per sentence from its real
         # source nodes only, then laid out padded: (B * width, heads, d_head) tensors.
-        memory, slots = model.encode(batch), _padded_slots(batch, self.width).flatten()
-        self.memory_kv = _map_tensors(lambda x: x[slots], model.memory_kv(memory))
-        self.num_hyps = batch.size * hyps_per_sentence
-        cfg = model.cfg
-        self.depth = model.cache_depth  # cache slices
+        slots = _padded_slots(batch, self.width).flatten()
+        self.memory_kv = [(k[slots], v[slots]) for k, v in model.memory_kv(model.encode(batch))]
         self.causal = self.pool.dec is patterns.causal
-        # Keys (cache[0]) and values (cache[1]), sized for the longest output allowed, and left
-        # unwritten (no zeroing, no page touched in advance): a step's keys are slots up to its
-        # own, all written, and nothing else reaches a result. Causal groups are read up to the
-        # step, rows gather their listed keys, and blocked tiles zero the keys no edge names.
-        # Kept in the dtype the key projections give, the memory's keys' (under torch.autocast
+        # The memory's keys give the cache its dtype: the key projections' (under torch.autocast
         # a projection gives bfloat16 or float16 while the memory, out of a layer norm, is float32).
-        shape = (2, self.depth, self.num_hyps, max_steps, cfg.heads, cfg.d_model // cfg.heads)
-        self.cache = memory.new_empty(shape, dtype=_first_tensor(self.memory_kv).dtype)
-        self.tables = self._tables()
-        self.max_steps = max_steps
-        self.t = 0
+        # Causal groups are read up to the step, rows gather their listed keys, and blocked tiles
+        # zero the keys no edge names: the cache's unwritten slots never reach a result.
+        _, heads, d_head = self.memory_kv[0][0].shape
+        rows = batch.size * hyps_per_sentence
+        self.cache = DecodingCache(model.cache_depth, rows, max_steps, heads, d_head, like=self.memory_kv[0][0])
         self.cross = self._full_cross() if self.pool.cross_is_full else None
         # Prefix-stable, so each sentence's edges for every query allowed are made once, here.
         self.own_cross = None if own_cross is None else [p(n, max_steps) for p, n in zip(own_cross, self.src_lengths)]
+
+    @property
+    def num_hyps(self) -> int:
+        """Live hypotheses (the cache's live rows)."""
+        return self.cache.rows
+
+    @property
+    def t(self) -> int:
+        """The step under way: target nodes each live hypothesis holds so far."""
+        return self.cache.steps
+
+    @property
+    def max_steps(self) -> int:
+        return self.cache.max_steps
 
     def _full_cross(self) -> Relation:
         """Every live hypothesis's new node attends to all of its sentence's source tokens."""
@@ -182,37 +192,21 @@ class IncrementalStepper:
             key_index[h, : len(keys)] = keys + (h // self.k) * self.width
         return Relation.of_rows(key_index.to(self.device), len(self.src_lengths) * self.width)
 
-    def _tables(self) -> list[list[torch.Tensor]]:
-        """[kind][depth]: (num_hyps * max_steps, heads, d_head) views of the live hypotheses' keys
-        (kind 0) and values (kind 1) of each layer (or ACT step)."""
-        node = self.cache.shape[4:]
-        return [[table[: self.num_hyps].view((-1,) + node) for table in kind] for kind in self.cache]
-
-    def _remember(self, depth: int, k: torch.Tensor, v: torch.Tensor):
-        """Cache the new nodes' keys and values of one layer (or ACT step); attend over the cache."""
-        self.new_slots[0, depth], self.new_slots[1, depth] = k, v
-        self.reached = max(self.reached, depth + 1)
-        return self.tables[0][depth], self.tables[1][depth]
-
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():  # called outside no_grad (search's callers run under inference_mode)
             with torch.no_grad():  # the cache is written in place: no autograd history to keep
                 return self.step(tokens)
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
-        t, self.reached = self.t, 0
-        self.new_slots = self.cache[:, :, : self.num_hyps, t]  # (2, depth, num_hyps, heads, d_head)
         out = self.model.decode(
             tokens,
-            torch.full_like(tokens, t),
+            torch.full_like(tokens, self.t),
             self._self_relation(),
             self._cross_relation(),
             self.memory_kv,
-            self._remember,
+            self.cache,
         )
-        for depth in range(self.reached, self.depth):  # every node halted early: deeper slices keep its last
-            self.new_slots[:, depth] = self.new_slots[:, depth - 1]
-        self.t += 1
+        self.cache.end_step()
         return out.log_probs
 
     def reorder(self, parents: torch.Tensor) -> None:
@@ -220,20 +214,18 @@ class IncrementalStepper:
         ``copy_moved_only``, only rows whose parent is another row are copied (search keeps
         survivors in place where it can)."""
         rows = len(parents)
-        if not self.copy_moved_only:
-            self.cache[:, :, :rows, : self.t] = self.cache[:, :, parents, : self.t]
-        elif len(moved := _moved(parents)):
-            self.cache[:, :, moved, : self.t] = self.cache[:, :, parents[moved], : self.t]
+        self.cache.reorder(parents, _moved(parents) if self.copy_moved_only else None)
         if rows < self.num_hyps:  # whole sentences dropped: their memory too
             kept = parents[:: self.k] // self.k
             moved = _moved(kept)
-            self.memory_kv = _map_tensors(lambda x: self._kept_memory(x, kept, moved), self.memory_kv)
+            self.memory_kv = [
+                (self._kept_memory(k, kept, moved), self._kept_memory(v, kept, moved)) for k, v in self.memory_kv
+            ]
             self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
             if self.own_cross is not None:
                 self.own_cross = [self.own_cross[s] for s in kept.tolist()]
             self.cross = self._full_cross() if self.cross is not None else None
-        self.num_hyps = rows
-        self.tables = self._tables()
+        self.cache.drop(rows)
 
     def _kept_memory(self, x: torch.Tensor, kept: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
         """The (B * width, ...) memory tensor x with sentence s's block moved from kept[s] (for the
@@ -255,18 +247,6 @@ def _padded_slots(batch: GraphBatch, width: int) -> torch.Tensor:
     first = batch.src_offsets[:, None]
     columns = torch.arange(width, device=first.device)
     return first + torch.where(columns < batch.src_lengths[:, None], columns, 0)
-
-
-def _first_tensor(obj) -> torch.Tensor:
-    """The first tensor of ``obj`` (a tensor, or lists and tuples of them)."""
-    return obj if isinstance(obj, torch.Tensor) else _first_tensor(obj[0])
-
-
-def _map_tensors(fn, obj):
-    """``obj`` (a tensor, or lists and tuples of them) with ``fn`` applied to every tensor."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    return type(obj)(_map_tensors(fn, x) for x in obj)
 
 
 class RecomputeStepper:

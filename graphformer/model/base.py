@@ -23,7 +23,7 @@ model gives
                                            a `ModelOutput` with ``full_output``
 
 A `SequenceModel` (an encoder-decoder) also decodes incrementally (`graphformer.decoding`), with
-``memory_kv``, ``decode`` and ``cache_depth``.
+``max_target_len``, ``cache_depth``, ``memory_kv`` and ``decode``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import GraphBatch, GraphPool
 from graphformer.model.attention import BackendChoice
 from graphformer.model.config import ModelConfig
+
+# What the decoder reads of the encoder's output, the same shape for every model: one (keys, values)
+# pair of (N_src, heads, d_head) tensors per decoder layer (a shared layer: one pair).
+MemoryKV = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 class GraphModel(nn.Module):
@@ -83,16 +87,25 @@ class SequenceModel(GraphModel):
     Besides `GraphModel`'s protocol it gives what incremental decoding
     (`graphformer.decoding.steppers.IncrementalStepper`) calls:
 
+    * ``max_target_len``: the most target nodes (``<s>`` included) a sequence may have;
     * ``cache_depth``: how many slices of keys and values a decoding cache holds per target node
       (one per decoder layer, or per ACT step of a shared layer);
-    * ``memory_kv(memory)``: what the decoder reads of the (N_src, d_model) encoder output;
-    * ``decode(tokens, positions, self_relation, cross_relation, memory_kv, remember)``: the
-      log-probabilities (N, tgt_vocab) at N target nodes, as a `ModelOutput`.
+    * ``memory_kv(memory)``: what the decoder reads of the (N_src, d_model) encoder output, a
+      `MemoryKV`;
+    * ``decode(tokens, positions, self_relation, cross_relation, memory_kv, kv_cache)``: the
+      log-probabilities (N, tgt_vocab) at N target nodes, as a `ModelOutput`; with ``kv_cache``
+      (a `graphformer.decoding.cache.DecodingCache`) the nodes' self-attention keys and values
+      are written there at each depth, and the queries attend over the cache's.
     """
+
+    @property
+    def max_target_len(self) -> int:
+        """The most target nodes a sequence may have: the target positional table's length."""
+        return self.tgt_embed.positions.max_len
 
     @property
     def cache_depth(self) -> int:
         raise NotImplementedError
 
-    def memory_kv(self, memory: torch.Tensor):
+    def memory_kv(self, memory: torch.Tensor) -> MemoryKV:
         raise NotImplementedError

@@ -78,12 +78,13 @@ class EncoderLayer(nn.Module):
         x = self.attn_block.leave(x, self.self_attn.out(o))
         return self.ff_block(x, self.feed_forward)
 
-    def forward(self, relation, x: torch.Tensor, backend: str = DEFAULT_BACKEND, remember=None) -> torch.Tensor:
-        """``remember(k, v) -> (keys, values)``, if given, keeps these nodes' keys and values and
-        returns those to attend over (the Universal Transformer's halted tokens keep theirs)."""
+    def forward(
+        self, relation, x: torch.Tensor, backend: str = DEFAULT_BACKEND, kv_cache=None, depth: int = 0
+    ) -> torch.Tensor:
+        """``kv_cache``, if given, keeps these nodes' keys and values (``kv_cache.write(depth, k, v)
+        -> (keys, values)``, see `kept_keys`) and gives those to attend over."""
         q, k, v = self.pre(x)
-        if remember is not None:
-            k, v = remember(k, v)
+        k, v = kept_keys(kv_cache, depth, k, v)
         return self.post(x, graph_attention(relation, q, k, v, backend, name="enc"))
 
 
@@ -117,19 +118,36 @@ class DecoderLayer(nn.Module):
         return self.ff_block.leave(x, self.feed_forward(self.ff_block.enter(x)))
 
     def forward(
-        self, self_relation, cross_relation, x: torch.Tensor, memory_kv, backend: str = DEFAULT_BACKEND, remember=None
+        self,
+        self_relation,
+        cross_relation,
+        x: torch.Tensor,
+        memory_kv: tuple[torch.Tensor, torch.Tensor],
+        backend: str = DEFAULT_BACKEND,
+        kv_cache=None,
+        depth: int = 0,
     ) -> torch.Tensor:
-        """One decoder layer on the nodes x. ``remember(k, v) -> (keys, values)``, if given, keeps
-        these nodes' self-attention keys and values and returns those to attend over (a decoding
-        cache, or the Universal Transformer's keys of halted tokens); default: these."""
+        """One decoder layer on the nodes x, reading this layer's ``memory_kv`` (the encoder
+        output's cross-attention keys and values). ``kv_cache``, if given, keeps these nodes'
+        self-attention keys and values at ``depth`` and gives those to attend over (`kept_keys`)."""
         q, k, v = self.self_pre(x)
-        if remember is not None:
-            k, v = remember(k, v)
+        k, v = kept_keys(kv_cache, depth, k, v)
         x = self.self_post(x, graph_attention(self_relation, q, k, v, backend, name="dec"))
         mem_k, mem_v = memory_kv
         return self.cross_post(
             x, graph_attention(cross_relation, self.cross_pre(x), mem_k, mem_v, backend, name="cross")
         )
+
+
+def kept_keys(kv_cache, depth: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values a layer's queries attend over, given its nodes' own (N, H, d_head) k and v.
+
+    Without a cache, these. With one, the layer's nodes are some of a larger set whose earlier
+    keys are kept: ``kv_cache.write(depth, k, v)`` stores these at slice ``depth`` and returns
+    the whole set's tables (`graphformer.decoding.cache.DecodingCache`: a hypothesis's earlier
+    target nodes; the Universal Transformer's halted tokens, with their last step's keys).
+    """
+    return (k, v) if kv_cache is None else kv_cache.write(depth, k, v)
 
 
 class Generator(nn.Module):

@@ -8,13 +8,11 @@ Pre-norm stacks end with a final layer norm (their residual stream is never norm
 otherwise); post-norm stacks already end normalised and have none.
 
 `GraphTransformer.decode` runs the decoder on any set of target nodes: all of a batch's in
-training, the newest node of each hypothesis in incremental decoding (which passes ``remember``
-to keep each layer's keys and values in its cache).
+training, the newest node of each hypothesis in incremental decoding (which passes a
+`graphformer.decoding.cache.DecodingCache`: each layer writes its keys and values at its own depth).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -22,7 +20,7 @@ from torch import nn
 from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
 from graphformer.graphs.relation import Relation
-from graphformer.model.base import SequenceModel
+from graphformer.model.base import MemoryKV, SequenceModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import embed_source, make_embedders
 from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
@@ -51,7 +49,7 @@ class Decoder(nn.Module):
         )
         self.norm = final_norm(cfg)
 
-    def memory_kv(self, memory: torch.Tensor) -> list:
+    def memory_kv(self, memory: torch.Tensor) -> MemoryKV:
         """Each layer's cross-attention keys and values of the encoder's output."""
         return [layer.memory_kv(memory) for layer in self.layers]
 
@@ -60,15 +58,14 @@ class Decoder(nn.Module):
         self_relation,
         cross_relation,
         x: torch.Tensor,
-        memory_kv: list,
+        memory_kv: MemoryKV,
         backend: str = DEFAULT_BACKEND,
-        remember: Callable | None = None,
+        kv_cache=None,
     ) -> torch.Tensor:
-        """``remember(i, k, v) -> (keys, values)``, if given, keeps layer i's self-attention keys
-        and values of these nodes and returns those the queries attend over (a decoding cache)."""
+        """``kv_cache``, if given, keeps layer i's self-attention keys and values of these nodes
+        at depth i and gives those the queries attend over (a decoding cache)."""
         for i, layer in enumerate(self.layers):
-            keep = None if remember is None else (lambda k, v, i=i: remember(i, k, v))
-            x = layer(self_relation, cross_relation, x, memory_kv[i], backend, keep)
+            x = layer(self_relation, cross_relation, x, memory_kv[i], backend, kv_cache, depth=i)
         return self.norm(x)
 
 
@@ -96,7 +93,7 @@ class GraphTransformer(SequenceModel):
         self.check_batch(batch)
         return self.encoder(batch.relation(ENC), embed_source(self.src_embed, batch), self.attention_backend)
 
-    def memory_kv(self, memory: torch.Tensor) -> list:
+    def memory_kv(self, memory: torch.Tensor) -> MemoryKV:
         """What the decoder reads of the memory: each layer's cross-attention keys and values."""
         return self.decoder.memory_kv(memory)
 
@@ -106,15 +103,16 @@ class GraphTransformer(SequenceModel):
         positions: torch.Tensor,
         self_relation: Relation,
         cross_relation: Relation,
-        memory_kv: list,
-        remember: Callable | None = None,
+        memory_kv: MemoryKV,
+        kv_cache=None,
     ) -> ModelOutput:
         """Log-probabilities (N, tgt_vocab) of the next token at N target nodes with these decoder
-        input tokens and positions. ``remember(layer, k, v) -> (keys, values)`` stores each layer's
-        keys and values of these nodes and returns the ones to attend over (default: these).
-        The ids are not checked here (``forward`` checks a batch's; search makes its own)."""
+        input tokens and positions. ``kv_cache`` (a `graphformer.decoding.cache.DecodingCache`), if
+        given, keeps each layer's keys and values of these nodes at the layer's depth and gives the
+        ones to attend over (default: these). The ids are not checked here (``forward`` checks a
+        batch's; search makes its own)."""
         x = self.tgt_embed.embed(tokens, positions)
-        h = self.decoder(self_relation, cross_relation, x, memory_kv, self.attention_backend, remember)
+        h = self.decoder(self_relation, cross_relation, x, memory_kv, self.attention_backend, kv_cache)
         return ModelOutput(self.generator(h))
 
     def forward(self, batch: GraphBatch, full_output: bool = False):

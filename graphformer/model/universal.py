@@ -15,6 +15,7 @@ value with the keys and values of its last step, so its state never changes agai
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -23,7 +24,7 @@ from graphformer.attention import DEFAULT_BACKEND
 from graphformer.graphs import CROSS, DEC, ENC, GraphBatch
 from graphformer.graphs.relation import Relation
 from graphformer.model.act import ACT, ACTStats, HaltingUnit
-from graphformer.model.base import SequenceModel
+from graphformer.model.base import MemoryKV, SequenceModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source, make_embedders
 from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
@@ -94,11 +95,11 @@ class UniversalEncoder(nn.Module):
     ) -> tuple[torch.Tensor, ACTStats]:
         """(N_src, d_model) halting-weighted states, normalised, and what ACT did, from the
         embedded tokens ``h`` at ``positions`` (the embedder gives the per-step timing signal)."""
-        cache = {}  # keys and values of every source token, as of its last active step
+        latest = LatestKeys(len(h))
 
         def update(x, active, ids, s):
             sub = relation.restrict_to_destinations(active)
-            return self.layer(sub, x, backend, remember=_keep_latest(cache, ids, len(active))), sub.num_edges
+            return self.layer(sub, x, backend, latest.at(ids), depth=s), sub.num_edges
 
         out, stats = ponder(
             h,
@@ -150,9 +151,9 @@ class UniversalTransformer(SequenceModel):
         """(N_src, d_model) memory: the halting-weighted encoder states, normalised."""
         return self._encode(batch)[0]
 
-    def memory_kv(self, memory: torch.Tensor):
-        """The shared decoder layer's cross-attention keys and values of the memory."""
-        return self.decoder_layer.memory_kv(memory)
+    def memory_kv(self, memory: torch.Tensor) -> MemoryKV:
+        """The shared decoder layer's cross-attention keys and values of the memory (one pair)."""
+        return [self.decoder_layer.memory_kv(memory)]
 
     def decode(
         self,
@@ -160,22 +161,20 @@ class UniversalTransformer(SequenceModel):
         positions: torch.Tensor,
         self_relation: Relation,
         cross_relation: Relation,
-        memory_kv,
-        remember: Callable | None = None,
+        memory_kv: MemoryKV,
+        kv_cache=None,
     ) -> ModelOutput:
         """Log-probabilities (N, tgt_vocab) at N target nodes, pondering each with ACT; the
-        statistics are in ``stats['tgt']``. ``remember(s, k, v) -> (keys, values)`` stores the
-        nodes' keys and values at step s (halted nodes: those of their last step) and returns the
-        ones to attend over (default: these)."""
+        statistics are in ``stats['tgt']``. ``kv_cache`` (a
+        `graphformer.decoding.cache.DecodingCache`), if given, keeps the nodes' keys and values at
+        each step s (halted nodes: those of their last step) and gives the ones to attend over."""
         layer, backend = self.decoder_layer, self.attention_backend
-        cache = {}  # keys and values of every target node, as of its last active step
+        latest = LatestKeys(len(tokens), kv_cache)
 
         def update(x, active, ids, s):
-            keep = _keep_latest(cache, ids, len(active))
-            remember_at_s = keep if remember is None else (lambda k, v: remember(s, *keep(k, v)))
             sub_self = self_relation.restrict_to_destinations(active)
             sub_cross = cross_relation.restrict_to_destinations(active)
-            x = layer(sub_self, sub_cross, x, memory_kv, backend, remember=remember_at_s)
+            x = layer(sub_self, sub_cross, x, memory_kv[0], backend, latest.at(ids), depth=s)
             return x, sub_self.num_edges + sub_cross.num_edges
 
         h = self.tgt_embed(tokens, positions)
@@ -219,15 +218,39 @@ def _rename_flat_encoder_keys(state_dict: dict, prefix: str, *_) -> None:
                 state_dict[prefix + new + key[len(prefix + old) :]] = state_dict.pop(key)
 
 
-def _keep_latest(cache: dict, ids: torch.Tensor, n: int):
-    """A ``remember`` for a layer call on the active tokens ``ids`` of ``n``: their new keys and
-    values replace theirs in ``cache``, whose full tables are what the queries attend over."""
+class LatestKeys:
+    """Keys and values of n tokens as of each one's last active ACT step: a step runs the shared
+    layer on the active tokens only, and a halted token keeps serving its last keys and values.
 
-    def remember(k, v):
-        cache["k"], cache["v"] = _scatter(cache.get("k"), ids, n, k), _scatter(cache.get("v"), ids, n, v)
-        return cache["k"], cache["v"]
+    ``then``: a decoding cache (`graphformer.decoding.cache.DecodingCache`) that keeps each step's
+    tables of all n tokens at the step's depth, for the target nodes of later decoding steps.
+    """
 
-    return remember
+    def __init__(self, n: int, then=None):
+        self.n, self.then = n, then
+        self.k = self.v = None  # (n, heads, d_head), made at the first step
+
+    def at(self, ids: torch.Tensor) -> ActiveKeys:
+        """What a step's layer on the active tokens ``ids`` (ascending) writes its keys to."""
+        return ActiveKeys(self, ids)
+
+    def write(self, ids: torch.Tensor, depth: int, k: torch.Tensor, v: torch.Tensor):
+        """The active tokens' new keys and values replace theirs; the (n, heads, d_head) tables
+        (as ``then`` keeps them, if given) are what the queries attend over."""
+        self.k, self.v = _scatter(self.k, ids, self.n, k), _scatter(self.v, ids, self.n, v)
+        return (self.k, self.v) if self.then is None else self.then.write(depth, self.k, self.v)
+
+
+@dataclass(frozen=True)
+class ActiveKeys:
+    """The ``kv_cache`` of one ACT step's layer call (`graphformer.model.layers.kept_keys`): the
+    active tokens ``ids`` of a `LatestKeys`."""
+
+    latest: LatestKeys
+    ids: torch.Tensor
+
+    def write(self, depth: int, k: torch.Tensor, v: torch.Tensor):
+        return self.latest.write(self.ids, depth, k, v)
 
 
 def _scatter(table, ids: torch.Tensor, n: int, rows: torch.Tensor) -> torch.Tensor:

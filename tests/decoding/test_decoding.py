@@ -343,7 +343,7 @@ def test_cache_slots_past_the_step_are_never_read(backend, dec, beam):
     limits = torch.tensor([len(s) for s in src]) + 4
     pool = GraphPool(dec=dec)
     incremental = IncrementalStepper(model, make_batch(pool, src), beam, int(limits.max()), pool)
-    incremental.cache.fill_(float("nan"))
+    incremental.cache.store.fill_(float("nan"))
     found = []
     with torch.no_grad():
         for stepper in (incremental, RecomputeStepper(model, src, beam, pool)):

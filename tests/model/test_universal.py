@@ -114,7 +114,7 @@ def test_halting_disabled_is_a_fixed_depth_shared_weight_transformer():
                 b.relation(("tgt", "dec", "tgt")),
                 b.relation(("src", "cross", "tgt")),
                 x + timing_signal(model.encoder.depth, model.tgt_embed, b.tgt_pos, s),
-                mem_kv,
+                mem_kv[0],
             )
         expected = model.generator(model.decoder_norm(x))
     assert out.stats["src"].steps.tolist() == [depth] * len(b.src_tokens)
