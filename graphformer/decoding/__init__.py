@@ -63,7 +63,7 @@ def translate_ids(
     def decode(idx: list[int]) -> list[Hypothesis]:
         chunk, given = [src[i] for i in idx], None if edges is None else [edges[i] for i in idx]
         batch = make_batch(pool, chunk, edges=given).to(device)
-        limits = max_target_lengths(batch.src_lengths, model.cfg.max_len, extra_len)
+        limits = max_target_lengths(batch.src_lengths, model.max_target_len, extra_len)
         if incremental:
             own_cross = own_cross_patterns(pool, chunk, given)
             stepper = IncrementalStepper(model, batch, beam, int(limits.max()), pool, own_cross=own_cross)
