@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from graphformer.cli.errors import report
 from graphformer.cli.parser import build_parser
 from graphformer.cli.train import cmd_train
 from graphformer.errors import UserError
+from graphformer.training.threads import torch_loaded, use_threads, wait_passively
 
 COMMANDS = {
     "train": cmd_train,
@@ -21,10 +23,14 @@ COMMANDS = {
     "animate": cmd_animate,
     "heatmap": cmd_heatmap,
 }
+# Commands that decode with a trained model: torch's threads as training's (`graphformer.training.threads`)
+# chooses them; train sets its own, from --threads.
+DECODING = ("evaluate", "translate")
 
 
 def main(argv=None) -> int:
     """Run ``graphformer ARGV`` (``sys.argv[1:]`` when None) and return its exit status."""
+    wait_passively(os.environ, torch_loaded())  # before any command loads torch and its OpenMP
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # the command `train --processes` runs in each process
@@ -36,6 +42,8 @@ def main(argv=None) -> int:
         )
     try:
         _check_output_folder(getattr(args, "output", None))
+        if args.command in DECODING:
+            use_threads(None)
         return COMMANDS[args.command](args)
     except BaseException as err:
         status = report(err)
