@@ -51,11 +51,11 @@ OPENMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_
 
 
 def conditions(threads: list[str], waits: list[str]) -> list[dict]:
-    """Every (threads, wait, load) to measure. One thread never waits for another: only the
-    default policy is run for it."""
+    """Every (threads, wait, load) to measure. Each wait policy is run with 2 threads; 1 thread
+    never waits for another, and the command's own thread count goes with its own wait policy."""
     chosen = []
     for count in threads:
-        for wait in ["default"] if count == "1" else waits:
+        for wait in waits if count == "2" else ["default"]:
             chosen += [{"threads": count, "wait": wait, "load": load} for load in ("idle", "busy")]
     return chosen
 
