@@ -4,7 +4,8 @@ wait policy, on idle cores and beside competing CPU-bound processes.
 Each run is ``graphformer train --task copy`` (what ``make demo`` trains: the defaults) in a fresh
 process, stopped after ``--steps`` optimizer steps or ``--max-seconds`` of training, whichever
 comes first. Its rate is read back from the run's ``steps.jsonl``: target tokens over training
-seconds, leaving out the first ``--skip`` steps (warm-up).
+seconds, leaving out the first ``--skip`` steps (warm-up); null where ``--max-seconds`` ran out
+before a step past them.
 
 A condition is (threads, wait policy, load):
 
@@ -20,7 +21,7 @@ Runs go round by round, every condition once a round, so that other work on the 
 condition alike; a condition's figure is its best round. ``/proc/loadavg`` before each run is kept
 with it. Writes ``threads.json`` to ``--out``.
 
-    python benchmarks/threads.py [--steps 40] [--rounds 3] [--out benchmarks/results]
+    python benchmarks/threads.py [--steps 30] [--rounds 3] [--loads idle busy] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ WAITS = {
 OPENMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def conditions(threads: list[str], waits: list[str]) -> list[dict]:
+def conditions(threads: list[str], waits: list[str], loads: list[str]) -> list[dict]:
     """Every (threads, wait, load) to measure. Each wait policy is run with 2 threads; 1 thread
     never waits for another, and the command's own thread count goes with its own wait policy."""
     chosen = []
     for count in threads:
         for wait in waits if count == "2" else ["default"]:
-            chosen += [{"threads": count, "wait": wait, "load": load} for load in ("idle", "busy")]
+            chosen += [{"threads": count, "wait": wait, "load": load} for load in loads]
     return chosen
 
 
@@ -91,8 +92,8 @@ def train(condition: dict, args, scratch: Path) -> dict:
         raise SystemExit(f"threads.py: error: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
     steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()][args.skip :]
     threads = json.loads((run / "config.json").read_text())["train"]["threads"]
-    seconds = sum(s["seconds"] for s in steps)
-    rate = sum(s["tokens"] for s in steps) / seconds if steps else 0.0
+    # None: --max-seconds ran out before a step past the warm-up (too slow to measure).
+    rate = sum(s["tokens"] for s in steps) / sum(s["seconds"] for s in steps) if steps else None
     return {"tokens_per_s": rate, "steps": len(steps), "threads_used": threads, "load_before": float(load_before)}
 
 
@@ -100,24 +101,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", nargs="+", default=["1", "2", "default"], choices=["1", "2", "default"])
     parser.add_argument("--waits", nargs="+", default=["spin", "passive"], choices=sorted(WAITS))
-    parser.add_argument("--steps", type=at_least_one, default=40, help="optimizer steps a run trains")
+    parser.add_argument("--steps", type=at_least_one, default=30, help="optimizer steps a run trains")
     parser.add_argument("--skip", type=int, default=5, help="first steps left out of the rate (warm-up)")
-    parser.add_argument("--max-seconds", type=at_least_one, default=30, help="training seconds a run may take")
+    parser.add_argument("--max-seconds", type=at_least_one, default=20, help="training seconds a run may take")
+    parser.add_argument("--loads", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
     parser.add_argument("--rounds", type=at_least_one, default=3)
     parser.add_argument("--busy", type=at_least_one, default=len(os.sched_getaffinity(0)), help="busy loops")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     if not 0 <= args.skip < args.steps:
         parser.error(f"--skip {args.skip}: give 0 to {args.steps - 1} (fewer than --steps)")
-    chosen = conditions(args.threads, args.waits)
+    chosen = conditions(args.threads, args.waits, args.loads)
     with tempfile.TemporaryDirectory() as scratch:
         for r in range(args.rounds):
             for c in chosen:
                 c.setdefault("runs", []).append(train(c, args, Path(scratch)))
-                print(f"round {r + 1}: {c['threads']} threads, {c['wait']}, {c['load']}: "
-                      f"{c['runs'][-1]['tokens_per_s']:.0f} tokens/s", flush=True)  # fmt: skip
+                rate = c["runs"][-1]["tokens_per_s"]
+                shown = "too slow to measure" if rate is None else f"{rate:.0f} tokens/s"
+                print(f"round {r + 1}: {c['threads']} threads, {c['wait']}, {c['load']}: {shown}", flush=True)
     for c in chosen:
-        c["tokens_per_s"] = max(run["tokens_per_s"] for run in c["runs"])
+        measured = [run["tokens_per_s"] for run in c["runs"] if run["tokens_per_s"] is not None]
+        c["tokens_per_s"] = max(measured, default=None)
     result = {
         "command": "python benchmarks/threads.py " + " ".join(sys.argv[1:]),
         "task": "copy (the demo's defaults)",
