@@ -3,11 +3,10 @@
 torch's pip wheels run their CPU kernels on GNU OpenMP (libgomp). A thread that has done its share
 of a parallel region waits for the next one by spinning ``GOMP_SPINCOUNT`` times (300,000 unless
 told) before it sleeps. On cores of its own that saves a wake-up; on cores shared with other busy
-processes it burns the time slice the thread it waits for needs, and every region waits for the
-slowest, descheduled thread. On 2 cores beside 2 busy loops a 2-thread training of the copy demo
-fell to a few hundred tokens/s, a tenth of what it trains idle (docs/results.md, "Training on
-shared cores"). Waiting passively (sleeping at once) kept most of its speed there and cost little
-on idle cores, so it is the default:
+processes it burns the time slice that the thread it waits for needs, and every region waits for
+the slowest, descheduled thread: the copy demo's 2-thread training fell to a small fraction of its
+speed beside other work, while waiting passively (sleeping at once) kept it level with or above
+1 thread there (docs/results.md, "Training on shared cores"). So the defaults are:
 
 * wait policy: ``OMP_WAIT_POLICY=passive`` unless the environment sets ``OMP_WAIT_POLICY`` or
   ``GOMP_SPINCOUNT`` itself. libgomp reads it once, when torch loads it: `wait_passively` is called
