@@ -78,6 +78,7 @@ bench: install
 	$(BIN)/python benchmarks/sparse_attention.py
 	$(BIN)/python benchmarks/training_throughput.py
 	$(BIN)/python benchmarks/training_throughput.py --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
+	$(BIN)/python benchmarks/threads.py
 	$(BIN)/python benchmarks/decoding.py
 	$(BIN)/python benchmarks/tile_kernels.py
 	$(BIN)/python benchmarks/sample_graphs.py

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from graphformer.cli.parser import parse_command_line
 from graphformer.cli.train import cmd_train
 from graphformer.errors import UserError
 from graphformer.registry import load_plugins
+from graphformer.training.threads import torch_loaded, use_threads, wait_passively
 
 COMMANDS = {
     "train": cmd_train,
@@ -22,10 +24,14 @@ COMMANDS = {
     "animate": cmd_animate,
     "heatmap": cmd_heatmap,
 }
+# Commands that decode with a trained model: torch's threads as training's (`graphformer.training.threads`)
+# chooses them; train sets its own, from --threads.
+DECODING = ("evaluate", "translate")
 
 
 def main(argv=None) -> int:
     """Run ``graphformer ARGV`` (``sys.argv[1:]`` when None) and return its exit status."""
+    wait_passively(os.environ, torch_loaded())  # before any command or plugin loads torch and its OpenMP
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # before the parser is built: a plugin's backends, patterns, tasks and models are choices
         load_plugins(plugins_named(argv), installed=True)
@@ -35,6 +41,8 @@ def main(argv=None) -> int:
     args.argv = argv  # the command `train --processes` runs in each process
     try:
         _check_output_folder(getattr(args, "output", None))
+        if args.command in DECODING:
+            use_threads(None)
         return COMMANDS[args.command](args)
     except BaseException as err:
         status = report(err)

@@ -81,36 +81,6 @@ def check_devices_for(processes: int, device_name: str) -> None:
         )
 
 
-def default_threads() -> int:
-    """The physical cores this process may use, shared among the run's processes on this machine
-    (hyper-threads add little to BLAS kernels and contend for the same units). OMP_NUM_THREADS,
-    where set, is the user's own choice and wins for one process; for several it is not read,
-    since torchrun sets it to 1 for every process itself (``--threads`` chooses there)."""
-    processes = local_processes()
-    omp = os.environ.get("OMP_NUM_THREADS", "")
-    if processes == 1 and omp.isdigit() and int(omp) > 0:
-        return int(omp)
-    logical = len(os.sched_getaffinity(0))
-    per_core = max(1, os.cpu_count() // max(1, _physical_cores()))
-    return max(1, logical // per_core // processes)
-
-
-def _physical_cores() -> int:
-    """Distinct (package, core) pairs in /proc/cpuinfo; the logical count where it can't be read."""
-    try:
-        text = open("/proc/cpuinfo", encoding="utf-8").read()
-    except OSError:
-        return os.cpu_count() or 1
-    cores, package = set(), None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "physical id":
-            package = value.strip()
-        elif key.strip() == "core id":
-            cores.add((package, value.strip()))
-    return len(cores) or os.cpu_count() or 1
-
-
 def setup(device_name: str) -> Context:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:

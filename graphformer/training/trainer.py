@@ -37,6 +37,7 @@ from graphformer.training.run_dir import LAST, METRICS, RANKS, STEPS, TENSORBOAR
 from graphformer.training.schedule import make_optimizer
 from graphformer.training.start import RunState, resume_run, start_run, warn_about_generated_data
 from graphformer.training.steps import check_epoch_has_steps, epoch_plan, step_counts
+from graphformer.training.threads import use_threads
 
 
 class EpochEnd(enum.Enum):
@@ -81,8 +82,7 @@ class Trainer:
         self.files = RunDir(run_dir)
         self.run_dir = self.files.path
         self.ctx = distributed.setup(train_cfg.device)
-        self.cfg = dataclasses.replace(train_cfg, threads=train_cfg.threads or distributed.default_threads())
-        torch.set_num_threads(self.cfg.threads)
+        self.cfg = dataclasses.replace(train_cfg, threads=use_threads(train_cfg.threads))
         # The context of every training step's forward pass, made once (made here, a GPU without
         # bfloat16 is refused before anything is written); entered again at each batch.
         self.step_precision = autocast(self.cfg.precision, self.ctx.device)

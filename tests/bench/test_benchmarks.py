@@ -4,6 +4,8 @@ benchmark's predictions count what each decoder steps)."""
 
 import importlib.util
 import json
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +40,8 @@ def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone
         ("decoding.py", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
         ("training_throughput.py", ["--steps", "0"], "--steps: must be at least 1"),
         ("precision.py", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
+        ("threads.py", ["--steps", "0"], "--steps: must be at least 1"),
+        ("threads.py", ["--steps", "2", "--skip", "2"], "--skip 2: give 0 to 1"),
     ],
 )
 def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, message):
@@ -51,11 +55,61 @@ def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, mess
     assert not list(tmp_path.iterdir())
 
 
+def benchmark(script: str):
+    """A benchmark script as a module, to call its parts."""
+    spec = importlib.util.spec_from_file_location(f"{script}_benchmark", BENCHMARKS / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def decoding_benchmark():
-    spec = importlib.util.spec_from_file_location("decoding_benchmark", BENCHMARKS / "decoding.py")
-    decoding = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(decoding)
-    return decoding
+    return benchmark("decoding")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_threads_benchmark_competes_only_while_it_measures():
+    threads = benchmark("threads")
+    with threads.competing(2, "busy") as pids:
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)  # stopped and reaped
+    with threads.competing(2, "idle") as pids:
+        assert pids == []
+
+
+@pytest.mark.slow
+def test_the_threads_benchmark_writes_a_rate_per_condition(tmp_path):
+    argv = ["--threads", "1", "2", "--waits", "passive", "--steps", "3", "--skip", "1", "--rounds", "1"]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "threads.py"), *argv, "--busy", "1", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "threads.json").read_text())
+    rows = result["rows"]
+    assert [(r["threads"], r["wait"], r["load"]) for r in rows] == [
+        ("1", "default", "idle"),
+        ("1", "default", "busy"),
+        ("2", "passive", "idle"),
+        ("2", "passive", "busy"),
+    ]
+    for row in rows:
+        (run,) = row["runs"]
+        assert run["steps"] == 2 and run["threads_used"] == int(row["threads"])  # 3 steps, the first left out
+        assert 0 < row["tokens_per_s"] == run["tokens_per_s"] < float("inf")
+    assert result["command"] == "python benchmarks/threads.py " + " ".join(
+        [*argv, "--busy", "1", "--out", str(tmp_path)]
+    )
+    assert result["versions"]["python"] == platform.python_version()
 
 
 def test_predicted_searches_pay_per_live_row_and_per_step_until_the_longest_output():

@@ -290,21 +290,21 @@ def test_tensorboard_logs_steps_metrics_and_attention_images(tmp_path):
 def test_default_threads_share_the_physical_cores_among_processes(monkeypatch):
     import os
 
-    from graphformer.training import distributed
+    from graphformer.training import threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    monkeypatch.setattr(distributed, "_physical_cores", lambda: 4)  # 2 hyper-threads per core
+    monkeypatch.setattr(threads, "_physical_cores", lambda: 4)  # 2 hyper-threads per core
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert distributed.default_threads() == 4
+    assert threads.default_threads() == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nproc_per_node=2
-    assert distributed.default_threads() == 2
+    assert threads.default_threads() == 2
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what torchrun sets for several processes: not a choice
-    assert distributed.default_threads() == 2
+    assert threads.default_threads() == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # one process: the user's own choice wins
-    assert distributed.default_threads() == 3
+    assert threads.default_threads() == 3
 
 
 def test_config_json_records_threads_and_backend(tmp_path):
