@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WAITS = {
     "default": {},
     "spin": {"GOMP_SPINCOUNT": "300000"},  # GNU OpenMP's own default, named so it stays that
+    "short-spin": {"GOMP_SPINCOUNT": "10000"},  # a thirtieth of it: a few microseconds before sleeping
     "passive": {"OMP_WAIT_POLICY": "passive"},
 }
 OPENMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
