@@ -120,10 +120,14 @@ def test_compiled_flex_runs_compiled_and_exact_on_two_layouts_of_one_size():
     """Two layouts of one size whose bitmaps differ in length (10 and 6 partial blocks): torch
     2.11's code generator failed to build the second with automatic dynamic shapes
     (benchmarks/flex_cpu_dynamic_shapes.py); kernels for fixed, shared sizes build both, and
-    then serve a third relation of another node count in the same bucket without compiling."""
+    then serve a third relation of another node count in the same bucket without compiling:
+    neither this process's kernels (`flex._BUILT`) nor the graphs dynamo compiled grow with it."""
     if not flex.cpu_kernel_runs():
         pytest.skip("this CPU has no AVX2: FlexAttention's CPU kernel does not compile here")
-    before = flex_calls.snapshot()
+    from torch._dynamo.utils import counters
+
+    before, kernels, graphs = flex_calls.snapshot(), len(flex._BUILT), counters["stats"]["unique_graphs"]
+    built = []
     for spec, n in (("window:8", 256), ("window:130", 256), ("window:8", 200)):
         relation = Relation.of_edges(*patterns.parse(spec)(n, n), n, n)
         q, k, v = (torch.randn(n, 2, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
@@ -132,6 +136,8 @@ def test_compiled_flex_runs_compiled_and_exact_on_two_layouts_of_one_size():
             torch.testing.assert_close(
                 flex.attend(relation, q, k, v), torch_ops.attend(relation, q, k, v), atol=1e-5, rtol=1e-5
             )
+        built.append((len(flex._BUILT) - kernels, counters["stats"]["unique_graphs"] - graphs))
+    assert built == [(1, 1), (2, 2), (2, 2)]
     assert flex_calls.since(before) == flex_calls.FlexCalls(compiled=3)
 
 
