@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TextIO
 
 COMPILED, UNCOMPILED, FALLEN_BACK = "compiled", "uncompiled", "fallen_back"
 
@@ -82,3 +83,11 @@ def summary(calls: FlexCalls) -> str:
         reasons = "; ".join(f"{n}: {why}" for why, n in calls.fallen_back.most_common())
         line += f"; {fallen} ran on blocked/torch, with the same results ({reasons})"
     return line
+
+
+def report(backend: str, before: FlexCalls, file: TextIO) -> None:
+    """Write the line that ends a command whose user chose ``flex`` or whose ``auto`` used it (see
+    `worth_saying`) to ``file``: how the flex calls since ``before`` (a `snapshot`) were served."""
+    calls = since(before)
+    if worth_saying(backend, calls):
+        print(summary(calls), file=file)
