@@ -54,7 +54,7 @@ import warnings
 
 import torch
 
-from graphformer.attention import flex_calls
+from graphformer.attention import flex_calls, torch_ops
 from graphformer.attention.flex_layout import FlexLayout
 from graphformer.errors import UserError
 from graphformer.graphs.relation import Relation
@@ -156,7 +156,9 @@ def worth_it(
     after its tokens, so a block of tokens touches many blocks of spans, sparsely), token-level
     random links over long sequences (a block of queries then touches most key blocks) do not.
     Near that fill the kernel is about as fast as the torch backend and holds far less memory (no
-    (E, H, d) messages). The layout built to decide is the one `attend` then uses."""
+    (E, H, d) messages). Nor does ``auto`` hand flex a call of a new size once the process has
+    built its `MAX_CPU_KERNELS` CPU kernels: flex would hand it on to blocked/torch. The layout
+    built to decide is the one `attend` then uses."""
     if (
         q.device.type not in AUTO_DEVICES
         or q.device.type in _FAILED
@@ -166,17 +168,23 @@ def worth_it(
     ):
         return False
     block = default_block(q.device) if block is None else block
+    if not relation.layout(("flex pays", min_fill, block), lambda r: _pays(r, block, min_queries, min_fill)):
+        return False
+    # Asked at each call, not kept with the relation: the set of kernels built so far grows.
+    layout = layout_of(relation, block)
+    size = _size(torch.get_num_threads(), layout, q.shape[1], q.shape[2], q.dtype)
+    return q.device.type != "cpu" or not _would_build(size)  # only CPU kernels are one per size
 
-    def pays(r: Relation) -> bool:
-        if r.groups is not None or r.key_rows is not None:  # decoding's rows: a new layout at every step
-            return False
-        if r.query_counts is not None and int(r.query_counts.max()) < min_queries:  # many short samples
-            return False
-        layout = layout_of(r, block)
-        touched = (layout.partial + layout.full) * layout.block[0] * layout.block[1]
-        return r.num_edges >= min_fill * touched
 
-    return relation.layout(("flex pays", min_fill, block), pays)
+def _pays(r: Relation, block: int, min_queries: int, min_fill: float) -> bool:
+    """Whether the relation is long and filled enough for flex to pay (see `worth_it`)."""
+    if r.groups is not None or r.key_rows is not None:  # decoding's rows: a new layout at every step
+        return False
+    if r.query_counts is not None and int(r.query_counts.max()) < min_queries:  # many short samples
+        return False
+    layout = layout_of(r, block)
+    touched = (layout.partial + layout.full) * layout.block[0] * layout.block[1]
+    return r.num_edges >= min_fill * touched
 
 
 def _kernel(compiled: bool, device_type: str):
@@ -195,13 +203,25 @@ CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 MAX_CPU_KERNELS = 32
 
 
-# The CPU kernels built in this process, as (threads, q shape, k shape, bitmap shape, dtype). All are
-# torch.compile entries of one function, flex_attention, whose limit counts them together.
+# The CPU kernels built in this process, by `_size`. All are torch.compile entries of one
+# function, flex_attention, whose limit counts them together.
 _BUILT: set[tuple] = set()
 
 
 class TooManySizes(RuntimeError):
     """A call of a size that would compile one CPU kernel more than `MAX_CPU_KERNELS`."""
+
+
+def _size(threads: int, layout: FlexLayout, heads: int, dim: int, dtype: torch.dtype) -> tuple:
+    """What a CPU kernel is compiled for (``dynamic=False``: every shape is fixed): the thread
+    count, the padded query and key counts, the head count and size, the bitmap's shape
+    (slots, BQ, BK) and the dtype."""
+    return (threads, layout.padded_queries, layout.padded_keys, heads, dim, tuple(layout.bits.shape), dtype)
+
+
+def _would_build(size: tuple) -> bool:
+    """Whether a call of this `_size` would build one CPU kernel past `MAX_CPU_KERNELS`."""
+    return size not in _BUILT and len(_BUILT) >= MAX_CPU_KERNELS
 
 
 @functools.cache
@@ -237,8 +257,8 @@ def _compiled(threads: int):
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 
     def in_own_cache(Q, K, V, layout: FlexLayout, scale: float):
-        size = (threads, Q.shape, K.shape, layout.bits.shape, Q.dtype)
-        if size not in _BUILT and len(_BUILT) >= MAX_CPU_KERNELS:
+        size = _size(threads, layout, Q.shape[1], Q.shape[3], Q.dtype)  # Q: (1, H, padded_queries, d)
+        if _would_build(size):
             raise TooManySizes(f"this process has compiled {MAX_CPU_KERNELS} CPU kernel sizes, the most it builds")
         previous = os.environ.get(CACHE_VARIABLE)
         os.environ[CACHE_VARIABLE] = folder
@@ -264,7 +284,7 @@ _FAILED: dict[str, str] = {}
 def _fallback(relation: Relation, q, k, v, return_weights: bool, reason: str):
     """The same attention by the exact backends auto would take without flex, counted as fallen
     back for ``reason``."""
-    from graphformer.attention import blocked, torch_ops
+    from graphformer.attention import blocked
 
     flex_calls.count(flex_calls.FALLEN_BACK, reason)
     attend = blocked.attend if blocked.worth_it(relation) else torch_ops.attend
@@ -345,13 +365,14 @@ def attend(
     out = out[0].transpose(0, 1)[: relation.num_queries].contiguous()  # (N_dst, H, d), padded rows dropped
     if not return_weights:
         return out
-    # The weights are normalised over the edges' own scores, as in `torch_ops`, rather than with
+    # The weights are normalised over the edges' own scores by `torch_ops`'s steps, rather than with
     # an lse read from the kernel: the compiled CPU kernel cannot return one, asking for it would
     # compile one more kernel, and exp(s - m_v) / z_v keeps the bits that exp(s - lse_v) loses
     # where scores are large (s - lse_v is then a difference of two large float32 numbers).
     with torch.no_grad():
-        scores = layout.edge_scores(relation.u, relation.v, Q, K, scale)  # (E, H)
-        return out, _normalise(scores, relation.v, relation.num_queries)[..., None]
+        scores = layout.edge_scores(relation.u, relation.v, Q, K, scale)[..., None]  # (E, H, 1), scaled
+        a = torch_ops.scaled_exp(relation, scores, 1.0)  # exp(s_uv - m_v)
+        return out, a / torch_ops.sum_into_destinations(relation, a)[relation.v]
 
 
 def _run(layout: FlexLayout, Q, K, V, scale: float, compiled: bool) -> torch.Tensor:
@@ -362,18 +383,6 @@ def _run(layout: FlexLayout, Q, K, V, scale: float, compiled: bool) -> torch.Ten
         out = _kernel(compiled, Q.device.type)(Q, K, V, layout, scale)
     flex_calls.count(flex_calls.COMPILED if compiled else flex_calls.UNCOMPILED)
     return out
-
-
-def _normalise(scores: torch.Tensor, dst: torch.Tensor, num_queries: int) -> torch.Tensor:
-    """(E, H) softmax of the (E, H) edge scores over each query's in-edges:
-
-    m_v = max_{u -> v} s_uv,   z_v = sum_{u -> v} exp(s_uv - m_v),   a_uv = exp(s_uv - m_v) / z_v
-    """
-    index = dst[:, None].expand_as(scores)
-    peak = scores.new_full((num_queries, scores.shape[1]), float("-inf")).scatter_reduce(0, index, scores, "amax")
-    a = torch.exp(scores - peak[dst])
-    total = scores.new_zeros(peak.shape).index_add_(0, dst, a)
-    return a / total[dst]
 
 
 __all__ = [

@@ -3,14 +3,16 @@ another backend where the compiled kernel could not serve them (and why).
 
 The results are the same either way (the stand-ins are exact), so nothing in them shows which
 ran; these counts do. They are per process, kept from its start: a command reads them before and
-after its work (`snapshot`, `since`) and says what it saw (`summary`), and training's metrics
-hold them per epoch (`graphformer.training.evaluate.evaluate`).
+after its work (`snapshot`, `since`) and says what it saw (`report`). Training's metrics hold
+each epoch's validation calls (`graphformer.training.evaluate.evaluate` counts its own), not
+those of the training steps, which only the command's last line counts.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TextIO
 
 COMPILED, UNCOMPILED, FALLEN_BACK = "compiled", "uncompiled", "fallen_back"
 
@@ -82,3 +84,11 @@ def summary(calls: FlexCalls) -> str:
         reasons = "; ".join(f"{n}: {why}" for why, n in calls.fallen_back.most_common())
         line += f"; {fallen} ran on blocked/torch, with the same results ({reasons})"
     return line
+
+
+def report(backend: str, before: FlexCalls, file: TextIO) -> None:
+    """Write the line that ends a command whose user chose ``flex`` or whose ``auto`` used it (see
+    `worth_saying`) to ``file``: how the flex calls since ``before`` (a `snapshot`) were served."""
+    calls = since(before)
+    if worth_saying(backend, calls):
+        print(summary(calls), file=file)

@@ -40,21 +40,11 @@ def _precision_context(precision: str, device):
     return context
 
 
-def say_flex_calls(backend: str, before) -> None:
-    """The line that ends a command whose user chose ``flex`` or whose ``auto`` used it: how many
-    flex calls since ``before`` (a `flex_calls.snapshot`) ran compiled, and how many on another backend."""
-    from graphformer.attention import flex_calls
-
-    calls = flex_calls.since(before)
-    if flex_calls.worth_saying(backend, calls):
-        print(flex_calls.summary(calls), file=sys.stderr)
-
-
 def cmd_evaluate(args) -> int:
     from tqdm.auto import tqdm
 
     from graphformer.attention import flex_calls
-    from graphformer.training.evaluate import HEADLINE, evaluate, for_console
+    from graphformer.training.evaluate import evaluate, headline
 
     before = flex_calls.snapshot()
     run, decoding = _load_run(args)
@@ -98,14 +88,12 @@ def cmd_evaluate(args) -> int:
     else:
         bleu = f" bleu={scores['bleu']:.2f} bleu_tokenized={scores['bleu_tokenized']:.2f}" if "bleu" in scores else ""
         # exact match is absent where per-sample edges in the decoder leave teacher forcing only
-        shown = for_console(scores)
-        headline = " ".join(f"{name}={shown[name]:.4f}" for name in HEADLINE if name in shown)
         print(
-            f"{args.split}: n={scores['n']} {headline}{bleu}"
+            f"{args.split}: n={scores['n']} {headline(scores)}{bleu}"
             + (f" (beam {decoding.beam})" if searched else "")
             + (f" in {decoding.precision}" if decoding.precision != "float32" else "")
         )
-    say_flex_calls(run.model.attention_backend, before)
+    flex_calls.report(run.model.attention_backend, before, sys.stderr)
     return 0
 
 
@@ -155,7 +143,7 @@ def cmd_translate(args) -> int:
     _warn_about_input(source, source_limit(run.model, pool))
     with precision:
         status = _translate(run, decoding, pool, source.ids, detokenize, quiet=args.quiet, edges=edges)
-    say_flex_calls(run.model.attention_backend, before)
+    flex_calls.report(run.model.attention_backend, before, sys.stderr)
     return status
 
 

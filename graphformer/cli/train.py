@@ -46,7 +46,6 @@ def chose_max_len(args, train_cfg: TrainConfig) -> bool:
 
 def cmd_train(args) -> int:
     from graphformer.attention import flex_calls
-    from graphformer.cli.decode import say_flex_calls
     from graphformer.training.run_dir import resume_command
 
     before = flex_calls.snapshot()
@@ -92,7 +91,7 @@ def cmd_train(args) -> int:
     trainer.close()
     if not trainer.ctx.is_main:
         return 0
-    say_flex_calls(trainer.cfg.attention_backend, before)
+    flex_calls.report(trainer.cfg.attention_backend, before, sys.stderr)
     return _report_end(args, trainer, metrics)
 
 
@@ -109,7 +108,7 @@ def _report_end(args, trainer, metrics: dict | None) -> int:
         return 130
     cfg, progress = trainer.cfg, trainer.progress
     where = f"step {progress.step}, {progress.epoch} of {cfg.epochs} epochs complete"
-    scores = metrics and _headline(metrics)
+    scores = metrics and _valid_headline(metrics)
     if scores and progress.epoch < cfg.epochs and cfg.out_of_patience(progress):
         span = f"{cfg.patience} epochs" if cfg.patience != 1 else "1 epoch"
         print(f"stopped early ({where}: no better valid {cfg.select_by} in the last {span}): {scores}")
@@ -123,13 +122,12 @@ def _report_end(args, trainer, metrics: dict | None) -> int:
     return 0
 
 
-def _headline(metrics: dict) -> str:
+def _valid_headline(metrics: dict) -> str:
     """The last validation's loss and accuracies, e.g. ``valid loss 0.0850, token accuracy 0.9998,
     exact match 0.9970``; a classifier's ``valid loss 1.2, accuracy 0.355``."""
-    from graphformer.training.evaluate import HEADLINE, for_console
+    from graphformer.training.evaluate import headline
 
-    valid = for_console({k.removeprefix("valid_"): v for k, v in metrics.items() if k.startswith("valid_")})
-    return "valid " + ", ".join(f"{name.replace('_', ' ')} {valid[name]:.4f}" for name in HEADLINE if name in valid)
+    return "valid " + headline({k.removeprefix("valid_"): v for k, v in metrics.items() if k.startswith("valid_")}, " ")
 
 
 def _finished(cfg: TrainConfig, progress: Progress) -> bool:

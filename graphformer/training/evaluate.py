@@ -37,6 +37,18 @@ def for_console(scores: dict) -> dict:
     return {name: value for name, value in scores.items() if name not in SAME_AS_ACCURACY}
 
 
+def headline(scores: dict, sep: str = "=") -> str:
+    """The loss and accuracies of ``scores`` that a one-line summary shows (`HEADLINE`, as
+    `for_console` leaves them), each a name, ``sep`` and the value to 4 decimals. ``sep="="``
+    keeps the names of ``evaluate --json`` (``loss=0.0850 token_accuracy=0.9998``); another
+    ``sep`` writes them as words, comma-separated (``sep=" "``: ``loss 0.0850, token accuracy 0.9998``)."""
+    shown = for_console(scores)
+    names = [name for name in HEADLINE if name in shown]
+    if sep == "=":
+        return " ".join(f"{name}={shown[name]:.4f}" for name in names)
+    return ", ".join(f"{name.replace('_', ' ')}{sep}{shown[name]:.4f}" for name in names)
+
+
 @torch.no_grad()
 def teacher_forced(model, split: Split, pool: GraphPool, batch_tokens: int = 4096) -> dict:
     """Mean per-token NLL (no smoothing) and token accuracy over the split."""

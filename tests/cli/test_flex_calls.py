@@ -1,6 +1,7 @@
 """How the flex backend served a command, said at its end: ``evaluate`` and ``translate`` with
-``--attention-backend flex`` end with one line of counts (``evaluate --json`` and training's
-metrics hold them too), and a command whose ``auto`` never used flex says nothing of it.
+``--attention-backend flex`` end with one line of counts (``evaluate --json`` holds them too,
+and training's metrics those of validation), and a command whose ``auto`` never used flex says
+nothing of it.
 
 The kernel is replaced where a test would otherwise compile (tens of seconds per kernel on a
 CPU): by one that fails to build as torch's does (`flex._kernel`), or by FlexAttention uncompiled,

@@ -79,6 +79,18 @@ def test_the_console_line_names_a_classifiers_accuracy_once_and_a_translators_sc
     assert format_metrics(translator) == "epoch 1 (step 9): valid loss 1.5, token accuracy 0.9, exact match 0.5"
 
 
+def test_the_headline_names_scores_as_evaluate_json_does_or_in_words():
+    """evaluate's line (``sep="="``) and train's last line (``sep=" "``) show the same scores:
+    loss and accuracies in `HEADLINE` order, nothing else, a classifier's accuracy once."""
+    from graphformer.training.evaluate import headline
+
+    translator = {"n": 30, "bleu": 12.5, "exact_match": 0.997, "loss": 0.085, "token_accuracy": 0.99981}
+    assert headline(translator) == "loss=0.0850 token_accuracy=0.9998 exact_match=0.9970"
+    assert headline(translator, " ") == "loss 0.0850, token accuracy 0.9998, exact match 0.9970"
+    classifier = {"loss": 1.2, **{n: 0.355 for n in ("token_accuracy", "exact_match", "char_accuracy", "accuracy")}}
+    assert headline(classifier) == "loss=1.2000 accuracy=0.3550"
+
+
 def test_noam_schedule():
     d, warm = 512, 4000
     assert noam_rate(warm, d, warm, 1.0) == pytest.approx(d**-0.5 * warm**-0.5)
