@@ -85,3 +85,38 @@ def test_a_plugin_registering_an_incomplete_term_is_one_line_and_writes_nothing(
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "sample term 'mine' is 'derived' but gives no fails" in err and not (tmp_path / "run").exists()
     assert "mine" not in SAMPLE_TERMS
+
+
+def test_a_config_files_plugin_that_fails_to_import_names_the_file(tmp_path, capsys):
+    config = tmp_path / "cfg.yaml"
+    config.write_text("train: {task: double, plugins: no_such_plugin_here}\n", encoding="utf-8")
+    code = main(["train", "--config", str(config), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"graphformer: error: --config {config}: train.plugins no_such_plugin_here: cannot import")
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_reads_its_config_file_once(tmp_path, monkeypatch, capsys):
+    import graphformer.cli.train as train
+    import graphformer.training.config_file as config_file
+
+    calls, read = [], config_file.read_config_file
+    for module in (train, config_file):  # wherever a reader finds it
+        monkeypatch.setattr(module, "read_config_file", lambda path: calls.append(path) or read(path))
+    config = tmp_path / "cfg.yaml"
+    config.write_text("model: {max_len: 40}\ntrain: {max_steps: 1}\n", encoding="utf-8")
+    data = small_copy_data(tmp_path / "data", n_train=16)
+    argv = [
+        "train",
+        "--config",
+        str(config),
+        "--task",
+        "parallel",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    assert main([*argv, *TINY_MODEL]) == 0, capsys.readouterr().err
+    assert calls == [str(config)]
