@@ -54,6 +54,8 @@ BACKENDS.register(
     why_cpu="torch's FlexAttention has no backward pass",
 )
 
+# "encoder-only" is help text: the pool refuses span nodes outside the encoder by the pattern
+# itself (graphformer.graphs.patterns.adds_span_nodes), whatever its entry says.
 PATTERNS = Registry("attention pattern", {"encoder-only": "adds span nodes: --enc-attention only"})
 # ``arguments``: what follows the colon, as ``train --help`` writes it; [...] is optional.
 PATTERNS.register("full", "every pair", "graphformer.graphs.patterns:full", arguments="")
@@ -74,6 +76,8 @@ SAMPLE_TERMS = Registry(
         "derived": "derived from the sample's source tokens (details: serves, fails)",
         "given": "read beside the data, {split}.{relation}.edges",
     },
+    requires={"derived": ("serves", "fails")},  # sample_edges reads both
+    one_of=("derived", "given"),
 )
 SAMPLE_TERMS.register(
     "parse-tree",

@@ -28,7 +28,6 @@ DEFAULT_ALPHA = 0.6
 # Attention patterns (graphformer.graphs.patterns) and the terms naming each sample's own edges
 # (graphformer.graphs.sample_edges): see graphformer.catalog.
 PATTERN_NAMES = PATTERNS.names(ordered=True)
-ENCODER_ONLY_PATTERNS = PATTERNS.names("encoder-only")
 
 # What graphformer.viz draws: the relations it records, a panel's view, the colour scale, and the
 # files it writes.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable, Collection
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Optional
 
@@ -55,17 +56,19 @@ PROBABILITY = Range(low=0, high=1, open_high=True)  # [0, 1): dropout, label smo
 
 def option(
     default: Any = MISSING,
-    help: str = "",
+    help: str | Callable[[], str] = "",
     *,
-    choices: tuple | None = None,
+    choices: Collection[str] | None = None,
     range: Range | None = None,
     cli: bool = True,
     metavar: str | None = None,
 ):
     """A dataclass field that knows its help text, choices and range (see the module docstring).
 
-    ``cli=False`` keeps a field off the command line (vocabulary sizes, say, which training
-    fills in from the data).
+    ``help`` may be a function of no arguments, called when ``--help`` is built (a list of
+    registry entries, a plugin's among them); ``choices`` any collection of names, such as a
+    registry's live `graphformer.registry.Names`. ``cli=False`` keeps a field off the command
+    line (vocabulary sizes, say, which training fills in from the data).
     """
     meta = {"help": help, "choices": choices, "range": range, "cli": cli, "metavar": metavar}
     return field(default=default, metadata=meta)

@@ -20,7 +20,7 @@ This module imports nothing of graphformer but its errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -106,29 +106,55 @@ class Registry(MutableMapping):
 
     ``registry[name]`` is the loaded object, kept once loaded; setting ``registry[name] = obj``
     replaces the object of an existing entry (tests swap a backend this way); `register` adds one.
+    An entry is never removed (``del`` is a TypeError): re-register it with ``replace=True``.
+
+    What the registry's readers rely on is checked when an entry is registered: ``requires``
+    (capability -> the details an entry with it must give, e.g. ``{"derived": ("serves", "fails")}``)
+    and ``one_of`` (capabilities of which each entry has exactly one, e.g. ``("derived", "given")``).
     """
 
-    def __init__(self, what: str, capabilities: dict[str, str]):
+    def __init__(
+        self, what: str, capabilities: dict[str, str], requires: dict[str, tuple] | None = None, one_of: tuple = ()
+    ):
         self.what = what  # "attention backend": how errors name one entry
         self.capabilities = capabilities  # the vocabulary: word -> what it means
+        self.requires, self.one_of = requires or {}, one_of
         self._entries: dict[str, Entry] = {}
         self._loaded: dict[str, Any] = {}
 
     def register(self, name: str, summary: str, target, capabilities=(), replace: bool = False, **details) -> Entry:
-        """Add the entry ``name`` (see `Entry`); a name taken already is a UserError unless ``replace``."""
-        unknown = sorted(set(capabilities) - set(self.capabilities))
-        if unknown:
-            raise UserError(
-                f"{self.what} {name!r}: unknown capability {unknown[0]!r}; known: {', '.join(self.capabilities)}"
-            )
+        """Add the entry ``name`` (see `Entry`); a name taken already is a UserError unless ``replace``,
+        and so is an entry that breaks the registry's vocabulary, ``requires`` or ``one_of``."""
         if not name or any(c.isspace() or c in "+:," for c in name):
             raise UserError(f"{self.what} name {name!r} must be non-empty, without spaces, '+', ':' or ','")
         if name in self._entries and not replace:
             raise UserError(f"{self.what} {name!r} is registered already; pick another name (or pass replace=True)")
+        self._check_capabilities(name, capabilities, details)
         entry = Entry(name, summary, target, frozenset(capabilities), details)
         self._entries[name] = entry
         self._loaded.pop(name, None)
         return entry
+
+    def _check_capabilities(self, name: str, capabilities: Iterable[str], details: dict) -> None:
+        """A UserError for a capability outside the vocabulary, a missing ``one_of`` or a missing detail."""
+        capabilities = set(capabilities)
+        unknown = sorted(capabilities - set(self.capabilities))
+        if unknown:
+            raise UserError(
+                f"{self.what} {name!r}: unknown capability {unknown[0]!r}; known: {', '.join(self.capabilities)}"
+            )
+        if self.one_of and len(capabilities & set(self.one_of)) != 1:
+            raise UserError(
+                f"{self.what} {name!r} must have exactly one of the capabilities {', '.join(self.one_of)}; "
+                f"it has {', '.join(sorted(capabilities & set(self.one_of))) or 'none'}"
+            )
+        for capability in sorted(capabilities & set(self.requires)):
+            missing = [key for key in self.requires[capability] if key not in details]
+            if missing:
+                raise UserError(
+                    f"{self.what} {name!r} is {capability!r} but gives no {', '.join(missing)}; pass "
+                    f"{', '.join(f'{key}=...' for key in missing)} to register (see docs/howto/extend.md)"
+                )
 
     def entry(self, name: str) -> Entry:
         if name not in self._entries:
@@ -146,10 +172,6 @@ class Registry(MutableMapping):
         """Each entry's ``details[key]``, by name, for the entries that have one (live: see `Details`)."""
         return Details(self, key)
 
-    def unknown(self, name: str) -> str:
-        """The error message for a name no entry has."""
-        return f"unknown {self.what} {name!r}; choose one of {', '.join(self._entries)}"
-
     def __getitem__(self, name: str):
         if name not in self._loaded:
             self._loaded[name] = self.entry(name).load()
@@ -160,7 +182,8 @@ class Registry(MutableMapping):
         self._loaded[name] = obj
 
     def __delitem__(self, name: str) -> None:
-        self._loaded.pop(self.entry(name).name, None)  # the entry stays; its object loads again
+        # MutableMapping's pop, popitem and clear go through here: none of them may seem to work.
+        raise TypeError(f"{self.what} entries cannot be removed; use register(..., replace=True)")
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._entries))
@@ -172,18 +195,20 @@ class Registry(MutableMapping):
         return name in self._entries
 
 
-def load_plugins(modules=(), installed: bool = False) -> list[str]:
+def load_plugins(modules=(), installed: bool = False, source: str = "--plugin") -> list[str]:
     """Import each plugin module of ``modules`` (and, with ``installed``, every one installed under
     the entry-point group ``graphformer.plugins``): importing one registers its entries. Returns
-    the modules named; one that fails to import is a one-line UserError."""
+    the modules named; one that fails to import is a one-line UserError that names where it was
+    named (``source``: ``--plugin``, or a run's or a file's ``plugins``)."""
     named = [m for m in modules if m]
     for module in named:
         try:
             import_module(module)
         except Exception as err:  # noqa: BLE001 - any failure of a user's module is reported in one line
+            why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             raise UserError(
-                f"--plugin {module}: cannot import it ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-                "give an importable module (on PYTHONPATH) that registers graphformer extensions"
+                f"{source} {module}: cannot import it ({why}); give an importable module (on PYTHONPATH) "
+                "that registers graphformer extensions"
             ) from None
     if installed:
         for point in entry_points(group=ENTRY_POINT_GROUP):

@@ -10,19 +10,29 @@ from graphformer.cli.parser import given
 from graphformer.cli.signals import abort_on_ctrl_c_at_exit, abort_training
 from graphformer.errors import UserError
 from graphformer.model.config import ModelConfig, unused_layers
-from graphformer.training.config import TrainConfig, run_configs
+from graphformer.training.config import TrainConfig, load_run_plugins, run_configs
 from graphformer.training.config_file import read_config_file
 from graphformer.training.progress import Progress
 
 
-def train_configs(args) -> tuple[ModelConfig, TrainConfig]:
+def config_file(args) -> tuple[dict, dict]:
+    """The (model, train) options of ``--config`` (none without one), its plugins imported: a
+    plugin's task, model or pattern named in the file is a choice by the time the file is checked."""
+    if not args.config:
+        return {}, {}
+    model_file, train_file = read_config_file(args.config)
+    load_run_plugins(train_file, source=f"--config {args.config}: train.plugins")
+    return model_file, train_file
+
+
+def train_configs(args, from_file: tuple[dict, dict] | None = None) -> tuple[ModelConfig, TrainConfig]:
     """The configuration of the run ``args`` (parsed ``train`` options) asks for (see
-    `graphformer.training.config.run_configs`)."""
+    `graphformer.training.config.run_configs`); ``from_file``: `config_file` (read here if None)."""
     plugins = {"plugins": ",".join(args.plugin)} if args.plugin else {}  # recorded: the run loads them again
     return run_configs(
         given(args, ModelConfig),
         {**given(args, TrainConfig), **plugins},
-        from_file=read_config_file(args.config) if args.config else ({}, {}),
+        from_file=config_file(args) if from_file is None else from_file,
         resume=args.out if args.resume else None,
     )
 
@@ -35,13 +45,10 @@ def ignored_flags_warning(args, model_cfg: ModelConfig) -> str | None:
     return None
 
 
-def chose_max_len(args, train_cfg: TrainConfig) -> bool:
-    """Whether the user set max_len (a flag, the --config file, or --init-from's model): if not,
-    a new run fits it to its data."""
-    from graphformer.training.config_file import read_config_file
-
-    in_file = bool(args.config) and "max_len" in read_config_file(args.config)[0]
-    return "max_len" in given(args, ModelConfig) or in_file or bool(train_cfg.init_from)
+def chose_max_len(args, train_cfg: TrainConfig, model_file: dict) -> bool:
+    """Whether the user set max_len (a flag, the --config file's ``model_file`` options, or
+    --init-from's model): if not, a new run fits it to its data."""
+    return "max_len" in given(args, ModelConfig) or "max_len" in model_file or bool(train_cfg.init_from)
 
 
 def cmd_train(args) -> int:
@@ -49,7 +56,8 @@ def cmd_train(args) -> int:
     from graphformer.training.run_dir import resume_command
 
     before = flex_calls.snapshot()
-    model_cfg, train_cfg = train_configs(args)  # before any process starts: a mistake gets one line, once
+    from_file = config_file(args)  # read once, here
+    model_cfg, train_cfg = train_configs(args, from_file)  # before any process starts: a mistake gets one line, once
     world = os.environ.get("WORLD_SIZE")
     if args.processes > 1 and world is None:  # start the processes, each of which runs this command
         from graphformer.training.distributed import check_devices_for
@@ -75,7 +83,7 @@ def cmd_train(args) -> int:
         resume=args.resume,
         show_progress=not args.quiet,
         abort=abort_training,
-        fit_max_len=not chose_max_len(args, train_cfg),
+        fit_max_len=not chose_max_len(args, train_cfg, from_file[0]),
         recorder=AttentionRecorder(),
     )
     warning = None if args.resume else ignored_flags_warning(args, model_cfg)

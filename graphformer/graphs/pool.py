@@ -138,7 +138,7 @@ class GraphPool:
         """Whether outputs can be decoded a token at a time: not where the decoder or cross
         attention takes edges given with each sample, which are known only for a whole target
         (a structure derived from the source, such as ``operands``, is made a query at a time)."""
-        return all(relation == ENC or term != sample_edges.GIVEN for relation, term in self.sample_terms.items())
+        return all(relation == ENC or not sample_edges.is_given(term) for relation, term in self.sample_terms.items())
 
     def source_positions(self, tokens: int) -> int:
         """Positions a source of ``tokens`` tokens takes: its tokens, `</s>` and the `<cls>` node if any."""

@@ -39,29 +39,34 @@ from pathlib import Path
 
 import torch
 
-from graphformer.catalog import SAMPLE_TERMS as TERMS
+from graphformer.catalog import SAMPLE_TERMS
 from graphformer.data.corpus import Split
 from graphformer.data.text import read_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
 from graphformer.graphs.expression_tree import parse_tree
 
-# The sample terms are the entries of graphformer.catalog.SAMPLE_TERMS (live: a plugin's are in them).
-SAMPLE_TERMS = TERMS.names()
-PARSE_TREE, OPERANDS, GIVEN = "parse-tree", "operands", "edges"  # the package's own
+# The sample terms' names, the entries of graphformer.catalog.SAMPLE_TERMS (live: a plugin's are in them).
+SAMPLE_TERM_NAMES = SAMPLE_TERMS.names()
+PARSE_TREE, OPERANDS = "parse-tree", "operands"  # the package's own
 # The relation each structure derived from the source serves: "enc", "dec" or "cross".
-DERIVED_FOR = TERMS.detail("serves")
+DERIVED_FOR = SAMPLE_TERMS.detail("serves")
 LAST_POSITION = torch.iinfo(torch.int64).max
+
+
+def is_given(term: str) -> bool:
+    """Whether the sample term ``term`` is read beside the data (``edges``), not derived from the tokens."""
+    return SAMPLE_TERMS.entry(term).can("given")
 
 
 def split_spec(spec: str) -> tuple[str | None, str | None]:
     """``"window:1+parse-tree"`` -> ``("window:1", "parse-tree")``: the length terms (None when
     there are none) and the sample term (None when there is none)."""
     terms = spec.replace(" ", "").split("+")
-    sample = [t for t in terms if t in SAMPLE_TERMS]
+    sample = [t for t in terms if t in SAMPLE_TERM_NAMES]
     if len(sample) > 1:
         raise UserError(f"attention pattern {spec!r} joins {' and '.join(sample)}: give one sample term at most")
-    length = "+".join(t for t in terms if t not in SAMPLE_TERMS)
+    length = "+".join(t for t in terms if t not in SAMPLE_TERM_NAMES)
     return (length or None), (sample[0] if sample else None)
 
 
@@ -105,9 +110,9 @@ def derive(term: str, words: Sequence[str], sample: int | str):
         raise ValueError(f"{term!r} names no structure derived from tokens (those are {', '.join(DERIVED_FOR)})")
     where = f"sample {sample}" if isinstance(sample, int) else sample
     try:
-        return TERMS[term](words)
-    except ValueError as err:  # the entry's "fails" says what the tokens are not
-        raise UserError(f"{where} {TERMS.entry(term).details['fails']} ({term}): {err}") from None
+        return SAMPLE_TERMS[term](words)
+    except ValueError as err:  # the entry's "fails" (required of a derived term) says what the tokens are not
+        raise UserError(f"{where} {SAMPLE_TERMS.entry(term).details['fails']} ({term}): {err}") from None
 
 
 def parse_pairs(line: str) -> EdgeList:
@@ -235,7 +240,7 @@ def split_edges(
     lengths = [(pool.source_positions(len(s)), pool.target_nodes(len(t))) for s, t in zip(src_words, tgt_words)]
     derived, given = {}, {}
     for relation, term in terms.items():
-        if term == GIVEN:
+        if is_given(term):
             path = edges_file(data_dir, split, relation[1])
             given[relation] = read_edges_file(path, pool, relation, lengths)
         else:
@@ -251,15 +256,15 @@ def edges_of_lines(pool, words: Sequence[Sequence[str]], path: str | Path | None
     or that the edges file is missing. A decoder's or cross edges given with the data are left
     out: decoding refuses them."""
     terms = pool.sample_terms
-    derived = {relation: term for relation, term in terms.items() if term != GIVEN}
-    given_enc = next((r for r, term in terms.items() if r[1] == "enc" and term == GIVEN), None)
+    derived = {relation: term for relation, term in terms.items() if not is_given(term)}
+    given_enc = next((r for r, term in terms.items() if r[1] == "enc" and is_given(term)), None)
     if not (derived or given_enc):
         return None
     given = {}
     if given_enc is not None:
         if path is None:
             raise UserError(
-                "the run's encoder attention reads each sample's edges ('edges'): give --edges FILE, one line of "
+                f"the run's encoder attention reads each sample's edges ({terms[given_enc]!r}): give --edges FILE, one line of "
                 "key-query pairs per input line"
             )
         lengths = [(pool.source_positions(len(w)), pool.target_nodes(0)) if w else None for w in words]
@@ -293,7 +298,8 @@ def as_edge_list(edges) -> EdgeList:
 
 
 __all__ = [
-    "SAMPLE_TERMS",
+    "SAMPLE_TERM_NAMES",
+    "is_given",
     "SplitEdges",
     "split_spec",
     "parse_tree",

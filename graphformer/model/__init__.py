@@ -18,9 +18,7 @@ _WHERE = {
     "GraphModel": "graphformer.model.base",
     "SequenceModel": "graphformer.model.base",
     "ModelOutput": "graphformer.model.output",
-    "MODEL_CLASSES": "graphformer.model.factory",
     "build_model": "graphformer.model.factory",
-    "graph_pool": "graphformer.model.factory",
     "make_model": "graphformer.model.factory",
     "evaluating": "graphformer.model.modes",
 }

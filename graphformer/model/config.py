@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from graphformer.catalog import MODELS as MODEL_KINDS
+from graphformer.catalog import MODELS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
 
 # The kinds of model, their capabilities and classes: graphformer.catalog.MODELS (live names: a
 # plugin's kinds are in them), and which options apply to each, without torch (for --help and `check`).
-MODELS = MODEL_KINDS.names()
-CLASSIFIERS = MODEL_KINDS.names("classifies")  # one label per sample (graphformer.model.classifier)
-UNIVERSALS = MODEL_KINDS.names("universal")  # a shared layer repeated with ACT (graphformer.model.universal)
+MODEL_NAMES = MODELS.names()
+CLASSIFIERS = MODELS.names("classifies")  # one label per sample (graphformer.model.classifier)
+UNIVERSALS = MODELS.names("universal")  # a shared layer repeated with ACT (graphformer.model.universal)
 POSITIONS = ("sinusoidal", "learned", "none")
 TYING = ("none", "decoder", "all")
 POOLINGS = ("cls", "mean", "last")
@@ -34,7 +34,7 @@ def model_help() -> str:
     """The kinds of model as ``train --help`` lists them (graphformer.catalog.MODELS)."""
     from graphformer.data.tasks import classification_tasks
 
-    kinds = "; ".join(f"{e.name}: {e.summary}" for e in MODEL_KINDS.entries())
+    kinds = "; ".join(f"{e.name}: {e.summary}" for e in MODELS.entries())
     return f"{kinds}; the classifiers ({', '.join(CLASSIFIERS)}) take the tasks {', '.join(classification_tasks())}"
 
 
@@ -46,7 +46,7 @@ class ModelConfig(DictConfig):
 
     src_vocab: int = option(help="source vocabulary size", range=AT_LEAST_1, cli=False)
     tgt_vocab: int = option(help="target vocabulary size", range=AT_LEAST_1, cli=False)
-    model: str = option("transformer", model_help, choices=MODELS)
+    model: str = option("transformer", model_help, choices=MODEL_NAMES)
     layers: int = option(2, "layers per side (transformer, encoder)", range=AT_LEAST_1)
     d_model: int = option(128, "width of every node's hidden state", range=Range(low=2))
     heads: int = option(4, "attention heads (must divide d_model)", range=AT_LEAST_1)

@@ -9,15 +9,6 @@ from graphformer.choices import DEFAULT_BACKEND
 from graphformer.model.config import ModelConfig, unused_layers
 from graphformer.vocab import SPECIALS
 
-# Each kind of ModelConfig.model and the class that builds it, loaded on first use.
-MODEL_CLASSES = MODELS
-
-
-def graph_pool(cfg: ModelConfig):
-    """The `GraphPool` whose batches the model ``cfg`` names reads (a classifier's: source graphs
-    only), without building the model: ``cfg.graph_pool()``."""
-    return cfg.graph_pool()
-
 
 def build_model(cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
     """The model that ``cfg.model`` names: the factory (`make_model` builds ``cfg`` from keywords first)."""

@@ -34,6 +34,7 @@ SELECT_BY = {"loss": False, "token_accuracy": True, "exact_match": True}
 DEVICES = "auto | cpu | cuda | cuda:N"  # what --device takes (see graphformer.training.distributed.resolve_device)
 RESUME_OVERRIDES = ("epochs", "max_steps", "max_minutes", "patience")
 RUNTIME = ("device", "threads", "attention_backend", "tensorboard", "keep_last")
+GROWS = ("plugins",)  # a resumed run imports its own and those given again (a plugin backend is RUNTIME)
 PER_PROCESS = ("accumulate",)  # x processes: the batches per step, which a resumed run keeps
 PATHS = ("data_dir", "init_from")  # saved absolute: a run is evaluated and resumed from any folder
 BATCH_SIZE = 64  # sentences per training batch when neither batch_size nor batch_tokens is given
@@ -230,6 +231,8 @@ def with_flags(file_values: dict, flags: dict) -> dict:
     that sets one of batch_size and batch_tokens unsets the other, and a flag that changes the
     task drops a select_by that was the file's task's default."""
     merged = {**file_values, **flags}
+    if "plugins" in file_values or "plugins" in flags:  # the file's plugins named its choices: keep them
+        merged["plugins"] = joined_plugins(file_values.get("plugins"), flags.get("plugins"))
     if not {f.name for f in fields(TrainConfig)} <= set(file_values):
         return merged  # a file the user wrote holds only what they chose
     for one, other in (("batch_size", "batch_tokens"), ("batch_tokens", "batch_size")):
@@ -261,7 +264,9 @@ def resume_config(saved: TrainConfig, given: dict) -> TrainConfig:
     """
     values = saved.to_dict()
     for name, value in given.items():
-        if name in RESUME_OVERRIDES or name in RUNTIME or name in PER_PROCESS:
+        if name in GROWS:
+            values[name] = joined_plugins(values[name], value)
+        elif name in RESUME_OVERRIDES or name in RUNTIME or name in PER_PROCESS:
             values[name] = value
         elif value != values[name]:
             raise ConfigError(
@@ -306,7 +311,7 @@ def _resumed_configs(run_dir: str, model_given: dict, train_given: dict) -> tupl
     if not (run / CONFIG).is_file():
         raise UserError(f"--resume: no run to continue in {run_dir} (no {CONFIG}); start it without --resume")
     model_saved, train_saved = run.read_config()
-    load_run_plugins(train_saved)
+    load_run_plugins(train_saved, source=f"the run's plugins ({run / CONFIG}: train.plugins)")
     saved = ModelConfig.from_dict(model_saved)
     for name, value in model_given.items():
         if getattr(saved, name) != value:
@@ -317,9 +322,16 @@ def _resumed_configs(run_dir: str, model_given: dict, train_given: dict) -> tupl
     return saved, resume_config(TrainConfig.from_dict(absolute_paths(train_saved)), train_given)
 
 
-def load_run_plugins(train_values: dict) -> None:
-    """Import the plugins a run was trained with (its saved ``plugins``), before its options are read."""
-    load_plugins((train_values.get("plugins") or "").split(","))
+def load_run_plugins(train_values: dict, source: str = "the run's plugins (train.plugins)") -> None:
+    """Import the plugins a run was trained with (its saved ``plugins``, or a --config file's),
+    before its options are read; ``source`` names where they were written, for the error."""
+    load_plugins((train_values.get("plugins") or "").split(","), source=source)
+
+
+def joined_plugins(*lists: str | None) -> str | None:
+    """Comma-separated plugin lists joined, each module once, in order: ``"a,b"``, ``"b,c"`` -> ``"a,b,c"``."""
+    modules = [m for plugins in lists if plugins for m in plugins.split(",") if m]
+    return ",".join(dict.fromkeys(modules)) or None
 
 
 def init_model_options(where: str) -> dict:

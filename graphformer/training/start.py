@@ -26,7 +26,7 @@ from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import GraphPool
 from graphformer.graphs.sample_edges import attach
-from graphformer.model import ModelConfig, build_model, graph_pool
+from graphformer.model import ModelConfig, build_model
 from graphformer.training import checkpoint
 from graphformer.training.checks import (
     check_labels,
@@ -93,7 +93,7 @@ def start_run(
 
 
 def _new_run(files, ctx, cfg, model_cfg, recorder, fit_max_len, init) -> RunState:
-    pool = graph_pool(model_cfg)
+    pool = model_cfg.graph_pool()
     if not pool.decodable and cfg.select_by == "exact_match":
         raise ConfigError(
             "select_by",

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 
 from graphformer.attention import record_attention
+from graphformer.catalog import MODELS
 from graphformer.choices import RELATIONS
 from graphformer.graphs import GraphBatch
-from graphformer.model.factory import MODEL_CLASSES
 from graphformer.model.modes import evaluating
 
 
@@ -22,7 +22,7 @@ def recorded_kinds() -> tuple[str, ...]:
     """The kinds of model drawn with one map per layer (their classes' ``records_maps``). The
     universal ones attend on shrinking subgraphs of their still-active nodes at every step; those
     are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`)."""
-    return tuple(kind for kind, cls in MODEL_CLASSES.items() if cls.records_maps)
+    return tuple(kind for kind, cls in MODELS.items() if cls.records_maps)
 
 
 def _ranges(batch: GraphBatch, relation: str, sample: int) -> tuple[int, int, int, int]:

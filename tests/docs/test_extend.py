@@ -6,11 +6,13 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "howto" / "extend.md").read_text(encoding="utf-8")
@@ -46,14 +48,51 @@ def test_the_python_block_builds_and_runs_the_plugins_model(folder):
     assert proc.stdout.split() == ["MyTransformer", "(3,", "16)"]  # what the block's comment says
 
 
-def test_the_commands_train_and_evaluate_with_the_plugin_recorded(folder):
+@pytest.fixture(scope="module")
+def page_run(folder):
+    """The page's commands, run once in ``folder``: the run ``runs/double`` and the last command's process."""
     for line in SH_LINES:
         proc = run(command(line), folder)
         assert proc.returncode == 0, f"{line}\n{proc.stderr[-2000:]}"
+    return folder / "runs" / "double", proc
+
+
+def test_the_commands_train_and_evaluate_with_the_plugin_recorded(folder, page_run):
+    _, proc = page_run
     config = json.loads((folder / "runs" / "double" / "config.json").read_text(encoding="utf-8"))
     assert config["train"]["plugins"] == "my_plugin" and config["model"]["model"] == "my-transformer"
     assert config["train"]["task"] == "double" and config["model"]["enc_attention"] == "stripes:2+to-first"
     assert re.search(r"test: n=30 .*exact_match=", proc.stdout)  # evaluate read the run without --plugin
+
+
+def test_the_runs_config_json_repeats_the_plugin_run(folder, page_run):
+    """A plugin run's config.json is a valid --config: its train.plugins are imported before its task is checked."""
+    proc = run(["-m", "graphformer", "train", "--config", "runs/double/config.json", "--out", "runs/again"], folder)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.loads((folder / "runs" / "again" / "config.json").read_text(encoding="utf-8"))
+    assert config["train"]["plugins"] == "my_plugin" and config["train"]["task"] == "double"
+
+
+def test_a_saved_plugin_that_no_longer_imports_is_named_as_the_runs_not_a_flag(page_run, tmp_path):
+    run_dir, _ = page_run
+    before = snapshot(run_dir)
+    proc = run(["-m", "graphformer", "evaluate", str(run_dir), "--beam", "1"], tmp_path)  # my_plugin not on the path
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("graphformer: error: the run's plugins (") and "--plugin" not in proc.stderr
+    assert "my_plugin: cannot import it" in proc.stderr and snapshot(run_dir) == before
+
+
+def test_resuming_with_another_plugin_adds_it_to_the_runs_plugins(folder, page_run, tmp_path):
+    run_dir = tmp_path / "double"
+    shutil.copytree(page_run[0], run_dir)
+    (folder / "extra_plugin.py").write_text("", encoding="utf-8")
+    proc = run(
+        ["-m", "graphformer", "train", "--resume", "--out", str(run_dir), "--plugin", "extra_plugin", "--epochs", "2"],
+        folder,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    assert config["train"]["plugins"] == "my_plugin,extra_plugin" and config["train"]["epochs"] == 2
 
 
 def test_the_table_of_a_registry_shows_the_plugins_entries(folder):

@@ -649,20 +649,20 @@ def test_labels_are_decoded_in_decoding_batches_and_progress_hears_of_each():
 
 
 def test_every_model_kind_builds_its_own_class():
-    """`MODELS` (the choices of --model) and the factory's classes name the same kinds."""
-    from graphformer.model.config import CLASSIFIERS, MODELS, UNIVERSALS
-    from graphformer.model.factory import MODEL_CLASSES, graph_pool
+    """`MODEL_NAMES` (the choices of --model) and the catalog's classes name the same kinds."""
+    from graphformer.catalog import MODELS
+    from graphformer.model.config import CLASSIFIERS, MODEL_NAMES, UNIVERSALS
 
-    assert set(MODEL_CLASSES) == set(MODELS)
-    for kind in MODELS:
+    assert set(MODELS) == set(MODEL_NAMES)
+    for kind in MODEL_NAMES:
         sizes = {k: v for k, v in TINY.items() if k != "layers" or kind not in UNIVERSALS}
         model = make_model(20, 9, model=kind, **sizes)
-        assert type(model) is MODEL_CLASSES[kind] and model.cfg.classifies == (kind in CLASSIFIERS)
+        assert type(model) is MODELS[kind] and model.cfg.classifies == (kind in CLASSIFIERS)
         # what the class declares: maps per layer but for ACT, and a pool that fits its own check
         assert model.kind == kind and model.records_maps == (kind not in UNIVERSALS)
-        pool = graph_pool(model.cfg)
+        pool = model.cfg.graph_pool()
         assert pool.targets != model.cfg.classifies and pool.cls_node == model.make_pool().cls_node
         model.check_batch(make_batch(pool, [[5, 6]], [[4]]))
-        other = next(k for k in MODELS if (k in CLASSIFIERS) != (kind in CLASSIFIERS))
+        other = next(k for k in MODEL_NAMES if (k in CLASSIFIERS) != (kind in CLASSIFIERS))
         with pytest.raises(ValueError, match="use build_model"):
-            MODEL_CLASSES[other](model.cfg)
+            MODELS[other](model.cfg)
