@@ -20,16 +20,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from graphformer.data.corpus import Split, build_vocabs, read_split
+from graphformer.data.corpus import Split, build_vocabs
 from graphformer.data.splits import RECORD, generated_by
 from graphformer.data.tasks import GeneratedTask, get_task
 from graphformer.errors import ConfigError, UserError
-from graphformer.graphs import GraphPool
-from graphformer.graphs.sample_edges import attach
 from graphformer.model import ModelConfig, build_model, graph_pool
 from graphformer.training import checkpoint
 from graphformer.training.checks import (
-    check_labels,
     check_lengths,
     check_matches_run,
     check_model_fits_task,
@@ -40,6 +37,7 @@ from graphformer.training.distributed import Context
 from graphformer.training.init_from import check_init_fits, check_init_vocab, load_init_weights, read_init
 from graphformer.training.loaded import checkpoint_vocabs, load_model
 from graphformer.training.progress import Progress
+from graphformer.training.run_data import load_splits, test_split
 from graphformer.training.run_dir import LAST, LOCK, RunDir
 from graphformer.training.steps import (
     check_batches_per_step,
@@ -176,33 +174,6 @@ def open_run_dir(files: RunDir, ctx: Context) -> bool:
 def check_holds_no_run(files: RunDir) -> None:
     if files.holds_run():
         raise UserError(f"{files.path} already holds a run; continue it with --resume or choose another --out")
-
-
-def load_splits(cfg: TrainConfig, run_dir: Path, ctx: Context, pool: GraphPool) -> dict[str, Split]:
-    """The task's train and valid splits (made first by the main process: generated or fetched),
-    with each sample's own edges where the ``pool``'s patterns take them."""
-    task = get_task(cfg.task)
-    if ctx.is_main:
-        task.prepare(cfg, run_dir)
-    if ctx.distributed:
-        torch.distributed.barrier()  # rank 0 generates synthetic data before the others read it
-    folder = task.data_dir(cfg, run_dir)
-    splits = {name: attach(read_split(folder, name), pool, folder, name) for name in ("train", "valid")}
-    if task.classification:
-        check_labels(splits)
-    train = splits["train"]
-    train.src_words, train.tgt_words = cfg.used("train", train.src_words), cfg.used("train", train.tgt_words)
-    if train.edges is not None:
-        train.edges = cfg.used("train", train.edges)
-    return splits
-
-
-def test_split(cfg: TrainConfig, run_dir: Path, pool: GraphPool) -> dict[str, Split]:
-    """{"test": the test split} where the data has one, else {}."""
-    folder = get_task(cfg.task).data_dir(cfg, run_dir)
-    if not (folder / "test.src").is_file():
-        return {}
-    return {"test": attach(read_split(folder, "test"), pool, folder, "test")}
 
 
 def choose_vocabs(
