@@ -19,6 +19,7 @@ from graphformer.graphs.sample_edges import attach
 from graphformer.training.checks import check_labels
 from graphformer.training.config import TrainConfig
 from graphformer.training.distributed import Context
+from graphformer.vocab import Vocab
 
 
 def read_run_split(
@@ -56,3 +57,9 @@ def test_split(cfg: TrainConfig, run_dir: Path, pool: GraphPool) -> dict[str, Sp
     if not (folder / "test.src").is_file():
         return {}
     return {"test": read_run_split(cfg, folder, "test", pool, labels=False)}
+
+
+def encode(splits: dict[str, Split], src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+    """Give each split's samples their token ids in the run's vocabularies."""
+    for split in splits.values():
+        split.encode(src_vocab, tgt_vocab)
