@@ -4,7 +4,7 @@ another backend where the compiled kernel could not serve them (and why).
 The results are the same either way (the stand-ins are exact), so nothing in them shows which
 ran; these counts do. They are per process, kept from its start: a command reads them before and
 after its work (`snapshot`, `since`) and says what it saw (`summary`), and training's metrics
-hold them per epoch (`graphformer.training.evaluate.evaluate`).
+hold them per epoch (`graphformer.evaluation.scores.evaluate`).
 """
 
 from __future__ import annotations

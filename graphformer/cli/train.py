@@ -126,7 +126,7 @@ def _report_end(args, trainer, metrics: dict | None) -> int:
 def _headline(metrics: dict) -> str:
     """The last validation's loss and accuracies, e.g. ``valid loss 0.0850, token accuracy 0.9998,
     exact match 0.9970``; a classifier's ``valid loss 1.2, accuracy 0.355``."""
-    from graphformer.training.evaluate import HEADLINE, for_console
+    from graphformer.evaluation.scores import HEADLINE, for_console
 
     valid = for_console({k.removeprefix("valid_"): v for k, v in metrics.items() if k.startswith("valid_")})
     return "valid " + ", ".join(f"{name.replace('_', ' ')} {valid[name]:.4f}" for name in HEADLINE if name in valid)

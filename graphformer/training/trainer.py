@@ -22,15 +22,15 @@ from tqdm.auto import tqdm
 
 from graphformer.attention import check_backend_trains
 from graphformer.errors import ConfigError, UserError
+from graphformer.evaluation.loss import NonFiniteLoss, label_smoothed_nll
+from graphformer.evaluation.scores import evaluate
 from graphformer.files import WriteRefused, write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.precision import autocast, warn_if_emulated
 from graphformer.training import distributed, random_states
 from graphformer.training.config import SELECT_BY, TrainConfig
-from graphformer.training.evaluate import evaluate
 from graphformer.training.interrupts import StopRequest, raise_keyboard_interrupt
-from graphformer.training.loss import NonFiniteLoss, label_smoothed_nll
 from graphformer.training.report import ConsoleReport, TensorBoardLog, format_metrics
 from graphformer.training.run_dir import LAST, METRICS, RANKS, STEPS, TENSORBOARD, RunClaim, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer

@@ -15,9 +15,9 @@ from helpers import (
 )
 
 from graphformer.cli import main
+from graphformer.evaluation.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.graphs import make_batch
 from graphformer.training import checkpoint
-from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.training.run_dir import BEST, LAST
 from graphformer.training.schedule import make_optimizer, noam_rate
 from graphformer.vocab import NEVER_EMITTED, PAD, SOS
