@@ -2,8 +2,9 @@
 
 A task says where its aligned ``{train,valid,test}.{src,tgt}`` files come from (generated,
 fetched, or the user's own), how a line of text becomes tokens and back, which validation metric
-picks the best checkpoint, whether raw references exist for BLEU, and whether it is classification
-(one label token per target line, for ``--model encoder``) or sequence to sequence. The trainer, ``evaluate``
+picks the best checkpoint, whether raw references exist for BLEU, which train options it needs or
+reads (`Task.check_options`), and whether it is classification (one label token per target line,
+for ``--model encoder``) or sequence to sequence. The trainer, ``evaluate``
 and ``translate`` see tasks only through this interface: a new task is a ``Task`` (a subclass, or
 an instance of one here) and one entry in `graphformer.catalog.TASKS`, whose target is that object.
 

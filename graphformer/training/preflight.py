@@ -5,9 +5,9 @@ what to change.
 The checks take two passes, since a run may make its data in its own folder (generated, or
 fetched and tokenized) and the data's checks need the data:
 
-1. `check_options`, before the run directory is made or locked: no run is there already, the
-   model suits the task and ``--viz-every``, an ``--init-from`` checkpoint fits the model, and
-   ``select_by`` can be measured;
+1. `check_configs`, the model and train options, before the run directory is made or locked: no
+   run is there already, the model suits the task and ``--viz-every``, an ``--init-from``
+   checkpoint fits the model, and ``select_by`` can be measured;
 2. `check_data`, once the folder is claimed (`RunClaim`) and the data is there: the splits read
    (`graphformer.training.run_data`), every sample fits the positional table, the vocabularies
    hold words and suit ``tie``, and an epoch has a step. It returns the checked `Plan`.
@@ -51,7 +51,7 @@ class Plan:
     tgt_vocab: Vocab
 
 
-def check_options(
+def check_configs(
     files: RunDir, ctx: Context, cfg: TrainConfig, model_cfg: ModelConfig, recorder=None
 ) -> tuple[dict, Path] | None:
     """The checks that need no data, before anything is written; returns the ``--init-from``
@@ -109,6 +109,7 @@ def check_data(
 
 
 def check_holds_no_run(files: RunDir) -> None:
+    """A new run never replaces one with a checkpoint (one killed before its first may be replaced)."""
     if files.holds_run():
         raise UserError(f"{files.path} already holds a run; continue it with --resume or choose another --out")
 

@@ -30,7 +30,7 @@ from graphformer.training.checks import check_matches_run
 from graphformer.training.config import TrainConfig
 from graphformer.training.distributed import Context
 from graphformer.training.init_from import load_init_weights
-from graphformer.training.preflight import check_data, check_options
+from graphformer.training.preflight import check_configs, check_data
 from graphformer.training.progress import Progress
 from graphformer.training.run_data import encode, load_splits
 from graphformer.training.run_dir import LAST, RunClaim, RunDir
@@ -58,7 +58,7 @@ def start_run(
     """Check and start a new run in ``claim``'s folder (see `graphformer.training.preflight` for
     ``recorder`` and ``fit_max_len``): every check passes before its records are written. The
     caller (`Trainer`) gives the claim back when the start is refused."""
-    init = check_options(claim.files, ctx, cfg, model_cfg, recorder)
+    init = check_configs(claim.files, ctx, cfg, model_cfg, recorder)
     claim.take()
     plan = check_data(claim.files, ctx, cfg, model_cfg, recorder, fit_max_len, init)
     torch.manual_seed(cfg.seed)
