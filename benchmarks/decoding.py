@@ -481,7 +481,7 @@ def random_length_forced_model(en: list[str], de: list[str]):
 def trained_model(run_dir: Path, en: list[str]):
     """(model, source ids, per-sentence limits) of a trained run: translate's limits, natural stops."""
     from graphformer.decoding import max_target_lengths
-    from graphformer.training.loaded import LoadedRun
+    from graphformer.running.loaded import LoadedRun
 
     run = LoadedRun(run_dir)
     tokenize, _ = run.pipelines()

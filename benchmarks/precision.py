@@ -31,8 +31,8 @@ from provenance import machine, versions
 from graphformer.cli import at_least_one
 from graphformer.data.corpus import Split
 from graphformer.decoding import DEFAULT_ALPHA, translate_ids
+from graphformer.evaluation.scores import bleu_of
 from graphformer.precision import autocast, cpu_bfloat16_instructions, emulation_warning
-from graphformer.training.evaluate import bleu_of
 
 BENCHED = ("float32", "bfloat16")
 
@@ -50,7 +50,7 @@ def main():
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     from graphformer.errors import UserError
-    from graphformer.training.loaded import LoadedRun
+    from graphformer.running.loaded import LoadedRun
 
     try:
         run = LoadedRun(args.run, args.checkpoint)

@@ -36,9 +36,9 @@ from graphformer import make_model  # noqa: E402
 from graphformer.cli import at_least_one  # noqa: E402
 from graphformer.data import listops  # noqa: E402
 from graphformer.data.batching import plan_batches  # noqa: E402
+from graphformer.evaluation.loss import label_smoothed_nll  # noqa: E402
 from graphformer.graphs import GraphPool, make_batch  # noqa: E402
 from graphformer.graphs.sample_edges import parse_tree  # noqa: E402
-from graphformer.training.loss import label_smoothed_nll  # noqa: E402
 from graphformer.vocab import Vocab  # noqa: E402
 
 

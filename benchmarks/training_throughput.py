@@ -32,8 +32,8 @@ from graphformer.cli import at_least_one
 from graphformer.data import multi30k, synthetic
 from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import build_vocabs, read_split
+from graphformer.evaluation.loss import label_smoothed_nll
 from graphformer.graphs import make_batch
-from graphformer.training.loss import label_smoothed_nll
 from graphformer.training.schedule import make_optimizer
 from graphformer.vocab import EOS, PAD, SOS
 

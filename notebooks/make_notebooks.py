@@ -150,7 +150,7 @@ for side in ("src", "tgt"):
     plt.plot(range(1, len(metrics[-1][f"valid_{side}_step_fraction"]) + 1),
              metrics[-1][f"valid_{side}_step_fraction"], "o-", label=side)
 plt.xlabel("ACT step"); plt.ylabel("fraction of tokens still active"); plt.legend(); plt.show()"""),
-        figure_cell("""from graphformer.training.loaded import LoadedRun
+        figure_cell("""from graphformer.running.loaded import LoadedRun
 from graphformer.graphs import make_batch
 from graphformer.viz.plots import ponder_map
 loaded = LoadedRun(run)

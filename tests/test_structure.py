@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "graphformer"
 
 # Lowest first. A module may import its own layer and those before it; the top-level modules
 # that are not listed (errors, files, config_io, vocab, choices, rss...) are the floor.
-LAYERS = ["data", "graphs", "attention", "model", "decoding", "training", "viz", "cli"]
+LAYERS = ["data", "graphs", "attention", "model", "decoding", "evaluation", "training", "running", "viz", "cli"]
 FLOOR = -1
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60

@@ -4,7 +4,7 @@ another backend where the compiled kernel could not serve them (and why).
 The results are the same either way (the stand-ins are exact), so nothing in them shows which
 ran; these counts do. They are per process, kept from its start: a command reads them before and
 after its work (`snapshot`, `since`) and says what it saw (`report`). Training's metrics hold
-each epoch's validation calls (`graphformer.training.evaluate.evaluate` counts its own), not
+each epoch's validation calls (`graphformer.evaluation.scores.evaluate` counts its own), not
 those of the training steps, which only the command's last line counts.
 """
 

@@ -14,7 +14,7 @@ from graphformer.training.config import DecodeConfig, TrainConfig
 
 
 def _load_run(args):
-    from graphformer.training.loaded import LoadedRun
+    from graphformer.running.loaded import LoadedRun
     from graphformer.training.run_dir import BEST, LAST
 
     decoding = DecodeConfig(**given(args, DecodeConfig))
@@ -44,7 +44,7 @@ def cmd_evaluate(args) -> int:
     from tqdm.auto import tqdm
 
     from graphformer.attention import flex_calls
-    from graphformer.training.evaluate import evaluate, headline
+    from graphformer.evaluation.scores import evaluate, headline
 
     before = flex_calls.snapshot()
     run, decoding = _load_run(args)

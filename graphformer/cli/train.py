@@ -133,7 +133,7 @@ def _report_end(args, trainer, metrics: dict | None) -> int:
 def _valid_headline(metrics: dict) -> str:
     """The last validation's loss and accuracies, e.g. ``valid loss 0.0850, token accuracy 0.9998,
     exact match 0.9970``; a classifier's ``valid loss 1.2, accuracy 0.355``."""
-    from graphformer.training.evaluate import headline
+    from graphformer.evaluation.scores import headline
 
     return "valid " + headline({k.removeprefix("valid_"): v for k, v in metrics.items() if k.startswith("valid_")}, " ")
 

@@ -2,8 +2,9 @@
 
 A task says where its aligned ``{train,valid,test}.{src,tgt}`` files come from (generated,
 fetched, or the user's own), how a line of text becomes tokens and back, which validation metric
-picks the best checkpoint, whether raw references exist for BLEU, and whether it is classification
-(one label token per target line, for ``--model encoder``) or sequence to sequence. The trainer, ``evaluate``
+picks the best checkpoint, whether raw references exist for BLEU, which train options it needs or
+reads (`Task.check_options`), and whether it is classification (one label token per target line,
+for ``--model encoder``) or sequence to sequence. The trainer, ``evaluate``
 and ``translate`` see tasks only through this interface: a new task is a ``Task`` (a subclass, or
 an instance of one here) and one entry in `graphformer.catalog.TASKS`, whose target is that object.
 
@@ -27,6 +28,13 @@ from graphformer.files import write_text_atomic
 Tokenize = Callable[[str], list]
 Detokenize = Callable[[list], str]
 
+# The train options only some tasks take (`Task.takes`) -> the tasks that do, as a refusal names them.
+TASK_OPTIONS = {
+    "train_lengths": f"the tasks {', '.join(synthetic.NAMES)}",
+    "test_lengths": f"the tasks {', '.join(synthetic.NAMES)}",
+    "bpe": "the multi30k task (raw text)",
+}
+
 
 class Task:
     """Whitespace-tokenized parallel text that the user provides (``--data-dir``)."""
@@ -34,6 +42,18 @@ class Task:
     select_by = "loss"  # the validation metric that picks checkpoint_best.pt by default
     needs_data_dir = True  # the data_dir option is required
     classification = False  # targets are one label token each (the encoder classifier's tasks)
+    takes: tuple[str, ...] = ()  # which of TASK_OPTIONS this task reads
+
+    def check_options(self, cfg, name: str) -> None:
+        """Refuse a run of this task (``name``: as the run names it) whose options (``cfg``: its
+        TrainConfig) lack what the task needs, or set one of `TASK_OPTIONS` that it does not read."""
+        if self.needs_data_dir and not cfg.data_dir:
+            raise ConfigError(
+                "data_dir", f"is needed by task {name!r}: a directory with train/valid/test .src/.tgt files"
+            )
+        for option, takers in TASK_OPTIONS.items():
+            if getattr(cfg, option) and option not in self.takes:
+                raise ConfigError(option, f"applies to {takers}, not to {name!r}")
 
     def data_dir(self, cfg, run_dir: Path) -> Path:
         """Where the tokenized train/valid/test.{src,tgt} files of a run (``cfg``: its TrainConfig) are."""
@@ -90,9 +110,15 @@ class SyntheticTask(GeneratedTask):
     """copy, sort, reverse and addition (`graphformer.data.synthetic`), with the lengths of each
     split that ``train_lengths`` and ``test_lengths`` give."""
 
+    takes = ("train_lengths", "test_lengths")
+
     def __init__(self, name: str):
         super().__init__(partial(synthetic.write_task, name))
         self.name = name
+
+    def check_options(self, cfg, name):
+        super().check_options(cfg, name)
+        synthetic.split_lengths(self.name, cfg.train_lengths, cfg.test_lengths)  # refuses a malformed range
 
     def prepare(self, cfg, run_dir):
         lengths = synthetic.split_lengths(self.name, cfg.train_lengths, cfg.test_lengths)
@@ -112,6 +138,7 @@ class Multi30kTask(Task):
     the training split instead of Moses words (`graphformer.data.subwords`)."""
 
     needs_data_dir = False
+    takes = ("bpe",)
 
     def data_dir(self, cfg, run_dir):
         return run_dir / (f"{subwords.DATA_PREFIX}{cfg.bpe}" if cfg.bpe else "data")

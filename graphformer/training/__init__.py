@@ -1,1 +1,1 @@
-"""Training: loss, Noam schedule, checkpoints, the training loop and evaluation."""
+"""Training: the Noam schedule, checkpoints, a run's start and its directory, the training loop."""

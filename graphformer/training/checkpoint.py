@@ -20,9 +20,12 @@ from pathlib import Path
 import torch
 
 from graphformer import __version__
+from graphformer.choices import DEFAULT_BACKEND
 from graphformer.errors import UserError
 from graphformer.files import write_atomic
 from graphformer.invocation import invoked_as
+from graphformer.model import ModelConfig, build_model
+from graphformer.vocab import Vocab
 
 VERSION = 1
 FORMAT = f"graphformer-checkpoint-{VERSION}"
@@ -76,3 +79,18 @@ def is_average(path: Path) -> bool:
         return "averaged_from" in load(path)
     except UserError:
         return False
+
+
+def checkpoint_vocabs(state: dict) -> tuple[Vocab, Vocab]:
+    """The source and target vocabularies a checkpoint was trained with."""
+    return Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
+
+
+def load_model(state: dict, path: Path, attention_backend: str = DEFAULT_BACKEND):
+    """The model a checkpoint (read from ``path``) holds, on the CPU, with ``attention_backend``."""
+    model = build_model(ModelConfig.from_dict(state["model_config"]), attention_backend)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError:
+        raise UserError(f"{path} holds weights of another model shape than its config; retrain") from None
+    return model

@@ -21,7 +21,6 @@ from typing import Optional
 from graphformer.catalog import BACKENDS
 from graphformer.choices import ATTENTION_BACKENDS, DEFAULT_ALPHA, DEFAULT_BACKEND, PRECISIONS, TRAIN_PRECISIONS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, POSITIVE, PROBABILITY, DictConfig, Range, option
-from graphformer.data import synthetic
 from graphformer.data.batching import DECODE_BATCH_TOKENS
 from graphformer.data.tasks import TASKS, get_task, task_help
 from graphformer.errors import ConfigError, UserError
@@ -168,21 +167,12 @@ class TrainConfig(DictConfig):
 
             if unavailable(self.attention_backend):
                 raise ConfigError("attention_backend", unavailable(self.attention_backend))
-        if task.needs_data_dir and not self.data_dir:
-            raise ConfigError(
-                "data_dir", f"is needed by task {self.task!r}: a directory with train/valid/test .src/.tgt files"
-            )
         if self.batch_size is not None and self.batch_tokens is not None:
             raise ConfigError(
                 "batch_size", "and a token budget per batch (batch_tokens, --batch-tokens) exclude each other: give one"
             )
         check_device_name(self.device)
-        if (self.train_lengths or self.test_lengths) and self.task not in synthetic.NAMES:
-            option = "train_lengths" if self.train_lengths else "test_lengths"
-            raise ConfigError(option, f"applies to the tasks {', '.join(synthetic.NAMES)}, not to {self.task!r}")
-        synthetic.split_lengths(self.task, self.train_lengths, self.test_lengths)  # refuses a malformed range
-        if self.bpe and self.task != "multi30k":
-            raise ConfigError("bpe", f"applies to the multi30k task (raw text), not to {self.task!r}")
+        task.check_options(self, self.task)  # what only some tasks need or read
 
     def used(self, split: str, lines: list) -> list:
         """The lines of ``split`` the run trains or scores on: of the training split, the first

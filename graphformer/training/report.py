@@ -17,7 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from graphformer.errors import UserError
-from graphformer.training.evaluate import for_console
+from graphformer.evaluation.scores import for_console
 
 
 def format_metrics(metrics: dict) -> str:

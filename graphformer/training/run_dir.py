@@ -53,6 +53,33 @@ LOCK = ".lock"
 RANKS = "ranks.json"  # a multi-process run's parameter digests per rank, after training
 
 
+class RunClaim:
+    """A run directory as a trainer that starts or resumes it claims it: made where it was not there,
+    and locked (by the main process). A start or resume refused after the claim gives the folder back
+    as it found it (`give_back`): one it made is removed, a lock file it made is deleted."""
+
+    def __init__(self, files: RunDir, is_main: bool):
+        self.files, self.is_main = files, is_main
+        self.had_lock = (files.path / LOCK).exists()
+        self.made = False  # set once this process made the folder and holds it
+
+    def take(self) -> None:
+        """Create and lock the run directory (the main process; the others write nothing)."""
+        if not self.is_main:
+            return
+        created = not self.files.path.exists()
+        self.files.create()
+        self.files.lock()  # raises if another process holds the run: then nothing here is ours
+        self.made = created
+
+    def give_back(self) -> None:
+        """Undo `take` after a refusal: the lock released (its file deleted while still held, where
+        this claim made it, so no other process holds what it deletes), a folder it made removed."""
+        self.files.unlock(remove=self.is_main and not self.had_lock)
+        if self.made:
+            shutil.rmtree(self.files.path, ignore_errors=True)
+
+
 class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)

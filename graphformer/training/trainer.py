@@ -11,7 +11,6 @@ import dataclasses
 import enum
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -23,17 +22,17 @@ from tqdm.auto import tqdm
 
 from graphformer.attention import check_backend_trains
 from graphformer.errors import ConfigError, UserError
+from graphformer.evaluation.loss import NonFiniteLoss, label_smoothed_nll
+from graphformer.evaluation.scores import evaluate
 from graphformer.files import WriteRefused, write_json_atomic
 from graphformer.graphs import make_batch
 from graphformer.model import ModelConfig
 from graphformer.precision import autocast, warn_if_emulated
 from graphformer.training import distributed, random_states
 from graphformer.training.config import SELECT_BY, TrainConfig
-from graphformer.training.evaluate import evaluate
 from graphformer.training.interrupts import StopRequest, raise_keyboard_interrupt
-from graphformer.training.loss import NonFiniteLoss, label_smoothed_nll
 from graphformer.training.report import ConsoleReport, TensorBoardLog, format_metrics
-from graphformer.training.run_dir import LAST, METRICS, RANKS, STEPS, TENSORBOARD, RunDir, resume_command
+from graphformer.training.run_dir import LAST, METRICS, RANKS, STEPS, TENSORBOARD, RunClaim, RunDir, resume_command
 from graphformer.training.schedule import make_optimizer
 from graphformer.training.start import RunState, resume_run, start_run, warn_about_generated_data
 from graphformer.training.steps import check_epoch_has_steps, epoch_plan, step_counts
@@ -94,18 +93,15 @@ class Trainer:
         self.stop = StopRequest(abort or raise_keyboard_interrupt, announce=self.ctx.is_main)
         self._deadline = None  # perf_counter() time at which max_minutes runs out (set by train)
         self.interrupted = False  # set once a Ctrl-C stopped training (with a checkpoint written)
-        made_run_dir = False
+        claim = RunClaim(self.files, self.ctx.is_main)
         try:
             if resume:
-                run = resume_run(self.files, self.ctx, self.cfg)
+                run = resume_run(claim, self.ctx, self.cfg)
             else:
-                run = start_run(self.files, self.ctx, self.cfg, model_cfg, recorder, fit_max_len)
-                made_run_dir = run.made_run_dir
+                run = start_run(claim, self.ctx, self.cfg, model_cfg, recorder, fit_max_len)
             self._take(run)
         except BaseException:
-            self.files.unlock()
-            if made_run_dir:  # a refused start leaves no half-made run behind
-                shutil.rmtree(self.run_dir, ignore_errors=True)
+            claim.give_back()  # a refused start leaves no half-made run behind, a refused resume the run as it was
             raise
 
     def _take(self, run: RunState) -> None:

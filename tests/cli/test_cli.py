@@ -109,8 +109,8 @@ def test_translate_and_evaluate_batch_as_decoding_batches(trained, tmp_path, cap
     with the default token budget unless --batch-tokens is given."""
     import graphformer.decoding
     from graphformer.data.batching import DECODE_BATCH_TOKENS, decoding_batches
+    from graphformer.running.loaded import LoadedRun
     from graphformer.training.config import DecodeConfig
-    from graphformer.training.loaded import LoadedRun
 
     assert DecodeConfig().batch_tokens == DECODE_BATCH_TOKENS
     lines = ["a " * n for n in (5, 1, 3, 7, 2, 6, 4)]  # distinct lengths name the lines

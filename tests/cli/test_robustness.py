@@ -154,6 +154,22 @@ def test_a_run_resumes_only_with_its_batches_per_step(trained, tmp_path, capsys)
     assert main(["train", "--out", str(run), "--resume", "--epochs", "2"]) == 0
 
 
+def test_a_resume_refused_after_it_locked_the_run_leaves_the_run_as_it_was(trained, tmp_path, capsys):
+    """The data is read once the run is locked, which writes .lock: a refusal then takes back the
+    lock file it made (a run copied without one keeps none), as a refused start does."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    (run / ".lock").unlink()
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["data_dir"] = str(tmp_path / "gone")  # the run's data moved away
+    (run / "config.json").write_text(json.dumps(config))
+    before = snapshot(run)
+    one_line_error(
+        capsys, ["train", "--out", str(run), "--resume", "--epochs", "2"], f"{tmp_path / 'gone'} does not exist"
+    )
+    assert snapshot(run) == before
+
+
 def test_under_torchrun_a_process_past_the_first_says_its_rank_in_its_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     assert main(["train", "--out", str(tmp_path / "run"), "--resume"]) == 2

@@ -19,7 +19,7 @@ from graphformer.cli import main, read_config_file
 from graphformer.data import multi30k, synthetic
 from graphformer.data.tasks import EVALUATION_SPLITS, get_task
 from graphformer.errors import UserError
-from graphformer.training.bleu import bleu_scores
+from graphformer.evaluation.bleu import bleu_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR = ROOT.parent / "shared" / "data" / "multi30k"

@@ -115,8 +115,8 @@ STEP_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
 
 def _training_step(model, batch, precision: str, device: str):
     """(loss, gradients) of one label-smoothed step of ``model`` on ``batch``, on ``device``."""
+    from graphformer.evaluation.loss import label_smoothed_nll
     from graphformer.precision import autocast
-    from graphformer.training.loss import label_smoothed_nll
 
     model.zero_grad()
     batch = batch.to(device)

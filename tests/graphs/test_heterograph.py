@@ -24,7 +24,7 @@ WITHOUT_DGL = textwrap.dedent("""
     from graphformer.cli import main
     from graphformer.decoding import translate_ids
     from graphformer.graphs import make_batch
-    from graphformer.training.loaded import LoadedRun
+    from graphformer.running.loaded import LoadedRun
     from graphformer.viz import attention_maps
 
     data, out = Path(sys.argv[1]), Path(sys.argv[2])

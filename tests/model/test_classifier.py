@@ -263,7 +263,7 @@ def test_token_accuracy_of_a_classifier_scores_the_labels_it_predicts():
     """Even when a special (never a label) holds most of the mass, token accuracy scores what
     predict answers: the best label."""
     from graphformer.data.corpus import Split
-    from graphformer.training.evaluate import teacher_forced
+    from graphformer.evaluation.scores import teacher_forced
 
     model = classifier()
     with torch.no_grad():

@@ -8,9 +8,9 @@ from torch import nn
 from graphformer import GraphPool, make_model
 from graphformer.cli import main
 from graphformer.decoding import translate_ids
+from graphformer.evaluation.loss import label_smoothed_nll
 from graphformer.graphs import ENC, make_batch
 from graphformer.model.universal import timing_signal
-from graphformer.training.loss import label_smoothed_nll
 
 VOCAB = 17
 

@@ -3,7 +3,7 @@ counts written out by hand."""
 
 import pytest
 
-from graphformer.training.evaluate import char_accuracy
+from graphformer.evaluation.scores import char_accuracy
 
 
 @pytest.mark.parametrize(

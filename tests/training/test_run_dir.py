@@ -20,9 +20,11 @@ from graphformer.training.run_dir import (
     CONFIG,
     EPOCHS,
     LAST,
+    LOCK,
     METRICS,
     STEPS,
     TENSORBOARD,
+    RunClaim,
     RunDir,
     check_run_dir,
     find_checkpoint,
@@ -255,3 +257,25 @@ def test_the_command_that_continues_a_run_names_how_it_is_launched():
     across = resume_command("runs/a", 4, 2)
     assert across.startswith("torchrun --nnodes=2 --nproc_per_node=2 ... -m graphformer train")
     assert across.endswith("--out runs/a --resume") and "--processes" not in across  # torchrun starts them
+
+
+def test_a_claim_given_back_leaves_a_folder_as_the_claim_found_it(tmp_path):
+    """A refused start removes the folder it made; in a folder that was there it deletes the lock
+    file it made and keeps one that was there; a process past the first makes nothing."""
+    claim = RunClaim(RunDir(tmp_path / "new"), is_main=True)
+    claim.take()
+    assert (tmp_path / "new" / LOCK).is_file()
+    claim.give_back()
+    assert not (tmp_path / "new").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    for had_lock in (False, True):
+        claim = RunClaim(RunDir(mine), is_main=True)
+        claim.take()
+        assert (mine / LOCK).is_file()
+        claim.give_back()
+        assert sorted(p.name for p in mine.iterdir()) == sorted(["notes.txt", *([LOCK] if had_lock else [])])
+        (mine / LOCK).touch()  # the next pass: a folder with a lock file of its own
+    RunClaim(RunDir(tmp_path / "other"), is_main=False).take()
+    assert not (tmp_path / "other").exists()

@@ -15,9 +15,9 @@ from helpers import (
 )
 
 from graphformer.cli import main
+from graphformer.evaluation.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.graphs import make_batch
 from graphformer.training import checkpoint
-from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.training.run_dir import BEST, LAST
 from graphformer.training.schedule import make_optimizer, noam_rate
 from graphformer.vocab import NEVER_EMITTED, PAD, SOS
@@ -82,7 +82,7 @@ def test_the_console_line_names_a_classifiers_accuracy_once_and_a_translators_sc
 def test_the_headline_names_scores_as_evaluate_json_does_or_in_words():
     """evaluate's line (``sep="="``) and train's last line (``sep=" "``) show the same scores:
     loss and accuracies in `HEADLINE` order, nothing else, a classifier's accuracy once."""
-    from graphformer.training.evaluate import headline
+    from graphformer.evaluation.scores import headline
 
     translator = {"n": 30, "bleu": 12.5, "exact_match": 0.997, "loss": 0.085, "token_accuracy": 0.99981}
     assert headline(translator) == "loss=0.0850 token_accuracy=0.9998 exact_match=0.9970"

@@ -7,18 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphformer.attention import DEFAULT_BACKEND
-from graphformer.data.corpus import Split, read_split
+from graphformer.data.corpus import Split
 from graphformer.data.tasks import get_task
 from graphformer.errors import ConfigError, UserError
-from graphformer.graphs.sample_edges import attach
-from graphformer.model import ModelConfig, build_model
 from graphformer.training import checkpoint
-from graphformer.training.checks import check_labels, check_lengths, check_matches_run
+from graphformer.training.checkpoint import checkpoint_vocabs, load_model
+from graphformer.training.checks import check_lengths, check_matches_run
 from graphformer.training.config import TrainConfig, load_run_plugins
 from graphformer.training.distributed import resolve_device
 from graphformer.training.progress import Progress
+from graphformer.training.run_data import read_run_split
 from graphformer.training.run_dir import RunDir, find_checkpoint
-from graphformer.vocab import Vocab
 
 
 class LoadedRun:
@@ -60,14 +59,7 @@ class LoadedRun:
             name = self.task.split_file(name)
         where = self.data_dir() if folder is None else Path(folder)
         pool = self.model.make_pool()
-        split = attach(read_split(where, name), pool, where, name)
-        if folder is None:
-            split.src_words, split.tgt_words = (
-                self.train_cfg.used(name, side) for side in (split.src_words, split.tgt_words)
-            )
-            split.edges = None if split.edges is None else self.train_cfg.used(name, split.edges)
-        if self.task.classification:
-            check_labels({name: split})
+        split = read_run_split(self.train_cfg, where, name, pool, own=folder is None)
         try:
             check_lengths({name: split}, pool, self.model.cfg.max_len)
         except ConfigError as err:  # max_len is the trained model's: the samples must fit it
@@ -89,17 +81,3 @@ class LoadedRun:
     def bleu_tokenize(self):
         """The tokenizer of the tokenized BLEU score, where the model's tokens are not words."""
         return self.task.bleu_tokenize(self.train_cfg)
-
-
-def checkpoint_vocabs(state: dict) -> tuple[Vocab, Vocab]:
-    """The source and target vocabularies a checkpoint was trained with."""
-    return Vocab(state["vocab"]["src"]), Vocab(state["vocab"]["tgt"])
-
-
-def load_model(state: dict, path: Path, attention_backend: str = DEFAULT_BACKEND):
-    model = build_model(ModelConfig.from_dict(state["model_config"]), attention_backend)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError:
-        raise UserError(f"{path} holds weights of another model shape than its config; retrain") from None
-    return model

@@ -16,11 +16,11 @@ from graphformer.attention import flex_calls
 from graphformer.data.batching import DECODE_BATCH_TOKENS, plan_batches
 from graphformer.data.corpus import Split
 from graphformer.decoding import DEFAULT_ALPHA, translate_ids
+from graphformer.evaluation.bleu import bleu_scores
+from graphformer.evaluation.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.graphs import GraphPool, make_batch
 from graphformer.model.classifier import NEVER_LABELS
 from graphformer.model.modes import evaluating
-from graphformer.training.bleu import bleu_scores
-from graphformer.training.loss import label_smoothed_nll, token_accuracy_counts
 from graphformer.vocab import NEVER_EMITTED
 
 # A classifier's accuracy under the names it has as a sequence model's scores.
@@ -146,7 +146,7 @@ def evaluate(
     progress=None,
 ) -> dict:
     """Loss, token accuracy, exact match, character accuracy (`char_accuracy`) and n; with raw ``references`` (and the target vocabulary
-    and detokenizer) also BLEU, standard and tokenized (see `graphformer.training.bleu`).
+    and detokenizer) also BLEU, standard and tokenized (see `graphformer.evaluation.bleu`).
     ``bleu_tokenize`` (text -> words) tokenizes output and references for the tokenized score
     where the model's tokens are not words (subwords); by default the model's tokens are scored.
     ``progress(n)`` hears of the sentences decoded, batch by batch; ``batch_tokens``: source tokens
