@@ -46,7 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WAITS = {
     "default": {},
     "spin": {"GOMP_SPINCOUNT": "300000"},  # GNU OpenMP's own default, named so it stays that
-    "short-spin": {"GOMP_SPINCOUNT": "10000"},  # a thirtieth of it: a few microseconds before sleeping
+    "spin-50k": {"GOMP_SPINCOUNT": "50000"},
+    "spin-10k": {"GOMP_SPINCOUNT": "10000"},
+    "spin-2k": {"GOMP_SPINCOUNT": "2000"},
     "passive": {"OMP_WAIT_POLICY": "passive"},
 }
 OPENMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -14,7 +14,7 @@ from graphformer.cli.parser import parse_command_line
 from graphformer.cli.train import cmd_train
 from graphformer.errors import UserError
 from graphformer.registry import load_plugins
-from graphformer.training.threads import torch_loaded, use_threads, wait_passively
+from graphformer.training.threads import choose_wait_here, use_threads
 
 COMMANDS = {
     "train": cmd_train,
@@ -31,7 +31,7 @@ DECODING = ("evaluate", "translate")
 
 def main(argv=None) -> int:
     """Run ``graphformer ARGV`` (``sys.argv[1:]`` when None) and return its exit status."""
-    wait_passively(os.environ, torch_loaded())  # before any command or plugin loads torch and its OpenMP
+    choose_wait_here(os.environ)  # before any command or plugin loads torch and its OpenMP
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # before the parser is built: a plugin's backends, patterns, tasks and models are choices
         load_plugins(plugins_named(argv), installed=True)
