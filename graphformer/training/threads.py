@@ -12,9 +12,9 @@ a short spin keeps free cores' speed and does not collapse beside other work (do
 * wait policy: unless the environment sets ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` itself, a
   short spin (``GOMP_SPINCOUNT=10000``: as fast as libgomp's own on free cores) where the cores are
   free when the command starts, and ``OMP_WAIT_POLICY=passive`` where other processes keep half of
-  them busy then (`choose_wait`, measured over a tenth of a second). libgomp reads it once, when torch loads it: the ``graphformer``
-  command chooses before any command imports torch (in a Python session, set the variable before
-  ``import torch``).
+  them busy then (`choose_wait`, measured over a tenth of a second). libgomp reads it once, when
+  torch loads it: the ``graphformer`` command chooses before any command imports torch (in a
+  Python session, set the variable before ``import torch``).
 * thread count: ``--threads N``, else ``OMP_NUM_THREADS`` for one process, else the physical cores
   this process may use, shared among the run's processes on this machine (`default_threads`).
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 
 # The environment variables by which a user chooses how libgomp's threads wait: either one set
 # means the choice is theirs.
@@ -37,24 +37,24 @@ FREE_CORES_WAIT = {"GOMP_SPINCOUNT": "10000"}
 BUSY_CORES_WAIT = {"OMP_WAIT_POLICY": "passive"}
 
 
-def choose_wait(environ: MutableMapping[str, str], torch_loaded: bool, others_busy: float, cores: int) -> dict:
+def choose_wait(
+    environ: MutableMapping[str, str], torch_loaded: bool, others_busy: Callable[[], float], cores: int
+) -> dict:
     """Set how OpenMP's threads wait in ``environ``, unless a wait setting is there already or
     torch (with its libgomp) is loaded, when it would no longer be read: `BUSY_CORES_WAIT` where
-    other processes keep at least half of the ``cores`` this process may use busy (``others_busy``
-    cores' worth), else `FREE_CORES_WAIT`. Processes started from this one inherit it. Returns
-    what was set."""
+    other processes keep at least half of the ``cores`` this process may use busy (``others_busy()``
+    cores' worth, measured only when a choice is to be made), else `FREE_CORES_WAIT`. Processes
+    started from this one inherit it. Returns what was set."""
     if torch_loaded or any(name in environ for name in WAIT_SETTINGS):
         return {}
-    chosen = BUSY_CORES_WAIT if others_busy >= cores / 2 else FREE_CORES_WAIT
+    chosen = BUSY_CORES_WAIT if others_busy() >= cores / 2 else FREE_CORES_WAIT
     environ.update(chosen)
     return chosen
 
 
 def choose_wait_here(environ: MutableMapping[str, str]) -> dict:
     """`choose_wait` for this process, with the cores it may use and how busy others keep them now."""
-    if torch_loaded() or any(name in environ for name in WAIT_SETTINGS):
-        return {}  # nothing to measure
-    return choose_wait(environ, False, others_busy_cores(), len(os.sched_getaffinity(0)))
+    return choose_wait(environ, torch_loaded(), others_busy_cores, len(os.sched_getaffinity(0)))
 
 
 def others_busy_cores(seconds: float = 0.1) -> float:

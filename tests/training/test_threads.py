@@ -18,17 +18,17 @@ from graphformer.training.threads import BUSY_CORES_WAIT, FREE_CORES_WAIT, WAIT_
 
 def test_openmp_spins_briefly_on_free_cores_sleeps_on_busy_ones_unless_the_environment_chose():
     environ = {}
-    assert choose_wait(environ, torch_loaded=False, others_busy=0.4, cores=2) == FREE_CORES_WAIT == environ
+    assert choose_wait(environ, torch_loaded=False, others_busy=lambda: 0.4, cores=2) == FREE_CORES_WAIT == environ
     assert FREE_CORES_WAIT == {"GOMP_SPINCOUNT": "10000"}
     environ = {}
-    assert choose_wait(environ, torch_loaded=False, others_busy=1.0, cores=2) == BUSY_CORES_WAIT == environ
+    assert choose_wait(environ, torch_loaded=False, others_busy=lambda: 1.0, cores=2) == BUSY_CORES_WAIT == environ
     assert BUSY_CORES_WAIT == {"OMP_WAIT_POLICY": "passive"}
-    assert choose_wait({}, torch_loaded=False, others_busy=1.0, cores=4) == FREE_CORES_WAIT  # half of 4 is 2
+    assert choose_wait({}, torch_loaded=False, others_busy=lambda: 1.0, cores=4) == FREE_CORES_WAIT  # half of 4 is 2
     for chosen in ({"OMP_WAIT_POLICY": "active"}, {"GOMP_SPINCOUNT": "1000"}):
         environ = dict(chosen)
-        assert choose_wait(environ, torch_loaded=False, others_busy=0.0, cores=2) == {} and environ == chosen
+        assert choose_wait(environ, torch_loaded=False, others_busy=lambda: 0.0, cores=2) == {} and environ == chosen
     environ = {}  # torch's OpenMP has read its settings already: setting one now would only mislead
-    assert choose_wait(environ, torch_loaded=True, others_busy=0.0, cores=2) == {} and environ == {}
+    assert choose_wait(environ, torch_loaded=True, others_busy=lambda: 0.0, cores=2) == {} and environ == {}
 
 
 @pytest.mark.parametrize(
