@@ -2,7 +2,8 @@
 
 Five registries (`graphformer.registry.Registry`), each a mapping from name to the loaded object:
 
-    BACKENDS      attention backends: ``attend(relation, q, k, v, return_weights=False)``
+    BACKENDS      attention backends: ``attend(relation, q, k, v, return_weights=False)``, and
+                  ``bias=`` (a `graphformer.attention.bias.EdgeBias`) where they serve one
     PATTERNS      attention patterns: a builder ``(*ints) -> pattern``, or, where the entry takes
                   no arguments, the pattern ``(num_keys, num_queries) -> (u, v)`` itself
     SAMPLE_TERMS  each sample's own edges: derived from its source tokens (``words -> (u, v)``
@@ -27,6 +28,8 @@ BACKENDS = Registry(
         "trains-only-on-cuda": "computes gradients on CUDA only (evaluation and decoding elsewhere)",
         "needs-dgl": "needs DGL installed",
         "needs-flex-attention": "needs torch's FlexAttention (torch >= 2.5)",
+        "position-bias": "adds a bias derived from positions to each score (relative, t5, alibi)",
+        "edge-type-bias": "adds a bias read from each edge's given type (tree roles, typed edges files)",
     },
 )
 # The rule of auto, written once: the help, the docs' table and graphformer.attention's docstring show it.
@@ -35,10 +38,11 @@ AUTO_RULE = (
     "blocked on long relations whose blocks hold edges, else dgl where DGL is installed and runs on "
     "the device, else torch"
 )
-BACKENDS.register("auto", AUTO_RULE, "graphformer.attention:_auto", ["chooses"])
-BACKENDS.register("dgl", "edge-wise DGL kernels", "graphformer.attention.dgl_ops:attend", ["needs-dgl"])
+BIASED = ["position-bias", "edge-type-bias"]
+BACKENDS.register("auto", AUTO_RULE, "graphformer.attention:_auto", ["chooses", *BIASED])
+BACKENDS.register("dgl", "edge-wise DGL kernels", "graphformer.attention.dgl_ops:attend", ["needs-dgl", *BIASED])
 BACKENDS.register(
-    "torch", "the same message passing as PyTorch ops (any device)", "graphformer.attention.torch_ops:attend"
+    "torch", "the same message passing as PyTorch ops (any device)", "graphformer.attention.torch_ops:attend", BIASED
 )
 BACKENDS.register(
     "padded", "one dense matrix per sample (batches of short sentences)", "graphformer.attention.padded:attend"

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 import torch
 
 from graphformer.attention import blocked, dgl_ops, flex, padded, torch_ops
+from graphformer.attention.bias import EdgeBias
 from graphformer.catalog import BACKENDS
 from graphformer.choices import DEFAULT_BACKEND
 from graphformer.errors import ConfigError, UserError
@@ -38,18 +39,41 @@ from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.relation import Relation
 
 
-def _auto(relation: Relation, q, k, v, return_weights: bool = False):
-    if padded.worth_it(relation, return_weights):
+def _auto(relation: Relation, q, k, v, return_weights: bool = False, bias: EdgeBias | None = None):
+    if padded.worth_it(relation, return_weights) and serves("padded", bias):
         attend = padded.attend
-    elif flex.worth_it(relation, q, k, v):
+    elif serves("flex", bias) and flex.worth_it(relation, q, k, v):
         attend = flex.attend
-    elif blocked.worth_it(relation):
+    elif blocked.worth_it(relation) and serves("blocked", bias):
         attend = blocked.attend
     elif dgl_ops.runs_on(q.device):
         attend = dgl_ops.attend
     else:
         attend = torch_ops.attend
-    return attend(relation, q, k, v, return_weights=return_weights)
+    return _call(attend, relation, q, k, v, return_weights, bias)
+
+
+def _call(attend, relation: Relation, q, k, v, return_weights: bool, bias: EdgeBias | None):
+    """``attend`` with ``bias`` only where there is one: a backend that serves none need not take it."""
+    if bias is None:
+        return attend(relation, q, k, v, return_weights=return_weights)
+    return attend(relation, q, k, v, return_weights=return_weights, bias=bias)
+
+
+def serves(name: str, bias: EdgeBias | None) -> bool:
+    """Whether backend ``name`` can add ``bias`` to its scores (any backend serves no bias)."""
+    if bias is None:
+        return True
+    return BACKENDS.entry(name).can("position-bias" if bias.from_positions else "edge-type-bias")
+
+
+def _check_serves(name: str, bias: EdgeBias | None) -> None:
+    if not serves(name, bias):
+        kind = "derived from positions" if bias.from_positions else "read from each edge's given type"
+        able = [e.name for e in BACKENDS.entries() if serves(e.name, bias)]
+        raise UserError(
+            f"attention backend {name} cannot add a bias {kind} to its scores; choose one of {', '.join(able)}"
+        )
 
 
 def unavailable(name: str) -> str | None:
@@ -187,14 +211,22 @@ def _relation_of_graph(graph, device: torch.device) -> Relation:
 
 
 def graph_attention(
-    relation, q, k, v, backend: str = DEFAULT_BACKEND, return_weights: bool = False, name: str | None = None
+    relation,
+    q,
+    k,
+    v,
+    backend: str = DEFAULT_BACKEND,
+    return_weights: bool = False,
+    name: str | None = None,
+    bias: EdgeBias | None = None,
 ):
     """Attention of destination queries q (N_dst, H, d) over source keys/values (N_src, H, d)
     along the edges of ``relation``; returns (N_dst, H, d) [and (E, H, 1) weights].
 
     ``relation`` is a `Relation` (a single-relation `HeteroGraph` or DGL graph is read into one);
     ``backend`` names one of ``BACKENDS``; ``name`` ('enc', 'dec', 'cross') labels the call for
-    `record_attention`.
+    `record_attention`; ``bias``, an `EdgeBias`, is added to each edge's score (recorded weights
+    are those after it).
     """
     if not isinstance(relation, Relation):
         relation = _relation_of_graph(relation, q.device)
@@ -204,9 +236,10 @@ def graph_attention(
         relation.verified = True
     _check_shapes(relation, q, k, v)
     attend = BACKENDS[check_backend(backend)]
+    _check_serves(backend, bias)
     if not (_recorders and name):
-        return attend(relation, q, k, v, return_weights=return_weights)
-    out, weights = attend(relation, q, k, v, return_weights=True)
+        return _call(attend, relation, q, k, v, return_weights, bias)
+    out, weights = _call(attend, relation, q, k, v, True, bias)
     for records in _recorders:
         records.append((name, relation, weights.detach()))
     return (out, weights) if return_weights else out
@@ -220,5 +253,6 @@ __all__ = [
     "unavailable",
     "BACKENDS",
     "DEFAULT_BACKEND",
+    "EdgeBias",
     "Relation",
 ]

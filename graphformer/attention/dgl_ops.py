@@ -2,7 +2,7 @@ r"""Attention as message passing, with DGL's fused sparse kernels.
 
 For an edge u -> v (key u, query v) and head h, with d the per-head size:
 
-    s_uv   = q_v . k_u / sqrt(d)                        src_dot_dst   (SDDMM)
+    s_uv   = q_v . k_u / sqrt(d) + b_uv                 src_dot_dst   (SDDMM; b: an EdgeBias, or 0)
     a_uv   = exp(s_uv - max_{w -> v} s_wv)              scaled_exp    (SDDMM + SpMM-max)
     wv_v   = sum_{u -> v} a_uv * v_u                    u_mul_e + sum (SpMM)
     z_v    = sum_{u -> v} a_uv                          copy_e  + sum (SpMM)
@@ -27,6 +27,7 @@ from functools import cache
 
 import torch
 
+from graphformer.attention.bias import EdgeBias
 from graphformer.graphs.heterograph import dgl_missing, require_dgl
 from graphformer.graphs.relation import Relation
 
@@ -77,9 +78,10 @@ def src_dot_dst(graph, k: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return _ops().u_dot_v(graph, k, q)
 
 
-def scaled_exp(graph, scores: torch.Tensor, scale: float) -> torch.Tensor:
-    """(E, H, 1) softmax numerators exp(scale * s - max over the destination's in-edges)."""
-    scores = scores * scale
+def scaled_exp(graph, scores: torch.Tensor, scale: float, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """(E, H, 1) softmax numerators exp(scale * s + b - max over the destination's in-edges), with
+    ``bias`` b (E, H) in the graph's edge order, or none."""
+    scores = scores * scale if bias is None else scores * scale + bias[..., None]
     peak = _ops().copy_e_max(graph, scores).detach()
     return torch.exp(_ops().e_sub_v(graph, scores, peak))
 
@@ -88,8 +90,9 @@ def _ops():
     return require_dgl("the dgl attention backend").ops
 
 
-def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_weights: bool = False):
-    """Multi-head attention of each destination node over its in-edges.
+def attend(relation: Relation, q, k, v, return_weights: bool = False, bias: EdgeBias | None = None):
+    """Multi-head attention of each destination node over its in-edges, each score plus its
+    edge's ``bias`` (`graphformer.attention.bias.EdgeBias`) where one is given.
 
     Returns out (N_dst, H, d), and with ``return_weights`` also the normalised edge weights
     (E, H, 1), which sum to 1 over the in-edges of every destination.
@@ -103,7 +106,8 @@ def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
             "backend (or auto), or install DGL built for that device"
         )
     graph = graph_of(relation)
-    a = scaled_exp(graph, src_dot_dst(graph, k, q), 1.0 / math.sqrt(q.shape[-1]))
+    b = None if bias is None else bias.per_edge(relation, q.dtype)  # the graph's edges are the relation's, in order
+    a = scaled_exp(graph, src_dot_dst(graph, k, q), 1.0 / math.sqrt(q.shape[-1]), b)
     wv = _ops().u_mul_e_sum(graph, v, a)
     z = _ops().copy_e_sum(graph, a)
     out = wv / z

@@ -2,7 +2,7 @@ r"""Attention as message passing, in plain PyTorch: the same four steps as `.dgl
 
 For an edge u -> v (key u, query v) and head h, with d the per-head size:
 
-    s_uv   = q_v . k_u / sqrt(d)                   src_dot_dst:   gather q[v], k[u]; dot
+    s_uv   = q_v . k_u / sqrt(d) + b_uv            src_dot_dst:   gather q[v], k[u]; dot (b: an EdgeBias, or 0)
     m_v    = max_{w -> v} s_wv                     scatter_reduce amax per destination (detached)
     a_uv   = exp(s_uv - m_v)                       scaled_exp
     wv_v   = sum_{u -> v} a_uv * v_u               u_mul_e + sum: index_add_ over destinations
@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from graphformer.attention.bias import EdgeBias
 from graphformer.graphs.relation import Relation
 
 
@@ -32,9 +33,10 @@ def src_dot_dst(relation: Relation, k: torch.Tensor, q: torch.Tensor) -> torch.T
     return (k[relation.u] * q[relation.v]).sum(-1, keepdim=True)
 
 
-def scaled_exp(relation: Relation, scores: torch.Tensor, scale: float) -> torch.Tensor:
-    """(E, H, 1) softmax numerators exp(scale * s - max over the destination's in-edges)."""
-    scores = scores * scale
+def scaled_exp(relation: Relation, scores: torch.Tensor, scale: float, bias: torch.Tensor | None = None):
+    """(E, H, 1) softmax numerators exp(scale * s + b - max over the destination's in-edges), with
+    ``bias`` b (E, H) or none."""
+    scores = scores * scale if bias is None else scores * scale + bias[..., None]
     index = relation.v[:, None, None].expand_as(scores)
     peak = scores.new_full((relation.num_queries, *scores.shape[1:]), float("-inf"))
     peak = peak.scatter_reduce(0, index, scores, "amax").detach()
@@ -47,9 +49,10 @@ def sum_into_destinations(relation: Relation, messages: torch.Tensor) -> torch.T
     return total.index_add(0, relation.v, messages)
 
 
-def attend(relation: Relation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_weights: bool = False):
+def attend(relation: Relation, q, k, v, return_weights: bool = False, bias: EdgeBias | None = None):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
-    a = scaled_exp(relation, src_dot_dst(relation, k, q), 1.0 / math.sqrt(q.shape[-1]))
+    b = None if bias is None else bias.per_edge(relation, q.dtype)
+    a = scaled_exp(relation, src_dot_dst(relation, k, q), 1.0 / math.sqrt(q.shape[-1]), b)
     wv = sum_into_destinations(relation, a * v[relation.u])
     z = sum_into_destinations(relation, a)
     out = wv / z

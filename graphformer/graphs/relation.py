@@ -11,6 +11,14 @@ nodes group into samples:
   attends to all of its group's keys and the keys sit in fixed-width blocks (`DenseGroups`).
   Backends that take edges get them built on first use; ``padded`` reads the blocks in place.
 
+and what its edges say, where the builder knows it (`graphformer.graphs.edge_types` derives an
+edge's type from these):
+
+* ``key_positions``, ``query_positions``: each node's position in its sample (relative positions,
+  T5 buckets and ALiBi distances are functions of query minus key position);
+* ``edge_types`` (E,): an integer type per edge that no position can tell (a tree edge's role, a
+  type read from an edges file), and ``edge_features`` (E, F), a float vector per edge.
+
 Layouts that a backend derives from the edges (padded per-sample matrices, block-sparse tiles, a
 DGL graph on the compute device) are built on first use and kept in `layouts`, so a
 relation reused by every layer of a batch pays for them once. A DGL graph a relation was read
@@ -64,6 +72,9 @@ class Relation:
         verified: every query has a key and no edge is listed twice. graphformer's own relations
             are made so (a graph pool's patterns are checked when it builds them); one made by
             hand is checked by `graphformer.attention.graph_attention` on first use.
+        key_positions, query_positions: (num_keys,), (num_queries,) int64 position of each node in
+            its sample, or ``None``.
+        edge_types: (E,) int64 type id of each edge, or ``None``; edge_features: (E, F) or ``None``.
     """
 
     def __init__(
@@ -79,6 +90,10 @@ class Relation:
         groups: DenseGroups | None = None,
         num_edges: int | None = None,
         verified: bool = False,
+        key_positions: torch.Tensor | None = None,
+        query_positions: torch.Tensor | None = None,
+        edge_types: torch.Tensor | None = None,
+        edge_features: torch.Tensor | None = None,
     ):
         if u is None and groups is None:
             raise ValueError("a relation needs its edges (u, v) or the dense groups they come from")
@@ -87,6 +102,8 @@ class Relation:
         self.key_counts, self.query_counts = key_counts, query_counts
         self.graph, self.groups, self.verified = graph, groups, verified
         self.num_edges = len(u) if num_edges is None else num_edges
+        self.key_positions, self.query_positions = key_positions, query_positions
+        self.edge_types, self.edge_features = edge_types, edge_features
         self.layouts: dict = {}
 
     def __repr__(self) -> str:
@@ -104,13 +121,22 @@ class Relation:
         device: torch.device | str | None = None,
         verified: bool = False,
         key_rows: torch.Tensor | None = None,
+        **described: torch.Tensor | None,
     ) -> Relation:
         """Key u[i] -> query v[i] for each edge i, the index tensors moved to ``device`` (default:
-        where they are); sample counts and key rows as in the attributes."""
+        where they are); sample counts, key rows and what the edges say (``key_positions``,
+        ``query_positions``, ``edge_types``, ``edge_features``) as in the attributes."""
         device = u.device if device is None else device
         counts = [None if c is None else c.to(device) for c in (key_counts, query_counts, key_rows)]
+        described = {name: None if t is None else t.to(device) for name, t in described.items()}
         return cls(
-            u.to(device, torch.int64), v.to(device, torch.int64), num_keys, num_queries, *counts, verified=verified
+            u.to(device, torch.int64),
+            v.to(device, torch.int64),
+            num_keys,
+            num_queries,
+            *counts,
+            verified=verified,
+            **described,
         )
 
     @classmethod
@@ -208,7 +234,8 @@ class Relation:
 
     def restrict_to_destinations(self, active: torch.Tensor) -> Relation:
         """The in-edges of the ``active`` queries ((num_queries,) bool), from all keys to the
-        active queries only, renumbered 0..n_active-1 in order. Sample counts and key rows follow."""
+        active queries only, renumbered 0..n_active-1 in order. Sample counts, key rows, positions
+        and each kept edge's type and features follow."""
         keep = active[self.v]
         new_id = torch.cumsum(active, 0) - 1
         query_counts = key_rows = None
@@ -226,6 +253,10 @@ class Relation:
             query_counts,
             key_rows,
             verified=self.verified,
+            key_positions=self.key_positions,
+            query_positions=None if self.query_positions is None else self.query_positions[active],
+            edge_types=None if self.edge_types is None else self.edge_types[keep],
+            edge_features=None if self.edge_features is None else self.edge_features[keep],
         )
 
 

@@ -1,0 +1,185 @@
+"""Edge biases on every backend that serves them, against a dense masked softmax in float64.
+
+The reference builds a (H, N_dst, N_src) bias matrix entry by entry from the paper's formulas
+(T5's buckets with Python's math.log, a per-type table, Shaw's q . a_t), adds it to dense scores,
+masks non-edges and takes torch.softmax: nothing of graphformer's own bias code is reused.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from graphformer.attention import BACKENDS, EdgeBias, graph_attention, unavailable
+from graphformer.errors import UserError
+from graphformer.graphs.edge_types import Distance, Given, Relative, T5Buckets
+from graphformer.graphs.relation import Relation
+
+HEADS, D = 3, 4
+
+
+def biased_backends(capability: str) -> list[str]:
+    return [e.name for e in BACKENDS.entries() if e.can(capability)]
+
+
+def random_batch(seed: int, lengths=((5, 4), (7, 7), (3, 6)), density=0.5):
+    """A batch of samples with (keys, queries) each, random edges inside each sample (every query
+    keeps at least one key), positions 0.. per sample, a random type per edge."""
+    g = torch.Generator().manual_seed(seed)
+    us, vs, kpos, qpos = [], [], [], []
+    k0 = q0 = 0
+    for n, m in lengths:
+        keep = torch.rand(m, n, generator=g) < density
+        keep[torch.arange(m), torch.randint(n, (m,), generator=g)] = True
+        qi, kj = keep.nonzero(as_tuple=True)
+        us.append(kj + k0)
+        vs.append(qi + q0)
+        kpos.append(torch.arange(n))
+        qpos.append(torch.arange(m))
+        k0, q0 = k0 + n, q0 + m
+    u, v = torch.cat(us), torch.cat(vs)
+    types = torch.randint(5, (len(u),), generator=g)
+    relation = Relation.of_edges(
+        u,
+        v,
+        k0,
+        q0,
+        torch.tensor([n for n, _ in lengths]),
+        torch.tensor([m for _, m in lengths]),
+        verified=True,
+        key_positions=torch.cat(kpos),
+        query_positions=torch.cat(qpos),
+        edge_types=types,
+    )
+    q = torch.randn(q0, HEADS, D, generator=g, dtype=torch.float64)
+    k = torch.randn(k0, HEADS, D, generator=g, dtype=torch.float64)
+    val = torch.randn(k0, HEADS, D, generator=g, dtype=torch.float64)
+    return relation, q, k, val
+
+
+def t5_bucket(offset: int, buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """T5's bucket of query minus key position ``offset``, scalar by scalar, from the paper's rule."""
+    bucket = 0
+    if bidirectional:
+        buckets //= 2
+        if offset < 0:
+            bucket = buckets
+        n = abs(offset)
+    else:
+        n = max(offset, 0)
+    exact = buckets // 2
+    if n < exact:
+        return bucket + n
+    far = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact))
+    return bucket + min(far, buckets - 1)
+
+
+def dense_attention(relation: Relation, q, k, v, bias_of):
+    """Masked softmax over dense scores plus ``bias_of(query, key, edge)`` -> (H,) per edge."""
+    scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(D)
+    mask = torch.full_like(scores, float("-inf"))
+    for e, (j, i) in enumerate(zip(relation.u.tolist(), relation.v.tolist())):
+        mask[:, i, j] = bias_of(i, j, e)
+    weights = torch.softmax(scores + mask, dim=-1)
+    return torch.einsum("hij,jhd->ihd", weights, v)
+
+
+def check(backend: str, bias: EdgeBias, relation, q, k, v, bias_of, leaves=()):
+    why = unavailable(backend)
+    if why:
+        pytest.skip(why)
+    leaves = (q, k, v, *leaves)
+    for t in leaves:
+        t.requires_grad_(True)
+    out = graph_attention(relation, q, k, v, backend, bias=bias)
+    ref = dense_attention(relation, q, k, v, bias_of)
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, leaves, g)
+    expected = torch.autograd.grad(ref, leaves, g)
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", biased_backends("edge-type-bias"))
+def test_a_table_per_given_type(backend):
+    relation, q, k, v = random_batch(0)
+    table = torch.randn(5, HEADS, dtype=torch.float64)
+    types = relation.edge_types.tolist()
+    bias = EdgeBias(Given(5), table=table)
+    check(backend, bias, relation, q, k, v, lambda i, j, e: table[types[e]], leaves=(table,))
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("backend", biased_backends("position-bias"))
+def test_t5_buckets(backend, bidirectional):
+    relation, q, k, v = random_batch(1, lengths=((40, 40), (33, 29)), density=0.3)
+    buckets, far = 8, 20
+    table = torch.randn(buckets, HEADS, dtype=torch.float64)
+    qpos, kpos = relation.query_positions.tolist(), relation.key_positions.tolist()
+    bias = EdgeBias(T5Buckets(buckets, far, bidirectional), table=table)
+
+    def bias_of(i, j, e):
+        return table[t5_bucket(qpos[i] - kpos[j], buckets, far, bidirectional)]
+
+    check(backend, bias, relation, q, k, v, bias_of, leaves=(table,))
+
+
+@pytest.mark.parametrize("backend", biased_backends("position-bias"))
+def test_slopes_times_distance(backend):
+    relation, q, k, v = random_batch(2)
+    slopes = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64)
+    qpos, kpos = relation.query_positions.tolist(), relation.key_positions.tolist()
+    bias = EdgeBias(Distance(), slopes=-slopes)
+    check(backend, bias, relation, q, k, v, lambda i, j, e: -slopes * abs(qpos[i] - kpos[j]))
+
+
+@pytest.mark.parametrize("backend", biased_backends("position-bias"))
+def test_shaw_keys_one_row_per_query(backend):
+    """Shaw's relative keys: e_ij = q_i . (k_j + a_clip(i-j)) / sqrt(d), a table per query."""
+    relation, q, k, v = random_batch(3)
+    clip = 2
+    a = torch.randn(2 * clip + 1, HEADS, D, dtype=torch.float64, requires_grad=True)
+    qpos, kpos = relation.query_positions.tolist(), relation.key_positions.tolist()
+    q.requires_grad_(True)
+    per_query = torch.einsum("ihd,thd->iht", q, a) / math.sqrt(D)
+    bias = EdgeBias(Relative(clip), table=per_query)
+
+    def bias_of(i, j, e):
+        t = max(-clip, min(clip, qpos[i] - kpos[j])) + clip
+        return (q[i] * a[t]).sum(-1) / math.sqrt(D)
+
+    check(backend, bias, relation, q, k, v, bias_of, leaves=(a,))
+
+
+def test_relative_ids_clip_on_both_sides():
+    ids = Relative(2).of_offsets(torch.tensor([-7, -2, -1, 0, 1, 2, 9]))
+    assert ids.tolist() == [0, 0, 1, 2, 3, 4, 4]
+
+
+def test_t5_buckets_follow_the_rule_at_every_offset():
+    offsets = torch.arange(-300, 301)
+    for buckets, far, both in [(32, 128, True), (32, 128, False), (16, 64, True)]:
+        ids = T5Buckets(buckets, far, both).of_offsets(offsets).tolist()
+        assert ids == [t5_bucket(r, buckets, far, both) for r in offsets.tolist()]
+        assert max(ids) == buckets - 1
+
+
+def test_a_backend_without_the_capability_is_refused_in_one_line():
+    relation, q, k, v = random_batch(4)
+    bias = EdgeBias(Given(5), table=torch.zeros(5, HEADS, dtype=torch.float64))
+    lacking = [e.name for e in BACKENDS.entries() if not e.can("edge-type-bias") and not unavailable(e.name)]
+    if not lacking:
+        pytest.skip("every backend here serves given edge types")
+    with pytest.raises(UserError, match=rf"{lacking[0]} cannot add a bias read from each edge's given type"):
+        graph_attention(relation, q, k, v, lacking[0], bias=bias)
+
+
+def test_a_relation_without_positions_says_so():
+    relation, q, k, v = random_batch(5)
+    bare = Relation.of_edges(relation.u, relation.v, relation.num_keys, relation.num_queries, verified=True)
+    bias = EdgeBias(Relative(2), table=torch.zeros(5, HEADS, dtype=torch.float64))
+    with pytest.raises(ValueError, match="no node positions"):
+        graph_attention(bare, q, k, v, "torch", bias=bias)
