@@ -1,6 +1,6 @@
 """The package's extension points and its own entries in them, one `register` call per choice.
 
-Five registries (`graphformer.registry.Registry`), each a mapping from name to the loaded object:
+Six registries (`graphformer.registry.Registry`), each a mapping from name to the loaded object:
 
     BACKENDS      attention backends: ``attend(relation, q, k, v, return_weights=False)``, and
                   ``bias=`` (a `graphformer.attention.bias.EdgeBias`) where they serve one
@@ -8,6 +8,8 @@ Five registries (`graphformer.registry.Registry`), each a mapping from name to t
                   no arguments, the pattern ``(num_keys, num_queries) -> (u, v)`` itself
     SAMPLE_TERMS  each sample's own edges: derived from its source tokens (``words -> (u, v)``
                   or a pattern of the sample) for one relation, or given beside the data
+    EDGE_TYPES    what an edge says: a builder ``(*ints) -> derivation`` of each edge's type id
+                  (`graphformer.graphs.edge_types`)
     TASKS         `graphformer.data.tasks.Task` objects
     MODELS        `graphformer.model.base.GraphModel` classes, built from a ``ModelConfig``
 
@@ -101,6 +103,38 @@ SAMPLE_TERMS.register(
 )
 SAMPLE_TERMS.register("edges", "{split}.{relation}.edges", None, ["given"])
 
+# What an edge says (graphformer.graphs.edge_types): each entry builds a derivation from its
+# integer ``arguments``, as PATTERNS' builders do.
+EDGE_TYPES = Registry(
+    "edge type",
+    {
+        "positional": "derived from the query and key positions: any pattern, sample graph or union",
+        "per-sample": "comes with each sample's edges (its graph, or a type column of an edges file)",
+    },
+    one_of=("positional", "per-sample"),
+)
+EDGE_TYPES.register(
+    "relative",
+    "query minus key position, clipped at K (2K+1 types)",
+    "graphformer.graphs.edge_types:Relative",
+    ["positional"],
+    arguments="K",
+)
+EDGE_TYPES.register(
+    "t5",
+    "T5's log buckets of the offset: B buckets, log-spaced up to distance D",
+    "graphformer.graphs.edge_types:T5Buckets",
+    ["positional"],
+    arguments="B,D",
+)
+EDGE_TYPES.register(
+    "distance",
+    "|query - key position| (ALiBi's)",
+    "graphformer.graphs.edge_types:Distance",
+    ["positional"],
+    arguments="",
+)
+
 TASKS = Registry("task", {"generated": "its data is generated from the seed"})
 for _name in ("copy", "sort", "reverse", "addition"):
     TASKS.register(_name, "generated", f"graphformer.data.tasks:{_name.upper()}", ["generated"])
@@ -138,7 +172,14 @@ MODELS.register(
     ["classifies", "universal"],
 )
 
-REGISTRIES = {"backend": BACKENDS, "pattern": PATTERNS, "sample-term": SAMPLE_TERMS, "task": TASKS, "model": MODELS}
+REGISTRIES = {
+    "backend": BACKENDS,
+    "pattern": PATTERNS,
+    "sample-term": SAMPLE_TERMS,
+    "edge-type": EDGE_TYPES,
+    "task": TASKS,
+    "model": MODELS,
+}
 
 
 def table(registry: Registry) -> str:

@@ -85,7 +85,7 @@ class GraphBatch:
 
     def relation(self, etype: tuple[str, str, str]) -> Relation:
         """The `Relation` of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` on the batch's device,
-        with each sample's key and query counts (read once, then cached)."""
+        with each sample's key and query counts and each node's position (read once, then cached)."""
         if etype not in self._relations:
             keys, queries = {
                 ENC: (self.src_nodes, self.src_nodes),
@@ -93,6 +93,7 @@ class GraphBatch:
                 CROSS: (self.src_nodes, self.tgt_lengths),
                 SPAN: (self.src_nodes, self.src_nodes),
             }[etype]
+            key_positions, query_positions = (self.tgt_pos if t == TGT else self.src_pos for t in (etype[0], etype[2]))
             (u, v), (utype, _, vtype) = self.graph.edges(etype), etype
             self._relations[etype] = Relation.of_edges(
                 u,
@@ -103,6 +104,8 @@ class GraphBatch:
                 queries,
                 device=self.device,
                 verified=True,
+                key_positions=key_positions,
+                query_positions=query_positions,
             )  # the pool checked its patterns
         return self._relations[etype]
 

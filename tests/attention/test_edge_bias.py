@@ -183,3 +183,15 @@ def test_a_relation_without_positions_says_so():
     bias = EdgeBias(Relative(2), table=torch.zeros(5, HEADS, dtype=torch.float64))
     with pytest.raises(ValueError, match="no node positions"):
         graph_attention(bare, q, k, v, "torch", bias=bias)
+
+
+def test_a_batch_relation_carries_each_nodes_position_in_its_sample():
+    from graphformer.graphs.batch import CROSS, DEC, ENC, make_batch
+    from graphformer.graphs.pool import GraphPool
+
+    batch = make_batch(GraphPool(), [[5, 6, 7], [8, 9]], [[5], [6, 7, 8]])
+    enc, dec, cross = (batch.relation(r) for r in (ENC, DEC, CROSS))
+    assert enc.key_positions.tolist() == enc.query_positions.tolist() == [0, 1, 2, 3, 0, 1, 2]
+    assert dec.query_positions.tolist() == [0, 1, 0, 1, 2, 3]
+    assert cross.key_positions.tolist() == [0, 1, 2, 3, 0, 1, 2]
+    assert cross.query_positions.tolist() == [0, 1, 0, 1, 2, 3]
