@@ -181,9 +181,12 @@ def test_patterns_split_at_commas_but_not_inside_a_specs_numbers():
 
 
 def _import_sweep():
-    """The sweep script as a module (it is an example, not part of the package)."""
+    """The sweep script as a module (it is an example, not part of the package), importing its
+    sibling modules as it does when run."""
     import importlib.util
 
+    if str(SWEEP.parent) not in sys.path:
+        sys.path.append(str(SWEEP.parent))
     spec = importlib.util.spec_from_file_location("sweep", SWEEP)
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
