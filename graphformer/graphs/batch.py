@@ -85,7 +85,8 @@ class GraphBatch:
 
     def relation(self, etype: tuple[str, str, str]) -> Relation:
         """The `Relation` of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` on the batch's device,
-        with each sample's key and query counts and each node's position (read once, then cached)."""
+        with each sample's key and query counts, each node's position and the edge types (and
+        features) its pool computed (read once, then cached)."""
         if etype not in self._relations:
             keys, queries = {
                 ENC: (self.src_nodes, self.src_nodes),
@@ -95,6 +96,7 @@ class GraphBatch:
             }[etype]
             key_positions, query_positions = (self.tgt_pos if t == TGT else self.src_pos for t in (etype[0], etype[2]))
             (u, v), (utype, _, vtype) = self.graph.edges(etype), etype
+            carried = self.graph.edge_data.get(etype, {})  # a pool's edge_types= (graphs.sample_types)
             self._relations[etype] = Relation.of_edges(
                 u,
                 v,
@@ -106,6 +108,8 @@ class GraphBatch:
                 verified=True,
                 key_positions=key_positions,
                 query_positions=query_positions,
+                edge_types=carried.get("types"),
+                edge_features=carried.get("features"),
             )  # the pool checked its patterns
         return self._relations[etype]
 

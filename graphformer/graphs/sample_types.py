@@ -1,0 +1,315 @@
+r"""Edge types that come with each sample: a tree edge's role, hops in the sample's own graph, or
+types given with its edges.
+
+A positional derivation (`graphformer.graphs.edge_types`) is a function of two positions, which
+attention computes where it runs. These depend on the sample's own graph (its ``parse-tree`` or
+``edges``), so the graph pool computes them once per batch, one id for *every* edge of the relation
+(the union of its length pattern and the sample's edges), and the batch's relation carries them as
+``edge_types`` (`GraphPool(edge_types={"enc": "role"})`). Each is a `Given`, so attention reads
+them as ids that came with the edges.
+
+    role       the edge's place in the sample's tree, key -> query (the query reads the key):
+
+               id  name           the key is ...
+               0   self           the query itself
+               1   parent-child   the query's parent in the tree
+               2   child-parent   one of the query's children
+               3   eos-token      `</s>` (the query is another node)
+               4   token-eos      a node that `</s>` reads
+               5   cls-token      the `<cls>` node of a classifier
+               6   token-cls      a node that `<cls>` reads
+               7   other          none of these (a window edge between cousins, a span node's)
+
+               earlier rows win: `</s>`'s own loop is ``self``; `</s>` holds the top-level tokens,
+               so their links to it are 3 and 4, not 1 and 2. The tree is the breadth-first tree of
+               the sample's own edges (either direction) from `</s>` (then from the first node it
+               does not reach): for ``parse-tree`` that is the parse tree itself. Encoder only.
+
+    hops:K     d(key, query), the length of the shortest path between the ends in the sample's own
+               edges taken as an undirected graph, clipped: ids 0..K, and K + 1 for farther or
+               unreachable (a `<cls>` node or a span node is in no sample's edges). Graphormer's
+               spatial encoding. Self-attention relations (enc, dec) with a sample term only.
+
+    given:T[,F]  ids 0..T-1 listed with the sample's edges (a typed edges file, or Python); an edge
+               of the length pattern that the sample does not list gets id T, ``unlisted``. With
+               F, each listed edge also carries F float features (zeros for unlisted edges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from graphformer.errors import ConfigError, UserError, did_you_mean
+from graphformer.graphs.edge_types import Given
+
+ROLES = ("self", "parent-child", "child-parent", "eos-token", "token-eos", "cls-token", "token-cls", "other")
+SELF, PARENT_CHILD, CHILD_PARENT, EOS_TOKEN, TOKEN_EOS, CLS_TOKEN, TOKEN_CLS, OTHER = range(len(ROLES))
+
+
+@dataclass(frozen=True)
+class TypedEdges:
+    """One sample's own edges: (E,) key and query positions (or node ids), and what they carry:
+    (E,) int64 type ids and (E, F) float features, each ``None`` where not given."""
+
+    u: torch.Tensor
+    v: torch.Tensor
+    types: torch.Tensor | None = None
+    features: torch.Tensor | None = None
+
+    def shifted(self, key_shift: int, query_shift: int) -> TypedEdges:
+        """The same edges with ``key_shift`` added to every key and ``query_shift`` to every query."""
+        return TypedEdges(self.u + key_shift, self.v + query_shift, self.types, self.features)
+
+
+@dataclass(frozen=True)
+class SampleGraph:
+    """What a per-sample derivation reads of one sample, in the sample's node ids: the relation's
+    edges (u, v) to type, the sample's ``own`` edges, its ``nodes`` (the key node count) and where
+    its `</s>` and `<cls>` nodes are (None: it has none)."""
+
+    u: torch.Tensor
+    v: torch.Tensor
+    own: TypedEdges
+    nodes: int
+    eos: int | None = None
+    cls: int | None = None
+
+
+@dataclass(frozen=True)
+class Roles(Given):
+    """The role of each edge in the sample's tree (see the module)."""
+
+    num_types: int = len(ROLES)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return ROLES
+
+    def of_sample(self, sample: SampleGraph) -> torch.Tensor:
+        u, v = sample.u, sample.v
+        parent = tree_parents(sample.own.u, sample.own.v, sample.nodes, sample.eos)
+        types = torch.full_like(u, OTHER)
+        types[parent[u] == v] = CHILD_PARENT  # assigned from the weakest rule up, so earlier rows win
+        types[parent[v] == u] = PARENT_CHILD
+        for node, to_node, from_node in ((sample.cls, TOKEN_CLS, CLS_TOKEN), (sample.eos, TOKEN_EOS, EOS_TOKEN)):
+            if node is not None:
+                types[v == node] = to_node
+                types[u == node] = from_node
+        types[u == v] = SELF
+        return types
+
+
+@dataclass(frozen=True)
+class Hops(Given):
+    """Shortest-path distance in the sample's own graph, clipped at ``clip`` (see the module)."""
+
+    clip: int = 0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*map(str, range(self.clip + 1)), f">{self.clip}")
+
+    def of_sample(self, sample: SampleGraph) -> torch.Tensor:
+        return hop_distances(sample.u, sample.v, sample.own.u, sample.own.v, sample.nodes, self.clip)
+
+
+@dataclass(frozen=True)
+class GivenTypes(Given):
+    """Types (and F features, where ``features`` is set) listed with the sample's edges; id
+    ``declared`` for an edge the sample does not list."""
+
+    declared: int = 0
+    features: int | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*map(str, range(self.declared)), "unlisted")
+
+    def check(self, own: TypedEdges) -> None:
+        """A ValueError, in the sample's positions, for edges without types, a type id outside
+        0..T-1, or features of another width than the declared one."""
+        if own.types is None:
+            raise ValueError(
+                f"its edges carry no types, and this relation's types are given ({self.declared} declared): "
+                "give (u, v, types), (key, query, type) triples or a networkx graph with a 'type' on each edge"
+            )
+        bad = (own.types < 0) | (own.types >= self.declared)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(
+                f"edge {int(own.u[i])}-{int(own.v[i])} has type {int(own.types[i])}, outside the declared "
+                f"types 0..{self.declared - 1}"
+            )
+        width = None if own.features is None else own.features.shape[1]
+        if self.features is not None and width != self.features:
+            raise ValueError(f"its edge features have width {width}, but {self.features} were declared")
+
+    def of_sample(self, sample: SampleGraph) -> torch.Tensor:
+        found, at = _lookup(sample)
+        return torch.where(found, sample.own.types[at], self.declared)
+
+    def features_of_sample(self, sample: SampleGraph) -> torch.Tensor | None:
+        """(E, F) each edge's features, zeros for an edge the sample does not list; None without features."""
+        if sample.own.features is None:
+            return None
+        found, at = _lookup(sample)
+        return torch.where(found[:, None], sample.own.features[at], 0.0)
+
+
+def _lookup(sample: SampleGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    """(found, at): whether each edge (u, v) is one of the sample's own, and which (the first
+    listed, for a pair listed twice)."""
+    width = sample.nodes + 1
+    own_keys = sample.own.v * width + sample.own.u
+    order = torch.sort(own_keys, stable=True).indices
+    listed = own_keys[order]
+    place = torch.searchsorted(listed, sample.v * width + sample.u).clamp(max=max(len(listed) - 1, 0))
+    found = listed[place] == sample.v * width + sample.u if len(listed) else torch.zeros_like(sample.u, dtype=bool)
+    return found, order[place] if len(listed) else place
+
+
+def role() -> Roles:
+    return Roles()
+
+
+def hops(clip: int) -> Hops:
+    if clip < 1:
+        raise UserError(f"hops:{clip}: the clip K must be at least 1")
+    return Hops(clip + 2, clip)
+
+
+def given(types: int, features: int | None = None) -> GivenTypes:
+    if types < 1 or (features is not None and features < 1):
+        raise UserError(f"given:{types}{'' if features is None else f',{features}'}: T and F must be at least 1")
+    return GivenTypes(types + 1, types, features)
+
+
+def parse_derivation(spec: str) -> Given:
+    """The per-sample derivation a spec names: ``role``, ``hops:4``, ``given:3`` or ``given:3,8``. A
+    UserError for an unknown name, wrong arguments, or a positional one (attention derives those)."""
+    from graphformer.catalog import EDGE_TYPES
+    from graphformer.graphs.patterns import arity
+
+    name, _, args = spec.replace(" ", "").partition(":")
+    per_sample = list(EDGE_TYPES.names("per-sample"))
+    if name not in per_sample:
+        if name in EDGE_TYPES:
+            raise UserError(
+                f"edge type {spec!r} is derived from positions where attention runs; the graph pool types edges "
+                f"by the sample: {', '.join(per_sample)}"
+            )
+        raise UserError(f"unknown edge type {spec!r}{did_you_mean(name, EDGE_TYPES)}; known: {', '.join(EDGE_TYPES)}")
+    allowed = arity(EDGE_TYPES.entry(name).details.get("arguments", ""))
+    try:
+        values = [int(a) for a in args.split(",")] if args else []
+    except ValueError:
+        raise UserError(f"edge type {spec!r}: arguments must be integers, e.g. hops:4") from None
+    if len(values) not in allowed:
+        raise UserError(f"edge type {spec!r}: {name} takes {' or '.join(map(str, allowed))} integer argument(s)")
+    return EDGE_TYPES[name](*values)
+
+
+def check_relation(derivation: Given, spec: str, relation: str, term: str | None) -> None:
+    """A ConfigError where ``relation`` ('enc', 'dec', 'cross'), whose sample term is ``term``,
+    cannot carry the derivation: roles are the encoder's; hops need the sample's own edges between
+    nodes of one kind; given types need an ``edges`` term."""
+    where = f"edge_types[{relation!r}]"
+    if isinstance(derivation, Roles) and relation != "enc":
+        raise ConfigError(where, f"{spec!r}: tree roles type the encoder's edges (enc) only")
+    if isinstance(derivation, Hops) and (relation == "cross" or term is None):
+        raise ConfigError(
+            where, f"{spec!r}: hops count steps in a self-attention's own sample edges; add one, e.g. window:1+edges"
+        )
+    if isinstance(derivation, GivenTypes) and term != "edges":
+        raise ConfigError(where, f"{spec!r}: given types come with the edges; use e.g. window:1+edges")
+
+
+def _undirected(u: torch.Tensor, v: torch.Tensor, nodes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(starts, a, b): the edges u - v in both directions, loops dropped, sorted by a, with
+    ``a[starts[x]:starts[x + 1]] == x`` (CSR rows)."""
+    keep = u != v
+    a, b = torch.cat([u[keep], v[keep]]), torch.cat([v[keep], u[keep]])
+    order = torch.argsort(a * nodes + b)
+    a, b = a[order], b[order]
+    return torch.searchsorted(a, torch.arange(nodes + 1)), a, b
+
+
+def tree_parents(u: torch.Tensor, v: torch.Tensor, nodes: int, root: int | None) -> torch.Tensor:
+    """(nodes,) each node's parent in the breadth-first tree of the undirected edges u - v from
+    ``root``, then from the first node with an edge that no earlier search reached; -1 for the roots
+    and nodes without edges. Of several parents one level up, the first node wins.
+
+    One level per step (a parse tree of ListOps is about ten levels deep), each step a few whole-
+    tensor operations on the sample's edges."""
+    _, a, b = _undirected(u, v, nodes)
+    parent = torch.full((nodes,), -1, dtype=torch.int64)
+    seen = torch.zeros(nodes, dtype=torch.bool)
+    has_edge = torch.bincount(a, minlength=nodes) > 0
+    frontier = torch.tensor([] if root is None else [root], dtype=torch.int64)
+    while True:
+        seen[frontier] = True
+        while len(frontier):
+            step = torch.isin(a, frontier) & ~seen[b]
+            child, holder = b[step], a[step]
+            first = torch.full((nodes,), nodes, dtype=torch.int64).scatter_reduce(0, child, holder, "amin")
+            frontier = torch.unique(child)
+            parent[frontier], seen[frontier] = first[frontier], True
+        left = (has_edge & ~seen).nonzero()[:, 0]
+        if not len(left):
+            return parent
+        frontier = left[:1]
+        seen[frontier] = True
+
+
+def hop_distances(
+    u: torch.Tensor, v: torch.Tensor, own_u: torch.Tensor, own_v: torch.Tensor, nodes: int, clip: int
+) -> torch.Tensor:
+    """(E,) min(d(u[i], v[i]), clip + 1), d the shortest-path length in the undirected graph of
+    the edges own_u - own_v on ``nodes`` nodes.
+
+    A breadth-first search from every key at once, as (key, reached node) pairs: step k adds the
+    nodes k hops from each key, and an edge is done when its query is among them. A key whose
+    edges are all done stops searching, so a local pattern on a tree (``window:1+parse-tree``, whose
+    edges are within 3 hops) costs a few steps, whatever the clip."""
+    far = clip + 1
+    starts, _, b = _undirected(own_u, own_v, nodes)
+    wanted = u * nodes + v
+    distance = torch.where(u == v, 0, far)
+    open_ = distance == far
+    key = torch.unique(u[open_])
+    reached = key * nodes + key  # (key, node) pairs found so far, as key * nodes + node
+    frontier_key, frontier_node = key, key
+    for k in range(1, far):
+        if not bool(open_.any()):
+            break
+        active = torch.isin(frontier_key, u[open_])
+        frontier_key, frontier_node = frontier_key[active], frontier_node[active]
+        degree = starts[frontier_node + 1] - starts[frontier_node]
+        first = torch.repeat_interleave(starts[frontier_node], degree)
+        rank = torch.arange(len(first)) - torch.repeat_interleave(torch.cumsum(degree, 0) - degree, degree)
+        step = torch.unique(torch.repeat_interleave(frontier_key, degree) * nodes + b[first + rank])
+        step = step[~torch.isin(step, reached)]
+        reached = torch.cat([reached, step])
+        hit = open_ & torch.isin(wanted, step)
+        distance[hit], open_ = k, open_ & ~hit
+        frontier_key, frontier_node = step // nodes, step % nodes
+    return distance
+
+
+__all__ = [
+    "ROLES",
+    "TypedEdges",
+    "SampleGraph",
+    "Roles",
+    "Hops",
+    "GivenTypes",
+    "role",
+    "hops",
+    "given",
+    "parse_derivation",
+    "check_relation",
+    "tree_parents",
+    "hop_distances",
+]
