@@ -248,10 +248,11 @@ class GraphPool:
             )
         graphs = [self.with_sample_edges(n, m, e, b) for b, ((n, m), e) in enumerate(zip(lengths, edges))]
         for relation in self.edge_types:
-            widths = [g.edge_data[relation].get("features", torch.zeros(0, 0)).shape[1:] for g in graphs]
+            carried = [g.edge_data[relation] for g in graphs]
+            widths = [data["features"].shape[1] if "features" in data else None for data in carried]
             b = next((b for b, width in enumerate(widths) if width != widths[0]), None)
             if b is not None:
-                shown = [f"width {w[0]}" if w else "none" for w in (widths[b], widths[0])]
+                shown = ["none" if w is None else f"width {w}" for w in (widths[b], widths[0])]
                 raise ValueError(
                     f"sample {b}, {relation[1]} attention: edge features of {shown[0]}, but sample 0's have "
                     f"{shown[1]}; give every sample features of one width"

@@ -144,30 +144,37 @@ class GivenTypes(Given):
             )
         width = None if own.features is None else own.features.shape[1]
         if self.features is not None and width != self.features:
-            raise ValueError(f"its edge features have width {width}, but {self.features} were declared")
+            shown = "none" if width is None else f"width {width}"
+            raise ValueError(
+                f"its edge features have {shown}, but given:{self.declared},{self.features} declares {self.features}"
+            )
 
     def of_sample(self, sample: SampleGraph) -> torch.Tensor:
+        types = torch.full_like(sample.u, self.declared)
         found, at = _lookup(sample)
-        return torch.where(found, sample.own.types[at], self.declared)
+        types[found] = sample.own.types[at]
+        return types
 
     def features_of_sample(self, sample: SampleGraph) -> torch.Tensor | None:
         """(E, F) each edge's features, zeros for an edge the sample does not list; None without features."""
         if sample.own.features is None:
             return None
+        features = sample.own.features.new_zeros(len(sample.u), sample.own.features.shape[1])
         found, at = _lookup(sample)
-        return torch.where(found[:, None], sample.own.features[at], 0.0)
+        features[found] = sample.own.features[at]
+        return features
 
 
 def _lookup(sample: SampleGraph) -> tuple[torch.Tensor, torch.Tensor]:
-    """(found, at): whether each edge (u, v) is one of the sample's own, and which (the first
-    listed, for a pair listed twice)."""
-    width = sample.nodes + 1
-    own_keys = sample.own.v * width + sample.own.u
-    order = torch.sort(own_keys, stable=True).indices
-    listed = own_keys[order]
-    place = torch.searchsorted(listed, sample.v * width + sample.u).clamp(max=max(len(listed) - 1, 0))
-    found = listed[place] == sample.v * width + sample.u if len(listed) else torch.zeros_like(sample.u, dtype=bool)
-    return found, order[place] if len(listed) else place
+    """(found, at): whether each edge (u, v) is one of the sample's own, and for those found, which
+    (the first listed, for a pair listed twice)."""
+    width = sample.nodes + 1  # more than any key id
+    order = torch.sort(sample.own.v * width + sample.own.u, stable=True)
+    wanted = sample.v * width + sample.u
+    place = torch.searchsorted(order.values, wanted)
+    found = place < len(order.values)
+    found[found.clone()] = order.values[place[found]] == wanted[found]
+    return found, order.indices[place[found]]
 
 
 def role() -> Roles:
