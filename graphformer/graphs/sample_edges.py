@@ -29,7 +29,8 @@ for the encoder's ``{split}.enc.edges``; ``{split}.dec.edges`` pairs decoder pos
 read as the data is (`graphformer.data.text.read_lines`: UTF-8, a byte-order mark dropped), and
 checked whole when it is read, before a run writes anything: a position outside the sample, a
 decoder edge from a later position, or a query that neither the relation's length pattern nor the
-line gives a key is refused with the file and the line (`GraphPool.check_sample_edges`).
+line gives a key is refused with the file and the line (`GraphPool.check_sample_edges`). A pair
+may carry a type, ``key-query:type``, named in a names file beside it (`graphformer.graphs.typed_edges`).
 """
 
 from __future__ import annotations
@@ -45,14 +46,20 @@ from graphformer.data.text import read_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
 from graphformer.graphs.expression_tree import parse_tree
-from graphformer.graphs.typed_edges import as_typed_edges, is_typed, names_file, parse_typed_pairs, read_type_names
+from graphformer.graphs.typed_edges import (
+    as_typed_edges,
+    is_typed,
+    names_file,
+    parse_pairs,
+    parse_typed_pairs,
+    read_type_names,
+)
 
 # The sample terms' names, the entries of graphformer.catalog.SAMPLE_TERMS (live: a plugin's are in them).
 SAMPLE_TERM_NAMES = SAMPLE_TERMS.names()
 PARSE_TREE, OPERANDS = "parse-tree", "operands"  # the package's own
 # The relation each structure derived from the source serves: "enc", "dec" or "cross".
 DERIVED_FOR = SAMPLE_TERMS.detail("serves")
-LAST_POSITION = torch.iinfo(torch.int64).max
 
 
 def is_given(term: str) -> bool:
@@ -114,21 +121,6 @@ def derive(term: str, words: Sequence[str], sample: int | str):
         return SAMPLE_TERMS[term](words)
     except ValueError as err:  # the entry's "fails" (required of a derived term) says what the tokens are not
         raise UserError(f"{where} {SAMPLE_TERMS.entry(term).details['fails']} ({term}): {err}") from None
-
-
-def parse_pairs(line: str) -> EdgeList:
-    """``"0-1 1-0"`` -> (u, v); a ValueError names the first piece that is not a ``key-query`` pair
-    of ASCII digits (``isdigit`` alone takes ``²``), or one too large for any sample."""
-    pairs = []
-    for piece in line.split():
-        key, dash, query = piece.partition("-")
-        if not (dash and all(p.isascii() and p.isdigit() for p in (key, query))):
-            raise ValueError(f"{piece!r} is not a key-query pair of token positions, such as 3-7")
-        if max(int(key), int(query)) > LAST_POSITION:  # it would not fit a tensor of positions
-            raise ValueError(f"{piece!r} names a position past any sample")
-        pairs.append((int(key), int(query)))
-    edges = torch.tensor(pairs, dtype=torch.int64).view(-1, 2)
-    return edges[:, 0], edges[:, 1]
 
 
 def edges_file(data_dir: str | Path, split: str, relation: str) -> Path:

@@ -46,6 +46,7 @@ from graphformer.graphs.edge_types import Given
 
 ROLES = ("self", "parent-child", "child-parent", "eos-token", "token-eos", "cls-token", "token-cls", "other")
 SELF, PARENT_CHILD, CHILD_PARENT, EOS_TOKEN, TOKEN_EOS, CLS_TOKEN, TOKEN_CLS, OTHER = range(len(ROLES))
+MAX_HOPS = 254  # distances are kept as bytes, K + 1 the largest
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,8 @@ def role() -> Roles:
 
 
 def hops(clip: int) -> Hops:
-    if clip < 1:
-        raise UserError(f"hops:{clip}: the clip K must be at least 1")
+    if not 1 <= clip <= MAX_HOPS:
+        raise UserError(f"hops:{clip}: the clip K must be from 1 to {MAX_HOPS}")
     return Hops(clip + 2, clip)
 
 
@@ -233,14 +234,23 @@ def check_relation(derivation: Given, spec: str, relation: str, term: str | None
         raise ConfigError(where, f"{spec!r}: given types come with the edges; use e.g. window:1+edges")
 
 
-def _undirected(u: torch.Tensor, v: torch.Tensor, nodes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(starts, a, b): the edges u - v in both directions, loops dropped, sorted by a, with
-    ``a[starts[x]:starts[x + 1]] == x`` (CSR rows)."""
-    keep = u != v
-    a, b = torch.cat([u[keep], v[keep]]), torch.cat([v[keep], u[keep]])
-    order = torch.argsort(a * nodes + b)
-    a, b = a[order], b[order]
-    return torch.searchsorted(a, torch.arange(nodes + 1)), a, b
+class Adjacency:
+    """The edges u - v of a sample's own graph in both directions, loops dropped, as CSR rows: the
+    neighbours of node x are ``b[starts[x]:starts[x + 1]]``."""
+
+    def __init__(self, u: torch.Tensor, v: torch.Tensor, nodes: int):
+        keep = u != v
+        a, b = torch.cat([u[keep], v[keep]]), torch.cat([v[keep], u[keep]])
+        order = torch.argsort(a * nodes + b)
+        self.b = b[order]
+        self.starts = torch.searchsorted(a[order], torch.arange(nodes + 1))
+
+    def step(self, at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(which, neighbour): every neighbour of each node of ``at``, and the index in ``at`` it came from."""
+        degree = self.starts[at + 1] - self.starts[at]
+        which = torch.repeat_interleave(torch.arange(len(at)), degree)
+        rank = torch.arange(len(which)) - (torch.cumsum(degree, 0) - degree)[which]  # 0, 1, ... within a row
+        return which, self.b[self.starts[at][which] + rank]
 
 
 def tree_parents(u: torch.Tensor, v: torch.Tensor, nodes: int, root: int | None) -> torch.Tensor:
@@ -248,18 +258,19 @@ def tree_parents(u: torch.Tensor, v: torch.Tensor, nodes: int, root: int | None)
     ``root``, then from the first node with an edge that no earlier search reached; -1 for the roots
     and nodes without edges. Of several parents one level up, the first node wins.
 
-    One level per step (a parse tree of ListOps is about ten levels deep), each step a few whole-
-    tensor operations on the sample's edges."""
-    _, a, b = _undirected(u, v, nodes)
+    One level per step (a parse tree of ListOps is about ten levels deep), each step a few tensor
+    operations on the level's edges."""
+    adjacency = Adjacency(u, v, nodes)
     parent = torch.full((nodes,), -1, dtype=torch.int64)
     seen = torch.zeros(nodes, dtype=torch.bool)
-    has_edge = torch.bincount(a, minlength=nodes) > 0
+    has_edge = adjacency.starts[1:] > adjacency.starts[:-1]
     frontier = torch.tensor([] if root is None else [root], dtype=torch.int64)
     while True:
         seen[frontier] = True
         while len(frontier):
-            step = torch.isin(a, frontier) & ~seen[b]
-            child, holder = b[step], a[step]
+            which, child = adjacency.step(frontier)
+            new = ~seen[child]
+            child, holder = child[new], frontier[which[new]]
             first = torch.full((nodes,), nodes, dtype=torch.int64).scatter_reduce(0, child, holder, "amin")
             frontier = torch.unique(child)
             parent[frontier], seen[frontier] = first[frontier], True
@@ -267,7 +278,6 @@ def tree_parents(u: torch.Tensor, v: torch.Tensor, nodes: int, root: int | None)
         if not len(left):
             return parent
         frontier = left[:1]
-        seen[frontier] = True
 
 
 def hop_distances(
@@ -276,33 +286,32 @@ def hop_distances(
     """(E,) min(d(u[i], v[i]), clip + 1), d the shortest-path length in the undirected graph of
     the edges own_u - own_v on ``nodes`` nodes.
 
-    A breadth-first search from every key at once, as (key, reached node) pairs: step k adds the
-    nodes k hops from each key, and an edge is done when its query is among them. A key whose
-    edges are all done stops searching, so a local pattern on a tree (``window:1+parse-tree``, whose
-    edges are within 3 hops) costs a few steps, whatever the clip."""
+    A breadth-first search from every key at once, as (key, reached node) pairs: step k finds the
+    nodes k hops from each key, written into a (nodes, nodes) table of distances (a sample of 2000
+    nodes: 4 MB), and an edge is done when its query is among them. A key whose edges are all done
+    stops searching, so a local pattern on a tree (``window:1+parse-tree``, whose edges are within 3
+    hops) costs a few steps, whatever the clip."""
     far = clip + 1
-    starts, _, b = _undirected(own_u, own_v, nodes)
-    wanted = u * nodes + v
-    distance = torch.where(u == v, 0, far)
-    open_ = distance == far
-    key = torch.unique(u[open_])
-    reached = key * nodes + key  # (key, node) pairs found so far, as key * nodes + node
+    adjacency = Adjacency(own_u, own_v, nodes)
+    table = torch.full((nodes, nodes), far, dtype=torch.uint8)  # bytes: filled ten times faster than int16
+    key = torch.unique(u)
+    table[key, key] = 0
+    open_ = table[u, v] == far
     frontier_key, frontier_node = key, key
     for k in range(1, far):
         if not bool(open_.any()):
             break
-        active = torch.isin(frontier_key, u[open_])
-        frontier_key, frontier_node = frontier_key[active], frontier_node[active]
-        degree = starts[frontier_node + 1] - starts[frontier_node]
-        first = torch.repeat_interleave(starts[frontier_node], degree)
-        rank = torch.arange(len(first)) - torch.repeat_interleave(torch.cumsum(degree, 0) - degree, degree)
-        step = torch.unique(torch.repeat_interleave(frontier_key, degree) * nodes + b[first + rank])
-        step = step[~torch.isin(step, reached)]
-        reached = torch.cat([reached, step])
-        hit = open_ & torch.isin(wanted, step)
-        distance[hit], open_ = k, open_ & ~hit
-        frontier_key, frontier_node = step // nodes, step % nodes
-    return distance
+        active = torch.zeros(nodes, dtype=torch.bool)
+        active[u[open_]] = True
+        frontier_key, frontier_node = frontier_key[active[frontier_key]], frontier_node[active[frontier_key]]
+        which, node = adjacency.step(frontier_node)
+        key = frontier_key[which]
+        new = table[key, node] == far
+        pairs = torch.unique(key[new] * nodes + node[new])  # a pair reached twice this step goes on once
+        frontier_key, frontier_node = pairs // nodes, pairs % nodes
+        table[frontier_key, frontier_node] = k
+        open_ &= table[u, v] == far
+    return table[u, v].long()
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Each sample's own edges with a type (and features): typed edges files and the Python forms.
+"""The pairs of an edges file, typed or not, and the forms a sample's edges take from Python.
 
 A typed edges file extends the ``key-query`` pairs of `graphformer.graphs.sample_edges` with a type
 after a colon, ``key-query:type``, the type a name or an id (0-based) from a *names file* beside
@@ -31,6 +31,7 @@ from graphformer.graphs.sample_types import TypedEdges
 
 NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 WHOLE = (torch.int8, torch.int16, torch.int32, torch.int64)  # not bool, not float: never truncated
+LAST_POSITION = torch.iinfo(torch.int64).max
 
 
 def names_file(edges_path: str | Path, relation: str) -> Path:
@@ -73,12 +74,25 @@ def is_typed(lines: list[str]) -> bool:
     return any(":" in line for line in lines)
 
 
+def parse_pairs(line: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``"0-1 1-0"`` -> (u, v); a ValueError names the first piece that is not a ``key-query`` pair
+    of ASCII digits (``isdigit`` alone takes ``²``), or one too large for any sample."""
+    pairs = []
+    for piece in line.split():
+        key, dash, query = piece.partition("-")
+        if not (dash and all(p.isascii() and p.isdigit() for p in (key, query))):
+            raise ValueError(f"{piece!r} is not a key-query pair of token positions, such as 3-7")
+        if max(int(key), int(query)) > LAST_POSITION:  # it would not fit a tensor of positions
+            raise ValueError(f"{piece!r} names a position past any sample")
+        pairs.append((int(key), int(query)))
+    edges = torch.tensor(pairs, dtype=torch.int64).view(-1, 2)
+    return edges[:, 0], edges[:, 1]
+
+
 def parse_typed_pairs(line: str, names: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``"0-1:parent 1-0:1"`` -> (u, v, types), each type a name of ``names`` or an id below
     ``len(names)``; a ValueError names the first piece without a type or with a malformed, unknown
     or out-of-range one."""
-    from graphformer.graphs.sample_edges import parse_pairs
-
     pairs, types = [], []
     for piece in line.split():
         pair, colon, kind = piece.partition(":")
@@ -159,4 +173,4 @@ def _checked(u, v, types=None, features=None) -> TypedEdges:
     return TypedEdges(u.long(), v.long(), None if types is None else types.long(), features)
 
 
-__all__ = ["names_file", "read_type_names", "is_typed", "parse_typed_pairs", "as_typed_edges"]
+__all__ = ["parse_pairs", "names_file", "read_type_names", "is_typed", "parse_typed_pairs", "as_typed_edges"]
