@@ -153,7 +153,10 @@ def make_batch(
     ``edges``: `graphformer.graphs.sample_edges`): one entry per sample, each a mapping from
     relation name ('enc', 'dec', 'cross') to (u, v) tensors, (key, query) pairs or a networkx
     graph, or those edges alone where one relation takes them; or a function of a sample's
-    source ids that returns such an entry.
+    source ids that returns such an entry. Where the pool's ``edge_types`` say a relation's types
+    are given, its edges carry them: (u, v, types) or (u, v, types, features) tensors,
+    (key, query, type) triples, or networkx edges with ``type`` (and ``features``) attributes
+    (`graphformer.graphs.typed_edges`).
     """
     _check_samples(pool, src, tgt)
     src_lengths = torch.tensor([pool.source_positions(len(s)) for s in src])

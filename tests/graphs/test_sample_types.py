@@ -201,3 +201,37 @@ def test_act_active_subgraphs_keep_each_edges_type():
     after = {(a, int(query_of[b])): t for (a, b), t in typed_edges(kept).items()}
     assert after == {(a, b): t for (a, b), t in before.items() if active[b]}
     assert len(after) > 0 and len(after) < len(before)
+
+
+def test_attention_adds_each_edges_role_bias_as_a_dense_reference_does():
+    """The pool's types reach attention: torch's edge-wise softmax with a per-role, per-head bias
+    equals a dense float64 masked softmax whose scores add table[role(key, query), head]."""
+    from graphformer import graph_attention
+    from graphformer.attention.bias import EdgeBias
+
+    words = "[MAX 2 9 [MIN 4 7 ] 0 ]".split()
+    pool = GraphPool("window:1+parse-tree", targets=False, cls_node=True, edge_types={"enc": "role"})
+    relation = make_batch(pool, [[5] * len(words)], [[4]], edges=[parse_tree(words)]).relation(ENC)
+    nodes, heads, d = relation.num_queries, 2, 4
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(nodes, heads, d, generator=generator, dtype=torch.float64) for _ in range(3))
+    table = torch.randn(len(ROLES), heads, generator=generator, dtype=torch.float64)
+    got = graph_attention(relation, q, k, v, backend="torch", bias=EdgeBias(pool.edge_types[ENC], table=table))
+    scores = torch.full((heads, nodes, nodes), float("-inf"), dtype=torch.float64)
+    for (key, query), role in typed_edges(relation).items():
+        scores[:, query, key] = (q[query] * k[key]).sum(-1) / d**0.5 + table[role]
+    expected = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+    torch.testing.assert_close(got, expected)
+
+
+def test_a_dgl_graph_of_the_batch_carries_the_types_as_edge_data():
+    from helpers import import_dgl
+
+    import_dgl()
+    words = "[MAX 2 [MIN 4 ] ]".split()
+    pool = GraphPool("window:1+parse-tree", targets=False, edge_types={"enc": "role"})
+    batch = make_batch(pool, [[5] * len(words)], [[4]], edges=[parse_tree(words)])
+    graph = batch.dgl_graph()
+    u, v = graph.edges(etype="enc")
+    assert torch.equal(u, batch.relation(ENC).u) and torch.equal(v, batch.relation(ENC).v)
+    assert torch.equal(graph.edges["enc"].data["types"], batch.relation(ENC).edge_types)
