@@ -144,7 +144,13 @@ def read_edges_file(path: Path, pool, relation, lengths: Sequence[tuple[int, int
         raise UserError(
             f"{path} has {len(lines)} lines but its data has {len(lengths)} samples; give one line of edges per sample"
         )
-    declared = getattr(pool.edge_types.get(relation), "declared", None)  # given:T types its edges
+    derivation = pool.edge_types.get(relation)
+    declared = getattr(derivation, "declared", None)  # given:T types its edges
+    if getattr(derivation, "features", None) is not None:
+        raise UserError(
+            f"{path}: edges files carry no features, but the run's {relation[1]} edge types are "
+            f"given:{declared},{derivation.features}; drop the features or give the edges from Python"
+        )
     names = read_type_names(names_file(path, relation[1]), declared) if is_typed(lines) else None
     if names is None and declared is not None:
         raise UserError(

@@ -86,6 +86,8 @@ def test_a_names_file_of_another_count_than_declared_is_refused(tmp_path):
     path.write_text("0-1:0\n")
     with pytest.raises(UserError, match="enc.types lists 3 types but the run declares given:4"):
         read_edges_file(path, GraphPool("window:1+edges", edge_types={"enc": "given:4"}), ENC, [(2, 1)])
+    with pytest.raises(UserError, match="edges files carry no features, but the run's enc edge types are given:3,2"):
+        read_edges_file(path, GraphPool("window:1+edges", edge_types={"enc": "given:3,2"}), ENC, [(2, 1)])
 
 
 @pytest.fixture
