@@ -7,13 +7,17 @@ For each batch, timed side by side in one process:
 * batch: ``make_batch`` joining those edges to the cached length graphs (none are cached by sample);
 * batch, length pattern: ``make_batch`` of the same samples with ``window:1``, whose graphs the
   pool caches by length: what a length pattern costs for comparison;
+* typed: ``make_batch`` with ``window:1+parse-tree``, untyped and with each per-sample edge type
+  of ``--edge-types`` (`graphformer.graphs.sample_types`: tree roles, hops), which the pool
+  computes for every edge as it batches;
 * step: one training step (forward, loss, backward, Adam) of the encoder classifier on the
   parse-tree batch (``--layers`` layers, d_model 64), which includes its derive and batch.
 
 and the process's peak resident set, to show that memory does not grow with the batches seen
 (the trees are derived per batch, never kept).
 
-    python benchmarks/sample_graphs.py [--batches 20] [--batch-tokens 8192] [--out benchmarks/results]
+    python benchmarks/sample_graphs.py [--batches 20] [--batch-tokens 8192] [--edge-types role hops:4]
+        [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def main() -> int:
     parser.add_argument("--batches", type=at_least_one, default=20)
     parser.add_argument("--batch-tokens", type=at_least_one, default=8192)
     parser.add_argument("--layers", type=at_least_one, default=12)
+    parser.add_argument("--edge-types", nargs="*", default=["role", "hops:4"])
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -67,12 +72,20 @@ def main() -> int:
     )  # fmt: skip
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     tree_pool, window_pool = model.make_pool(), GraphPool("window:1", targets=False)
+    typed_pools = {
+        spec: GraphPool("window:1+parse-tree", targets=False, edge_types=None if spec == "untyped" else {"enc": spec})
+        for spec in ["untyped", *args.edge_types]
+    }
     rows = []
     for idx in plan:
         batch_src, batch_tgt = [src[i] for i in idx], [tgt[i] for i in idx]
         edges, derive = timed(lambda: [parse_tree(words[i]) for i in idx])  # noqa: B023
         batch, building = timed(lambda: make_batch(tree_pool, batch_src, batch_tgt, edges))  # noqa: B023
         _, window = timed(lambda: make_batch(window_pool, batch_src, batch_tgt))  # noqa: B023
+        typed = {
+            spec: timed(lambda p=pool: make_batch(p, batch_src, batch_tgt, edges))[1]  # noqa: B023
+            for spec, pool in typed_pools.items()
+        }
 
         def step():
             loss = label_smoothed_nll(model(batch), batch.gold, 0.0)  # noqa: B023
@@ -82,8 +95,11 @@ def main() -> int:
 
         _, compute = timed(step)
         tokens = sum(len(s) for s in batch_src)
-        rows.append({"tokens": tokens, "derive": derive, "batch": building, "window_batch": window, "step": compute})
-    median = {k: statistics.median(r[k] for r in rows) for k in ("derive", "batch", "window_batch", "step")}
+        rows.append(
+            {"tokens": tokens, "derive": derive, "batch": building, "window_batch": window, "step": compute}
+            | {f"typed_batch {spec}": seconds for spec, seconds in typed.items()}
+        )
+    median = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "tokens"}
     whole_step = median["derive"] + median["batch"] + median["step"]
     result = {
         "benchmark": "sample_graphs",
@@ -106,6 +122,10 @@ def main() -> int:
         f"step {1e3 * median['step']:.0f} ms; derive + batch = "
         f"{100 * result['derive_and_batch_share_of_step']:.1f} % of a step; peak RSS {result['peak_rss_mib']:.0f} MiB"
         f" -> {out}"
+    )
+    print(
+        "window:1+parse-tree batch: "
+        + ", ".join(f"{k.split()[1]} {1e3 * v:.1f} ms" for k, v in median.items() if k.startswith("typed_batch"))
     )
     return 0
 

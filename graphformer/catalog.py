@@ -135,6 +135,30 @@ EDGE_TYPES.register(
     arguments="",
 )
 
+# Per-sample ones (graphformer.graphs.sample_types): the graph pool computes them for every edge of
+# a relation as it batches (GraphPool(edge_types={"enc": "role"})); each is a Given.
+EDGE_TYPES.register(
+    "role",
+    "the edge's role in the sample's tree: self, parent-child, child-parent, </s> and <cls> links, other",
+    "graphformer.graphs.sample_types:role",
+    ["per-sample"],
+    arguments="",
+)
+EDGE_TYPES.register(
+    "hops",
+    "shortest-path length between the ends in the sample's own edges, clipped at K (K+2 types)",
+    "graphformer.graphs.sample_types:hops",
+    ["per-sample"],
+    arguments="K",
+)
+EDGE_TYPES.register(
+    "given",
+    "T types listed with the sample's edges (a typed edges file, Python), F features each",
+    "graphformer.graphs.sample_types:given",
+    ["per-sample"],
+    arguments="T[,F]",
+)
+
 TASKS = Registry("task", {"generated": "its data is generated from the seed"})
 for _name in ("copy", "sort", "reverse", "addition"):
     TASKS.register(_name, "generated", f"graphformer.data.tasks:{_name.upper()}", ["generated"])

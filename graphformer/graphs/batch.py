@@ -85,7 +85,8 @@ class GraphBatch:
 
     def relation(self, etype: tuple[str, str, str]) -> Relation:
         """The `Relation` of ``ENC``, ``DEC``, ``CROSS`` or ``SPAN`` on the batch's device,
-        with each sample's key and query counts and each node's position (read once, then cached)."""
+        with each sample's key and query counts, each node's position and the edge types (and
+        features) its pool computed (read once, then cached)."""
         if etype not in self._relations:
             keys, queries = {
                 ENC: (self.src_nodes, self.src_nodes),
@@ -95,6 +96,7 @@ class GraphBatch:
             }[etype]
             key_positions, query_positions = (self.tgt_pos if t == TGT else self.src_pos for t in (etype[0], etype[2]))
             (u, v), (utype, _, vtype) = self.graph.edges(etype), etype
+            carried = self.graph.edge_data.get(etype, {})  # a pool's edge_types= (graphs.sample_types)
             self._relations[etype] = Relation.of_edges(
                 u,
                 v,
@@ -106,6 +108,8 @@ class GraphBatch:
                 verified=True,
                 key_positions=key_positions,
                 query_positions=query_positions,
+                edge_types=carried.get("types"),
+                edge_features=carried.get("features"),
             )  # the pool checked its patterns
         return self._relations[etype]
 
@@ -149,7 +153,10 @@ def make_batch(
     ``edges``: `graphformer.graphs.sample_edges`): one entry per sample, each a mapping from
     relation name ('enc', 'dec', 'cross') to (u, v) tensors, (key, query) pairs or a networkx
     graph, or those edges alone where one relation takes them; or a function of a sample's
-    source ids that returns such an entry.
+    source ids that returns such an entry. Where the pool's ``edge_types`` say a relation's types
+    are given, its edges carry them: (u, v, types) or (u, v, types, features) tensors,
+    (key, query, type) triples, or networkx edges with ``type`` (and ``features``) attributes
+    (`graphformer.graphs.typed_edges`).
     """
     _check_samples(pool, src, tgt)
     src_lengths = torch.tensor([pool.source_positions(len(s)) for s in src])

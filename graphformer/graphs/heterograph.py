@@ -21,7 +21,7 @@ The method names follow DGL's (``edges(etype)``, ``num_edges``, ``num_nodes``, `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import torch
@@ -36,6 +36,7 @@ class HeteroGraph:
     node_counts: dict[str, int]
     edges_of: dict[Etype, tuple[torch.Tensor, torch.Tensor]]
     pos: dict[str, torch.Tensor]
+    edge_data: dict[Etype, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def canonical_etypes(self) -> list[Etype]:
@@ -78,6 +79,8 @@ class HeteroGraph:
         graph = dgl.heterograph(dict(self.edges_of), num_nodes_dict=dict(self.node_counts), idtype=torch.int64)
         for ntype, pos in self.pos.items():
             graph.nodes[ntype].data["pos"] = pos
+        for etype, data in self.edge_data.items():
+            graph.edges[etype].data.update(data)
         return graph
 
     def to_networkx(self, etype: Etype | str):
@@ -106,10 +109,15 @@ def batch(graphs: Sequence[HeteroGraph]) -> HeteroGraph:
         u = torch.cat([u for u, _ in per_sample]) + torch.repeat_interleave(offsets[utype], sizes)
         v = torch.cat([v for _, v in per_sample]) + torch.repeat_interleave(offsets[vtype], sizes)
         edges_of[etype] = (u, v)
+    edge_data = {
+        etype: {name: torch.cat([g.edge_data[etype][name] for g in graphs]) for name in data}
+        for etype, data in first.edge_data.items()
+    }  # every graph of a batch carries the same names (GraphPool.batch checks features)
     return HeteroGraph(
         {t: int(c.sum()) for t, c in counts.items()},
         edges_of,
         {t: torch.cat([g.pos[t] for g in graphs]) for t in first.pos},
+        edge_data,
     )
 
 

@@ -26,20 +26,29 @@ An encoder classifier's pool (``targets=False``) builds source graphs only (m = 
 relations are empty) and, with ``cls_node``, gives every source a global `<cls>` node in front of
 its tokens: the encoder pattern becomes ``PATTERN+global:1``, so the first node reads every token
 and every token reads it. Those are edges like any others; no code treats the node specially.
+
+With ``edge_types`` ({relation name: spec}), the pool also gives every edge of a relation a type
+id that depends on the sample's own graph (a tree edge's ``role``, ``hops:K`` in the sample's
+graph, types ``given:T`` with the edges: `graphformer.graphs.sample_types`), computed as it
+joins each sample's edges (or once for a cached length graph) and carried in the graph's
+``edge_data``, so that the batch's relation has them as ``edge_types`` and ``edge_features``.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from functools import lru_cache
 
 import torch
 
 from graphformer.errors import ConfigError, UserError
-from graphformer.graphs import heterograph, patterns, sample_edges, tree
+from graphformer.graphs import heterograph, patterns, sample_edges, sample_types, tree
 from graphformer.graphs.edges import EdgeList, unique_pairs
 from graphformer.graphs.heterograph import HeteroGraph
 from graphformer.graphs.patterns import Pattern
+from graphformer.graphs.sample_types import SampleGraph, TypedEdges
+from graphformer.graphs.typed_edges import as_typed_edges
 
 SRC, TGT = "src", "tgt"
 ENC = (SRC, "enc", SRC)
@@ -91,6 +100,8 @@ class GraphPool:
             `graphformer.graphs.batch.make_batch`).
         cls_node: put a global `<cls>` node before each source's tokens (classifiers only): the
             encoder pattern gets the term ``global:1``.
+        edge_types: a per-sample edge type for some relations, {"enc": "role", "dec": "hops:4",
+            "cross": "given:3"} (`graphformer.graphs.sample_types`; a derivation object will do).
     """
 
     def __init__(
@@ -101,6 +112,7 @@ class GraphPool:
         cache_edges: int = 2**24,
         targets: bool = True,
         cls_node: bool = False,
+        edge_types: Mapping[str, str] | None = None,
     ):
         if cls_node and targets:
             raise ValueError("a <cls> node serves classifiers only: give targets=False with cls_node=True")
@@ -108,6 +120,7 @@ class GraphPool:
         (self.enc, enc_term), (self.dec, dec_term), (self.cross, cross_term) = map(_as_pattern, (enc, dec, cross))
         # The relations that take each sample's own edges, and the term that names where they come from.
         self.sample_terms = {r: t for r, t in ((ENC, enc_term), (DEC, dec_term), (CROSS, cross_term)) if t}
+        self.edge_types = _edge_types(edge_types or {}, self.sample_terms)  # {relation: derivation}
         if cls_node:  # node 0 of every source is <cls>: it reads every token and every token reads it
             cls = patterns.global_tokens(1)
             self.enc = cls if self.enc is None else patterns.union(self.enc, cls)
@@ -195,11 +208,26 @@ class GraphPool:
             relations[SPAN] = tree.members(n)
         # A span node's position is its first token's (the Universal Transformer re-adds positions).
         spans_first = tree.first_tokens(n) if self.has_spans else torch.zeros(0, dtype=torch.int64)
+        none = TypedEdges(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
+        typed = [r for r in self.edge_types if r not in self.sample_terms]  # the rest: typed with the sample's edges
         return HeteroGraph(
             {SRC: n + self.span_nodes(n), TGT: m},
             relations,
             {SRC: torch.cat([torch.arange(n), spans_first]), TGT: torch.arange(m)},
+            {r: self._carried(r, n, m, *relations[r], none) for r in typed},
         )
+
+    def _carried(self, relation, n: int, m: int, u: torch.Tensor, v: torch.Tensor, own: TypedEdges) -> dict:
+        """What the edges (u, v) of ``relation`` carry in a sample of n source positions and m target
+        nodes whose own edges (node ids) are ``own``: {"types": (E,)} and, where given, "features"."""
+        derivation = self.edge_types[relation]
+        source = relation[0] == SRC
+        nodes = n + self.span_nodes(n) if source else m
+        eos, cls = (n - 1, 0 if self.cls_node else None) if source else (None, None)
+        sample = SampleGraph(u, v, own, nodes, eos, cls)
+        carried = {"types": derivation.of_sample(sample)}
+        features = derivation.features_of_sample(sample) if hasattr(derivation, "features_of_sample") else None
+        return carried if features is None else carried | {"features": features}
 
     def _incoming(self, relation, n_keys: int, query: int) -> torch.Tensor:
         """Key positions of target ``query`` (DEC: n_keys = query + 1, CROSS: the source length).
@@ -218,9 +246,18 @@ class GraphPool:
                 f"this pool's {' and '.join(r[1] for r in self.sample_terms)} attention takes each sample's "
                 "own edges: give make_batch(..., edges=[one per sample])"
             )
-        return heterograph.batch(
-            [self.with_sample_edges(n, m, e, b) for b, ((n, m), e) in enumerate(zip(lengths, edges))]
-        )
+        graphs = [self.with_sample_edges(n, m, e, b) for b, ((n, m), e) in enumerate(zip(lengths, edges))]
+        for relation in self.edge_types:
+            carried = [g.edge_data[relation] for g in graphs]
+            widths = [data["features"].shape[1] if "features" in data else None for data in carried]
+            b = next((b for b, width in enumerate(widths) if width != widths[0]), None)
+            if b is not None:
+                shown = ["none" if w is None else f"width {w}" for w in (widths[b], widths[0])]
+                raise ValueError(
+                    f"sample {b}, {relation[1]} attention: edge features of {shown[0]}, but sample 0's have "
+                    f"{shown[1]}; give every sample features of one width"
+                )
+        return heterograph.batch(graphs)
 
     def with_sample_edges(self, n: int, m: int, edges: dict, sample: int = 0) -> HeteroGraph:
         """A copy of the length graph of a sample of n source positions and m target nodes, with its
@@ -229,23 +266,27 @@ class GraphPool:
         of this sample, called with its position counts). A ValueError names the sample (its
         place in ``edges``), the relation and what is wrong, in the sample's positions."""
         graph = self.graph(n, m)
-        relations = dict(graph.edges_of)
+        relations, edge_data = dict(graph.edges_of), dict(graph.edge_data)
         for relation in self.sample_terms:
             if relation not in edges:
                 raise ValueError(f"sample {sample} has no edges for the {relation[1]} attention, which takes them")
             given = edges[relation]
             if callable(given):  # a pattern of this sample (`sample_edges.operands`), made for its positions
                 given = given(*self.sample_positions(relation, n, m))
-            u, v = sample_edges.as_edge_list(given)
             try:
-                self.check_sample_edges(relation, n, m, u, v)
+                typed = as_typed_edges(given)
+                self.check_sample_edges(relation, n, m, typed.u, typed.v)
+                if hasattr(self.edge_types.get(relation), "check"):  # given types: in range, features' width
+                    self.edge_types[relation].check(typed)
             except ValueError as err:
                 raise ValueError(f"sample {sample}, {relation[1]} attention: {err}") from None
             utype, _, vtype = relation
-            old_u, old_v = relations[relation]
-            u, v = torch.cat([old_u, u + self._first(utype)]), torch.cat([old_v, v + self._first(vtype)])
+            own, (old_u, old_v) = typed.shifted(self._first(utype), self._first(vtype)), relations[relation]
+            u, v = torch.cat([old_u, own.u]), torch.cat([old_v, own.v])
             relations[relation] = unique_pairs(u, v, graph.node_counts[utype])
-        return HeteroGraph(graph.node_counts, relations, graph.pos)
+            if relation in self.edge_types:
+                edge_data[relation] = self._carried(relation, n, m, *relations[relation], own)
+        return HeteroGraph(graph.node_counts, relations, graph.pos, edge_data)
 
     def sample_positions(self, relation, n: int, m: int) -> tuple[int, int]:
         """(keys, queries): the positions ``relation`` numbers a sample's own edges in, for a sample
@@ -281,6 +322,21 @@ class GraphPool:
         _, v = self._edges(relation, n_keys, n_queries)
         nodes = n_queries + (self.span_nodes(n_queries) if relation == ENC else 0)
         return (torch.bincount(v, minlength=nodes) == 0).nonzero()[:, 0]
+
+
+def _edge_types(specs: Mapping, sample_terms: dict) -> dict:
+    """{relation: derivation} of a pool's ``edge_types`` ({"enc": "role", ...}), each checked for
+    its relation (`sample_types.check_relation`)."""
+    relations = {relation[1]: relation for relation in (ENC, DEC, CROSS)}
+    chosen = {}
+    for name, spec in specs.items():
+        relation = relations.get(name, name)
+        if relation not in relations.values():
+            raise ConfigError("edge_types", f"names the relation {name!r}; give enc, dec or cross")
+        derivation = sample_types.parse_derivation(spec) if isinstance(spec, str) else spec
+        sample_types.check_relation(derivation, str(spec), relation[1], sample_terms.get(relation))
+        chosen[relation] = derivation
+    return chosen
 
 
 class GraphCache:

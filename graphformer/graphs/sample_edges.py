@@ -29,7 +29,8 @@ for the encoder's ``{split}.enc.edges``; ``{split}.dec.edges`` pairs decoder pos
 read as the data is (`graphformer.data.text.read_lines`: UTF-8, a byte-order mark dropped), and
 checked whole when it is read, before a run writes anything: a position outside the sample, a
 decoder edge from a later position, or a query that neither the relation's length pattern nor the
-line gives a key is refused with the file and the line (`GraphPool.check_sample_edges`).
+line gives a key is refused with the file and the line (`GraphPool.check_sample_edges`). A pair
+may carry a type, ``key-query:type``, named in a names file beside it (`graphformer.graphs.typed_edges`).
 """
 
 from __future__ import annotations
@@ -45,13 +46,20 @@ from graphformer.data.text import read_lines
 from graphformer.errors import UserError
 from graphformer.graphs.edges import EdgeList
 from graphformer.graphs.expression_tree import parse_tree
+from graphformer.graphs.typed_edges import (
+    as_typed_edges,
+    is_typed,
+    names_file,
+    parse_pairs,
+    parse_typed_pairs,
+    read_type_names,
+)
 
 # The sample terms' names, the entries of graphformer.catalog.SAMPLE_TERMS (live: a plugin's are in them).
 SAMPLE_TERM_NAMES = SAMPLE_TERMS.names()
 PARSE_TREE, OPERANDS = "parse-tree", "operands"  # the package's own
 # The relation each structure derived from the source serves: "enc", "dec" or "cross".
 DERIVED_FOR = SAMPLE_TERMS.detail("serves")
-LAST_POSITION = torch.iinfo(torch.int64).max
 
 
 def is_given(term: str) -> bool:
@@ -115,33 +123,20 @@ def derive(term: str, words: Sequence[str], sample: int | str):
         raise UserError(f"{where} {SAMPLE_TERMS.entry(term).details['fails']} ({term}): {err}") from None
 
 
-def parse_pairs(line: str) -> EdgeList:
-    """``"0-1 1-0"`` -> (u, v); a ValueError names the first piece that is not a ``key-query`` pair
-    of ASCII digits (``isdigit`` alone takes ``²``), or one too large for any sample."""
-    pairs = []
-    for piece in line.split():
-        key, dash, query = piece.partition("-")
-        if not (dash and all(p.isascii() and p.isdigit() for p in (key, query))):
-            raise ValueError(f"{piece!r} is not a key-query pair of token positions, such as 3-7")
-        if max(int(key), int(query)) > LAST_POSITION:  # it would not fit a tensor of positions
-            raise ValueError(f"{piece!r} names a position past any sample")
-        pairs.append((int(key), int(query)))
-    edges = torch.tensor(pairs, dtype=torch.int64).view(-1, 2)
-    return edges[:, 0], edges[:, 1]
-
-
 def edges_file(data_dir: str | Path, split: str, relation: str) -> Path:
     """Where the given edges of ``relation`` ('enc', 'dec' or 'cross') for ``split`` are read."""
     return Path(data_dir) / f"{split}.{relation}.edges"
 
 
 def read_edges_file(path: Path, pool, relation, lengths: Sequence[tuple[int, int] | None]) -> list:
-    """Each line's edges (u, v) of ``relation``, in the sample's positions, checked against the
-    sample of the same line (``lengths[i]``: its source positions and target nodes as
-    `GraphPool.batch` takes them; None: a line no batch will hold, whose pairs are only parsed).
-    A UserError names the file (`pool`'s `GraphPool.check_sample_edges` says what a line may hold)
-    and the line of a line count unlike the data's, a malformed pair, a position out of range, a
-    decoder edge from a later position or a query left without a key."""
+    """Each line's edges of ``relation``, in the sample's positions: (u, v), or (u, v, types) for a
+    typed file (`graphformer.graphs.typed_edges`), checked against the sample of the same line
+    (``lengths[i]``: its source positions and target nodes as `GraphPool.batch` takes them; None:
+    a line no batch will hold, whose pairs are only parsed). A UserError names the file
+    (`pool`'s `GraphPool.check_sample_edges` says what a line may hold) and the line of a line
+    count unlike the data's, a malformed pair or type, an unknown type or one outside the declared
+    types, a position out of range, a decoder edge from a later position or a query left without a
+    key; and a file without types where the pool's relation takes given types."""
     if not path.is_file():
         raise UserError(f"{path} is missing: the attention pattern 'edges' reads each sample's edges from it")
     lines = read_lines(path)
@@ -149,15 +144,26 @@ def read_edges_file(path: Path, pool, relation, lengths: Sequence[tuple[int, int
         raise UserError(
             f"{path} has {len(lines)} lines but its data has {len(lengths)} samples; give one line of edges per sample"
         )
+    derivation = pool.edge_types.get(relation)
+    declared = getattr(derivation, "declared", None)  # given:T types its edges
+    if getattr(derivation, "features", None) is not None:
+        raise UserError(
+            f"{path}: edges files carry no features, but the run's {relation[1]} edge types are "
+            f"given:{declared},{derivation.features}; drop the features or give the edges from Python"
+        )
+    names = read_type_names(names_file(path, relation[1]), declared) if is_typed(lines) else None
+    if names is None and declared is not None:
+        raise UserError(
+            f"{path} gives no types, but the run's {relation[1]} edge types are given:{declared}; write key-query:type"
+        )
     edges = []
     for i, (line, sample) in enumerate(zip(lines, lengths)):
         try:
-            u, v = parse_pairs(line)
+            edges.append(parse_pairs(line) if names is None else parse_typed_pairs(line, names))
             if sample is not None:
-                pool.check_sample_edges(relation, *sample, u, v)
+                pool.check_sample_edges(relation, *sample, *edges[-1][:2])
         except ValueError as err:
             raise UserError(f"{line_of(path, i)}: {err}") from None
-        edges.append((u, v))
     return edges
 
 
@@ -274,27 +280,10 @@ def edges_of_lines(pool, words: Sequence[Sequence[str]], path: str | Path | None
 
 def as_edge_list(edges) -> EdgeList:
     """A sample's edges as (u, v) from a pair of 1-D integer tensors, a list of (key, query) pairs
-    or a networkx graph on node positions (an undirected one gives both directions)."""
-    if hasattr(edges, "edges") and hasattr(edges, "is_directed"):  # networkx
-        pairs = list(edges.edges())
-        edges = pairs + ([] if edges.is_directed() else [(b, a) for a, b in pairs])
-    if isinstance(edges, tuple) and len(edges) == 2 and all(isinstance(e, torch.Tensor) for e in edges):
-        u, v = edges
-    else:
-        try:
-            listed = [tuple(p) for p in edges]
-            pairs = torch.tensor(listed).view(-1, 2) if listed else torch.zeros(0, 2, dtype=torch.int64)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(
-                "sample edges are (u, v) tensors, a list of (key, query) pairs of whole numbers or a networkx graph"
-            ) from None
-        u, v = pairs[:, 0], pairs[:, 1]
-    whole = (torch.int8, torch.int16, torch.int32, torch.int64)  # not bool, not float: never truncated
-    if u.dim() != 1 or u.shape != v.shape:
-        raise ValueError("sample edges (u, v) must be two 1-D tensors of one length")
-    if u.dtype not in whole or v.dtype not in whole:
-        raise ValueError(f"sample edges are node positions, whole numbers; got {u.dtype} and {v.dtype}")
-    return u.long(), v.long()
+    or a networkx graph on node positions (an undirected one gives both directions); the typed
+    forms of `graphformer.graphs.typed_edges` are read too, their types dropped."""
+    typed = as_typed_edges(edges)
+    return typed.u, typed.v
 
 
 __all__ = [
