@@ -45,7 +45,9 @@ def t5_bucket(offset: int, buckets: int, max_distance: int, bidirectional: bool)
     exact = buckets // 2
     if n < exact:
         return bucket + n
-    return bucket + min(exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact)), buckets - 1)
+    return bucket + min(
+        exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact)), buckets - 1
+    )
 
 
 def dense_reference(uses, q, k, v, allowed, scale_q=None):
