@@ -155,12 +155,15 @@ def backend_needs(terms: tuple[EdgeTerm, ...]) -> set[str]:
 
 
 def edges_help(relation: str) -> str:
-    """``--{relation}-edges``'s help, from the registries (a plugin's uses and types are in it)."""
+    """``--{relation}-edges``'s help, from the registries (a plugin's uses and types are in it):
+    the encoder's lists them, the others refer to it."""
+    where = {"enc": "encoder self-attention", "dec": "decoder self-attention", "cross": "cross-attention"}[relation]
+    if relation != "enc":
+        return f"what {where} does with each edge's type (SPEC as --enc-edges), e.g. bias=t5:32,128"
     uses = "; ".join(f"{e.name}: {e.summary}" for e in EDGE_USES.entries())
     types = ", ".join(
         f"{e.name}:{e.details['arguments']}" if e.details.get("arguments") else e.name for e in EDGE_TYPES.entries()
     )
-    where = {"enc": "encoder self-attention", "dec": "decoder self-attention", "cross": "cross-attention"}[relation]
     return (
         f"what {where} does with each edge's type: none, or USE=TYPES terms joined by +, e.g. "
         f"bias=t5:32,128, alibi, shaw=relative:8. Uses: {uses}. Types: {types}"

@@ -215,3 +215,25 @@ def test_each_use_alone_changes_the_output_once_its_table_is_not_zero(spec):
     assert same == (spec != "alibi")  # alibi's slopes are fixed, not learned from zero
     randomise(edged.edges, 4)
     assert not torch.allclose(plain(relation, x, "torch"), edged(relation, x, "torch"))
+
+
+def test_the_universal_transformer_learns_edge_tables_on_its_shrinking_subgraphs():
+    """ACT's steps attend on the active tokens' in-edges (restrict_to_destinations): each kept
+    edge keeps its type, so a per-query Shaw table and a value term still line up with the edges."""
+    from graphformer.model import make_model
+
+    torch.manual_seed(0)
+    specs = dict(enc_edges="shaw=relative:2", dec_edges="bias=t5:8,6", cross_edges="shaw=relative:3+alibi")
+    model = make_model(20, model="universal", max_depth=4, act_threshold=0.9, d_model=16, heads=4, d_ff=32, **specs)
+    for name, p in model.named_parameters():
+        if "edges" in name:
+            torch.nn.init.normal_(p, std=0.5)
+        if "halt" in name and "proj.weight" in name:  # halting probabilities from near 0 to near 1: some go on
+            torch.nn.init.normal_(p, std=3.0)
+    batch = make_batch(model.make_pool(), SOURCES, TARGETS)
+    out = model(batch, full_output=True)
+    assert min(out.stats["src"].active_nodes) < len(batch.src_tokens)  # some tokens halted: subgraphs ran
+    assert min(out.stats["tgt"].active_nodes) < len(batch.tgt_tokens)
+    (out.log_probs.sum() + out.aux_loss).backward()
+    tables = {name: p.grad for name, p in model.named_parameters() if "edges" in name}
+    assert len(tables) == 5 and all(g is not None and g.abs().sum() > 0 for g in tables.values())
