@@ -82,6 +82,11 @@ def test_encoder_edges_train_resume_evaluate_and_translate(copy_data, tmp_path, 
     assert 0 <= json.loads(capsys.readouterr().out)["token_accuracy"] <= 1
     assert main(["translate", str(run), "--input", str(copy_data / "valid.src"), "--beam", "2", "--quiet"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len((copy_data / "valid.src").read_text().splitlines())
+    before = snapshot(run)
+    for command in (["evaluate", str(run)], ["translate", str(run), "--input", str(copy_data / "valid.src")]):
+        assert main([*command, "--attention-backend", "blocked"]) == 2
+        assert "--attention-backend blocked cannot add the edge biases" in one_line_error(capsys)
+    assert snapshot(run) == before
 
 
 def test_the_universal_transformer_trains_with_edges(copy_data, tmp_path):
@@ -155,3 +160,44 @@ def test_a_plugins_use_is_offered_and_built(monkeypatch):
     assert [t.use for t in parse_edges("scalar=relative:2+alibi", "enc")] == ["scalar", "alibi"]
     model = make_model(20, enc_edges="scalar=relative:2", d_model=16, heads=4, d_ff=32)
     assert isinstance(model.encoder.layers[0].edges.uses[0], ScoreBias)
+
+
+@pytest.fixture
+def role_types(monkeypatch):
+    """A per-sample edge type ``role`` (3 ids given with each sample's edges), gone after the test."""
+    from graphformer.catalog import EDGE_TYPES
+    from graphformer.graphs.edge_types import Given
+
+    monkeypatch.setattr(EDGE_TYPES, "_entries", dict(EDGE_TYPES._entries))
+    monkeypatch.setattr(EDGE_TYPES, "_loaded", dict(EDGE_TYPES._loaded))
+    EDGE_TYPES.register("role", "a tree edge's role", lambda: Given(3), ["per-sample"], arguments="")
+    return "role"
+
+
+def test_per_sample_types_go_to_the_pool_that_reads_them(role_types, monkeypatch):
+    """The model config names each relation's per-sample types to its graph pool, and a backend
+    must then serve edge-type biases; a pool that reads none refuses them in one line."""
+    import graphformer.graphs.pool as pool_module
+    from graphformer.errors import ConfigError
+    from graphformer.model import ModelConfig
+
+    with pytest.raises(ConfigError, match="^enc_edges term 'bias=role': this version's graph pool reads no per-"):
+        ModelConfig(src_vocab=10, tgt_vocab=10, enc_edges="bias=role")
+
+    given = {}
+
+    class TypedPool(pool_module.GraphPool):
+        def __init__(self, *args, edge_types=None, **kwargs):
+            given.update(edge_types or {})
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(pool_module, "GraphPool", TypedPool)
+    cfg = ModelConfig(src_vocab=10, tgt_vocab=10, enc_edges="bias=role+alibi", cross_edges="shaw=relative:2")
+    assert given == {"enc": "role"}
+    assert cfg.backend_needs() == {"edge-type-bias", "position-bias"}
+    from graphformer.catalog import EDGE_TYPES
+    from graphformer.graphs.edge_types import Given
+
+    EDGE_TYPES.register("hops", "shortest-path distance", lambda: Given(4), ["per-sample"], arguments="")
+    with pytest.raises(ConfigError, match="reads hops and role from each sample; one kind at a time$"):
+        parse_edges("bias=role+shaw=hops", "enc")
