@@ -13,7 +13,9 @@ import math
 
 import pytest
 import torch
+from helpers import backends
 
+from graphformer.catalog import BACKENDS
 from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
 from graphformer.model.edge_encoding import alibi_slopes
 from graphformer.model.edge_spec import parse_edges
@@ -128,6 +130,8 @@ def reference_attention(layer_uses, specs, attn, x_q, x_kv, q_counts, k_counts, 
     return attn.out(torch.cat(outs))
 
 
+# Every backend whose catalog entry says it adds position biases (adding the capability puts it here).
+BIASED = backends(*(e.name for e in BACKENDS.entries() if e.can("position-bias")), grad=True, float64=True)
 ENC_SPEC = "bias=t5:8,6+alibi+shaw=relative:2"
 ENC_FORMULAS = [("t5", 8, 6, True), ("alibi",), ("shaw",)]
 DEC_SPEC = "bias=t5:8,6"
@@ -136,7 +140,8 @@ CROSS_SPEC = "shaw=relative:3+bias=relative:2"
 CROSS_FORMULAS = [("shaw",), ("relative", 2)]
 
 
-def test_an_encoder_layer_with_t5_alibi_and_shaw_matches_the_dense_reference_in_values_and_gradients():
+@pytest.mark.parametrize("backend", BIASED)
+def test_an_encoder_layer_with_t5_alibi_and_shaw_matches_the_dense_reference_in_values_and_gradients(backend):
     torch.manual_seed(0)
     terms = parse_edges(ENC_SPEC, "enc")
     layer = EncoderLayer(D_MODEL, HEADS, 32, 0.0, True, edges=terms).double()
@@ -144,7 +149,7 @@ def test_an_encoder_layer_with_t5_alibi_and_shaw_matches_the_dense_reference_in_
     batch = make_batch(GraphPool("full"), SOURCES, TARGETS)
     x = torch.randn(len(batch.src_tokens), D_MODEL, dtype=torch.float64, requires_grad=True)
 
-    ours = layer(batch.relation(ENC), x, "torch")
+    ours = layer(batch.relation(ENC), x, backend)
     h = layer.attn_block.enter(x)
     attn = reference_attention(
         (terms, layer.edges.uses), ENC_FORMULAS, layer.self_attn, h, h, batch.src_nodes, batch.src_nodes, "full"
@@ -154,7 +159,8 @@ def test_an_encoder_layer_with_t5_alibi_and_shaw_matches_the_dense_reference_in_
     _same_gradients(layer, x, ours, theirs)
 
 
-def test_a_decoder_layer_with_edges_on_self_and_cross_attention_matches_the_dense_reference():
+@pytest.mark.parametrize("backend", BIASED)
+def test_a_decoder_layer_with_edges_on_self_and_cross_attention_matches_the_dense_reference(backend):
     torch.manual_seed(0)
     self_terms, cross_terms = parse_edges(DEC_SPEC, "dec"), parse_edges(CROSS_SPEC, "cross")
     layer = DecoderLayer(D_MODEL, HEADS, 32, 0.0, True, self_edges=self_terms, cross_edges=cross_terms).double()
@@ -163,7 +169,7 @@ def test_a_decoder_layer_with_edges_on_self_and_cross_attention_matches_the_dens
     x = torch.randn(len(batch.tgt_tokens), D_MODEL, dtype=torch.float64, requires_grad=True)
     memory = torch.randn(len(batch.src_tokens), D_MODEL, dtype=torch.float64, requires_grad=True)
 
-    ours = layer(batch.relation(DEC), batch.relation(CROSS), x, layer.memory_kv(memory), "torch")
+    ours = layer(batch.relation(DEC), batch.relation(CROSS), x, layer.memory_kv(memory), backend)
     h = layer.self_block.enter(x)
     counts = batch.tgt_lengths
     attn = reference_attention(
