@@ -1,6 +1,6 @@
 """The package's extension points and its own entries in them, one `register` call per choice.
 
-Six registries (`graphformer.registry.Registry`), each a mapping from name to the loaded object:
+Seven registries (`graphformer.registry.Registry`), each a mapping from name to the loaded object:
 
     BACKENDS      attention backends: ``attend(relation, q, k, v, return_weights=False)``, and
                   ``bias=`` (a `graphformer.attention.bias.EdgeBias`) where they serve one
@@ -10,6 +10,8 @@ Six registries (`graphformer.registry.Registry`), each a mapping from name to th
                   or a pattern of the sample) for one relation, or given beside the data
     EDGE_TYPES    what an edge says: a builder ``(*ints) -> derivation`` of each edge's type id
                   (`graphformer.graphs.edge_types`)
+    EDGE_USES     how attention uses an edge's type: an ``nn.Module`` class built as
+                  ``(derivation, heads, d_head)`` (`graphformer.model.edge_encoding`)
     TASKS         `graphformer.data.tasks.Task` objects
     MODELS        `graphformer.model.base.GraphModel` classes, built from a ``ModelConfig``
 
@@ -159,6 +161,36 @@ EDGE_TYPES.register(
     arguments="T[,F]",
 )
 
+# How attention uses an edge's type (graphformer.model.edge_encoding): each entry is a module class
+# built from a derivation of EDGE_TYPES, the heads and the head width, for one attention sub-layer.
+EDGE_USES = Registry(
+    "edge use",
+    {
+        "table": "a learned row per type id: takes a type with a finite number of ids (not distance)",
+        "distance": "a function of the distance itself: takes distance only",
+    },
+    one_of=("table", "distance"),
+)
+EDGE_USES.register(
+    "bias",
+    "a learned scalar per type and head added to the score (T5, Graphormer), zero at first",
+    "graphformer.model.edge_encoding:ScoreBias",
+    ["table"],
+)
+EDGE_USES.register(
+    "alibi",
+    "a fixed slope per head times -distance (ALiBi; Press et al., 2022)",
+    "graphformer.model.edge_encoding:AlibiSlopes",
+    ["distance"],
+    types="distance",
+)
+EDGE_USES.register(
+    "shaw",
+    "learned key and value vectors per type and head (Shaw et al., 2018)",
+    "graphformer.model.edge_encoding:ShawVectors",
+    ["table"],
+)
+
 TASKS = Registry("task", {"generated": "its data is generated from the seed"})
 for _name in ("copy", "sort", "reverse", "addition"):
     TASKS.register(_name, "generated", f"graphformer.data.tasks:{_name.upper()}", ["generated"])
@@ -201,6 +233,7 @@ REGISTRIES = {
     "pattern": PATTERNS,
     "sample-term": SAMPLE_TERMS,
     "edge-type": EDGE_TYPES,
+    "edge-use": EDGE_USES,
     "task": TASKS,
     "model": MODELS,
 }

@@ -10,7 +10,7 @@ from pathlib import Path
 from graphformer.cli.parser import given
 from graphformer.cli.signals import interrupts_between_steps
 from graphformer.errors import UserError
-from graphformer.training.config import DecodeConfig, TrainConfig
+from graphformer.training.config import DecodeConfig, TrainConfig, check_backend_serves
 
 
 def _load_run(args):
@@ -20,6 +20,7 @@ def _load_run(args):
     decoding = DecodeConfig(**given(args, DecodeConfig))
     backend = getattr(args, "attention_backend", TrainConfig.defaults()["attention_backend"])
     run = LoadedRun(args.run_dir, args.checkpoint, args.device, attention_backend=backend)
+    check_backend_serves(run.model.cfg, backend)  # before any input is read: the first batch would fail
     asked = {"best": BEST, "last": LAST}.get(args.checkpoint)  # find_checkpoint falls back from one to the other
     if asked and run.path.name != asked:
         print(

@@ -9,10 +9,12 @@ heads=8, d_ff=2048``.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import partial
 
 from graphformer.catalog import MODELS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
+from graphformer.model.edge_spec import backend_needs, edges_help, parse_edges, per_sample_types
 
 # The kinds of model, their capabilities and classes: graphformer.catalog.MODELS (live names: a
 # plugin's kinds are in them), and which options apply to each, without torch (for --help and `check`).
@@ -27,7 +29,8 @@ POOLINGS = ("cls", "mean", "last")
 MAX_TABLE_POSITIONS = 2**17
 UNIVERSAL_ONLY = ("max_depth", "act_threshold", "ponder_weight")
 ENCODER_ONLY = ("pooling",)
-DECODER_ONLY = ("dec_attention", "cross_attention", "tie")
+DECODER_ONLY = ("dec_attention", "cross_attention", "dec_edges", "cross_edges", "tie")
+RELATIONS = ("enc", "dec", "cross")
 
 
 def model_help() -> str:
@@ -70,6 +73,9 @@ class ModelConfig(DictConfig):
         "causal", "decoder self-attention pattern (causal), e.g. causal-window:8", metavar="SPEC"
     )
     cross_attention: str = option("full", "target -> source attention pattern, e.g. window:2", metavar="SPEC")
+    enc_edges: str = option("none", partial(edges_help, "enc"), metavar="SPEC")
+    dec_edges: str = option("none", partial(edges_help, "dec"), metavar="SPEC")
+    cross_edges: str = option("none", partial(edges_help, "cross"), metavar="SPEC")
     pooling: str = option(
         "cls",
         "encoder: what the label is read from: cls: a global <cls> node placed first "
@@ -115,17 +121,33 @@ class ModelConfig(DictConfig):
             )
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
             raise ConfigError("tie", "'all' needs one vocabulary for source and target (equal sizes)")
-        self.graph_pool()  # parses and checks the attention patterns: fails early, with their own message
+        self.graph_pool()  # parses and checks the attention patterns and edge specs: fails early, with their own message
+
+    def edge_terms(self, relation: str) -> tuple:
+        """What attention over ``relation`` ('enc', 'dec', 'cross') does with its edges' types
+        (`graphformer.model.edge_spec.EdgeTerm`s; none for a saved run from before the option)."""
+        spec = getattr(self, f"{relation}_edges")
+        return parse_edges("none" if spec is None else spec, relation)
+
+    def backend_needs(self) -> set[str]:
+        """The `graphformer.catalog.BACKENDS` capabilities the model's edge uses need of a backend."""
+        return set().union(*(backend_needs(self.edge_terms(r)) for r in self._relations()))
+
+    def _relations(self) -> tuple[str, ...]:
+        return ("enc",) if self.classifies else RELATIONS
 
     def graph_pool(self):
         """The `graphformer.graphs.GraphPool` whose batches the model of this config reads: a
         classifier's holds source graphs only (with a `<cls>` node where `cls_node`), a sequence
-        model's the encoder, decoder and cross patterns."""
+        model's the encoder, decoder and cross patterns. Relations whose edge types come with each
+        sample (a parse tree's roles) name them to the pool."""
         from graphformer.graphs.pool import GraphPool  # torch: only once a config is made, never for --help
 
+        typed = per_sample_types({r: self.edge_terms(r) for r in self._relations()})
+        given = {"edge_types": typed} if typed else {}  # a pool that takes none is refused by parse_edges
         if self.classifies:
-            return GraphPool(self.enc_attention, targets=False, cls_node=self.cls_node)
-        return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention)
+            return GraphPool(self.enc_attention, targets=False, cls_node=self.cls_node, **given)
+        return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention, **given)
 
     def _refuse_changed(self, names: tuple[str, ...], why: str) -> None:
         changed = [

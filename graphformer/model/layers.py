@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from graphformer.attention import DEFAULT_BACKEND, graph_attention
+from graphformer.attention import DEFAULT_BACKEND
 from graphformer.model.attention import MultiHeadAttention
+from graphformer.model.edge_encoding import attend, edge_encoding
 
 
 class FeedForward(nn.Module):
@@ -60,11 +61,13 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention over the encoder graph, then a feed-forward block. Node states (N, d_model)."""
+    """Self-attention over the encoder graph, then a feed-forward block. Node states (N, d_model).
+    ``edges``: what its attention does with the edges' types (`graphformer.model.edge_spec.EdgeTerm`s)."""
 
-    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, norm_first: bool):
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, norm_first: bool, edges=()):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads)
+        self.edges = edge_encoding(edges, heads, d_model)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.attn_block = Residual(d_model, dropout, norm_first)
         self.ff_block = Residual(d_model, dropout, norm_first)
@@ -85,16 +88,21 @@ class EncoderLayer(nn.Module):
         -> (keys, values)``, see `kept_keys`) and gives those to attend over."""
         q, k, v = self.pre(x)
         k, v = kept_keys(kv_cache, depth, k, v)
-        return self.post(x, graph_attention(relation, q, k, v, backend, name="enc"))
+        return self.post(x, attend(self.edges, relation, q, k, v, backend, "enc"))
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to the encoder's memory, then feed-forward."""
+    """Causal self-attention, cross-attention to the encoder's memory, then feed-forward.
+    ``self_edges``, ``cross_edges``: what each attention does with its edges' types (as EncoderLayer's)."""
 
-    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, norm_first: bool):
+    def __init__(
+        self, d_model: int, heads: int, d_ff: int, dropout: float, norm_first: bool, self_edges=(), cross_edges=()
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads)
         self.cross_attn = MultiHeadAttention(d_model, heads)
+        self.self_edges = edge_encoding(self_edges, heads, d_model)
+        self.cross_edges = edge_encoding(cross_edges, heads, d_model)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.self_block = Residual(d_model, dropout, norm_first)
         self.cross_block = Residual(d_model, dropout, norm_first)
@@ -132,10 +140,10 @@ class DecoderLayer(nn.Module):
         self-attention keys and values at ``depth`` and gives those to attend over (`kept_keys`)."""
         q, k, v = self.self_pre(x)
         k, v = kept_keys(kv_cache, depth, k, v)
-        x = self.self_post(x, graph_attention(self_relation, q, k, v, backend, name="dec"))
+        x = self.self_post(x, attend(self.self_edges, self_relation, q, k, v, backend, "dec"))
         mem_k, mem_v = memory_kv
         return self.cross_post(
-            x, graph_attention(cross_relation, self.cross_pre(x), mem_k, mem_v, backend, name="cross")
+            x, attend(self.cross_edges, cross_relation, self.cross_pre(x), mem_k, mem_v, backend, "cross")
         )
 
 
@@ -164,6 +172,24 @@ class Generator(nn.Module):
         return torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
 
 
+def encoder_layer(cfg) -> EncoderLayer:
+    """An encoder layer of the config's sizes and ``enc_edges``."""
+    return EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first, edges=cfg.edge_terms("enc"))
+
+
+def decoder_layer(cfg) -> DecoderLayer:
+    """A decoder layer of the config's sizes, ``dec_edges`` and ``cross_edges``."""
+    return DecoderLayer(
+        cfg.d_model,
+        cfg.heads,
+        cfg.d_ff,
+        cfg.dropout,
+        cfg.norm_first,
+        self_edges=cfg.edge_terms("dec"),
+        cross_edges=cfg.edge_terms("cross"),
+    )
+
+
 def final_norm(cfg) -> nn.Module:
     """What ends a stack of layers: a layer norm for pre-norm stacks (their residual stream is
     never normalised otherwise), nothing for post-norm ones (already normalised)."""
@@ -180,7 +206,9 @@ def init_and_tie(model: nn.Module) -> None:
 
 def xavier_init(model: nn.Module) -> None:
     """Xavier-uniform initialisation of every matrix (Vaswani et al.); biases and norms keep
-    PyTorch's defaults. Call before tying weights, so a shared matrix is initialised once."""
+    PyTorch's defaults, and so do modules that set ``initialises_itself`` (the edge uses' tables,
+    zero at first). Call before tying weights, so a shared matrix is initialised once."""
+    own = {id(p) for m in model.modules() if getattr(m, "initialises_itself", False) for p in m.parameters()}
     for p in model.parameters():
-        if p.dim() > 1:
+        if p.dim() > 1 and id(p) not in own:
             nn.init.xavier_uniform_(p)

@@ -23,16 +23,14 @@ from graphformer.graphs.relation import Relation
 from graphformer.model.base import MemoryKV, SequenceModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import embed_source, make_embedders
-from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
+from graphformer.model.layers import Generator, decoder_layer, encoder_layer, final_norm, init_and_tie
 from graphformer.model.output import ModelOutput
 
 
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first) for _ in range(cfg.layers)
-        )
+        self.layers = nn.ModuleList(encoder_layer(cfg) for _ in range(cfg.layers))
         self.norm = final_norm(cfg)
 
     def forward(self, relation, x: torch.Tensor, backend: str = DEFAULT_BACKEND) -> torch.Tensor:
@@ -44,9 +42,7 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first) for _ in range(cfg.layers)
-        )
+        self.layers = nn.ModuleList(decoder_layer(cfg) for _ in range(cfg.layers))
         self.norm = final_norm(cfg)
 
     def memory_kv(self, memory: torch.Tensor) -> MemoryKV:

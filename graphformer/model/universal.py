@@ -27,7 +27,7 @@ from graphformer.model.act import ACT, ACTStats, HaltingUnit
 from graphformer.model.base import MemoryKV, SequenceModel
 from graphformer.model.config import ModelConfig
 from graphformer.model.embedding import Embedder, SinusoidalPositions, embed_source, make_embedders
-from graphformer.model.layers import DecoderLayer, EncoderLayer, Generator, final_norm, init_and_tie
+from graphformer.model.layers import Generator, decoder_layer, encoder_layer, final_norm, init_and_tie
 from graphformer.model.output import ModelOutput
 
 
@@ -80,7 +80,7 @@ class UniversalEncoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.depth = SinusoidalPositions(cfg.d_model, cfg.max_depth)
-        self.layer = EncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
+        self.layer = encoder_layer(cfg)
         self.halt = HaltingUnit(cfg.d_model)
         self.norm = final_norm(cfg)
 
@@ -123,7 +123,7 @@ class UniversalTransformer(SequenceModel):
         super().__init__(cfg, attention_backend)
         self.src_embed, self.tgt_embed = make_embedders(cfg)
         self.encoder = UniversalEncoder(cfg)
-        self.decoder_layer = DecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, cfg.dropout, cfg.norm_first)
+        self.decoder_layer = decoder_layer(cfg)
         self.decoder_halt = HaltingUnit(cfg.d_model)
         self.decoder_norm = final_norm(cfg)
         self.generator = Generator(cfg.d_model, cfg.tgt_vocab)

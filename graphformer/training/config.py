@@ -287,10 +287,27 @@ def run_configs(
     model_given, train_given = {**model_file, **model_given}, with_flags(train_file, train_given)
     train_given = absolute_paths(train_given)
     if resume is not None:
-        return _resumed_configs(resume, model_given, train_given)
-    if train_given.get("init_from"):
-        model_given = {**init_model_options(train_given["init_from"]), **model_given}
-    return ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
+        model_cfg, train_cfg = _resumed_configs(resume, model_given, train_given)
+    else:
+        if train_given.get("init_from"):
+            model_given = {**init_model_options(train_given["init_from"]), **model_given}
+        model_cfg, train_cfg = ModelConfig(src_vocab=1, tgt_vocab=1, **model_given), TrainConfig(**train_given)
+    check_backend_serves(model_cfg, train_cfg.attention_backend)
+    return model_cfg, train_cfg
+
+
+def check_backend_serves(model_cfg: ModelConfig, backend: str) -> None:
+    """A ConfigError on ``attention_backend`` when the backend cannot add the edge biases the
+    model's ``*_edges`` ask for (`graphformer.catalog.BACKENDS`' position-bias, edge-type-bias)."""
+    entry = BACKENDS.entry(backend)
+    lacking = sorted(need for need in model_cfg.backend_needs() if not entry.can(need))
+    if lacking:
+        able = [e.name for e in BACKENDS.entries() if all(map(e.can, model_cfg.backend_needs()))]
+        raise ConfigError(
+            "attention_backend",
+            f"{backend} cannot add the edge biases the model's edges options ask for (it lacks "
+            f"{', '.join(lacking)}); choose one of {', '.join(able)}",
+        )
 
 
 def _resumed_configs(run_dir: str, model_given: dict, train_given: dict) -> tuple[ModelConfig, TrainConfig]:

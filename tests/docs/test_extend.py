@@ -132,3 +132,9 @@ def test_the_docs_tables_name_every_registered_choice():
     patterns = [n for n in table_names("howto/attention.md", "| spec |") if n not in ("causal-NAME", "A+B")]
     assert patterns == list(PATTERNS)
     assert table_names("howto/sample-graphs.md", "| term |") == list(SAMPLE_TERMS)
+
+
+def test_the_edge_uses_table_names_every_use():
+    from graphformer.catalog import EDGE_USES
+
+    assert table_names("howto/edge-types.md", "| use |") == list(EDGE_USES)
