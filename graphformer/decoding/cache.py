@@ -39,6 +39,9 @@ class DecodingCache:
 
     def __init__(self, depth: int, rows: int, max_steps: int, heads: int, d_head: int, like: torch.Tensor):
         self.store = like.new_empty((2, depth, rows, max_steps, heads, d_head))
+        # Slot j of every row holds target node j, at decoder position j (<s> at 0): made once, so
+        # a step's relative positions cost no allocation (`positions` is a view).
+        self._positions = torch.arange(max_steps, device=like.device).repeat(rows)
         self.rows = rows
         self.steps = 0  # target nodes each row holds: the next step writes slot `steps`
         self.written = 0  # depths written in the step under way
@@ -55,6 +58,11 @@ class DecodingCache:
     @property
     def dtype(self) -> torch.dtype:
         return self.store.dtype
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """(rows * max_steps,) decoder position of each node of the tables (`_tables`)."""
+        return self._positions[: self.rows * self.max_steps]
 
     def _tables(self) -> list[list[torch.Tensor]]:
         """[kind][depth]: (rows * max_steps, heads, d_head) views of the live rows' keys and values."""

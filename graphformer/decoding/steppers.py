@@ -94,6 +94,12 @@ class IncrementalStepper:
     backend attends over the blocks in place. Other patterns list each new node's keys as rows
     (`Relation.of_rows`) in the same numbering, read from the pool.
 
+    Positions (what a relative-position bias reads, `graphformer.graphs.edge_types`): the new node
+    of step t sits at decoder position t, cached node ``h * max_steps + j`` at j, and memory node
+    ``s * width + j`` at its source node's position, as in the whole prefix's training batch, so a
+    biased score at step t is the one a full recompute gives. Positions belong to slots, not to
+    hypotheses: a reorder moves nothing but the memory's, with its keys.
+
     ``reorder`` copies the kept hypotheses' cached prefixes into place (beam search) and drops
     finished ones, so the work per step shrinks as hypotheses end. A Universal Transformer node
     halted before the deepest step keeps serving its last keys and values there, as in training.
@@ -137,6 +143,8 @@ class IncrementalStepper:
         # source nodes only, then laid out padded: (B * width, heads, d_head) tensors.
         slots = _padded_slots(batch, self.width).flatten()
         self.memory_kv = [(k[slots], v[slots]) for k, v in model.memory_kv(model.encode(batch))]
+        # Each memory key's source position, in the same layout (relative positions read it).
+        self.memory_positions = batch.src_pos[slots]
         self.causal = self.pool.dec is patterns.causal
         # The memory's keys give the cache its dtype: the key projections' (under torch.autocast
         # a projection gives bfloat16 or float16 while the memory, out of a layer norm, is float32).
@@ -164,22 +172,32 @@ class IncrementalStepper:
         return self.cache.max_steps
 
     def _full_cross(self) -> Relation:
-        """Every live hypothesis's new node attends to all of its sentence's source tokens."""
-        return Relation.of_groups(len(self.src_lengths), self.k, self.width, self.src_lengths, self.device)
+        """Every live hypothesis's new node attends to all of its sentence's source tokens (the
+        queries' positions are the step's: `_cross_relation` gives them)."""
+        return Relation.of_groups(
+            len(self.src_lengths),
+            self.k,
+            self.width,
+            self.src_lengths,
+            self.device,
+            key_positions=self.memory_positions,
+        )
 
-    def _self_relation(self) -> Relation:
-        """Edges from each live hypothesis's cached target nodes to its new node t."""
+    def _self_relation(self, positions: torch.Tensor) -> Relation:
+        """Edges from each live hypothesis's cached target nodes to its new node t, the new nodes
+        at ``positions`` (num_hyps,) and each cached node at its own (`DecodingCache.positions`)."""
         t, T = self.t, self.max_steps
+        at = dict(key_positions=self.cache.positions, query_positions=positions)
         if self.causal:
-            return Relation.of_groups(self.num_hyps, 1, T, t + 1, self.device)
+            return Relation.of_groups(self.num_hyps, 1, T, t + 1, self.device, **at)
         keys = self.pool.incoming(DEC, t + 1, t).to(self.device)
         rows = torch.arange(self.num_hyps, device=self.device)[:, None] * T
-        return Relation.of_rows(rows + keys, self.num_hyps * T)
+        return Relation.of_rows(rows + keys, self.num_hyps * T, **at)
 
-    def _cross_relation(self) -> Relation:
-        """Edges from source tokens to each live hypothesis's new node t."""
+    def _cross_relation(self, positions: torch.Tensor) -> Relation:
+        """Edges from source tokens to each live hypothesis's new node t, at ``positions``."""
         if self.cross is not None:
-            return self.cross
+            return self.cross.with_query_positions(positions)  # its edges and layouts are built once
         rows = []
         for s, n in enumerate(self.src_lengths):
             keys = self.pool.incoming(CROSS, n, self.t)
@@ -190,7 +208,12 @@ class IncrementalStepper:
         key_index = torch.full((self.num_hyps, max(len(r) for r in rows)), -1, dtype=torch.int64)
         for h, keys in enumerate(rows):
             key_index[h, : len(keys)] = keys + (h // self.k) * self.width
-        return Relation.of_rows(key_index.to(self.device), len(self.src_lengths) * self.width)
+        return Relation.of_rows(
+            key_index.to(self.device),
+            len(self.src_lengths) * self.width,
+            key_positions=self.memory_positions,
+            query_positions=positions,
+        )
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():  # called outside no_grad (search's callers run under inference_mode)
@@ -198,11 +221,12 @@ class IncrementalStepper:
                 return self.step(tokens)
         if self.t >= self.max_steps:
             raise RuntimeError("decoding ran past max_steps")
+        positions = torch.full_like(tokens, self.t)  # every new node is target node t: position t (<s>: 0)
         out = self.model.decode(
             tokens,
-            torch.full_like(tokens, self.t),
-            self._self_relation(),
-            self._cross_relation(),
+            positions,
+            self._self_relation(positions),
+            self._cross_relation(positions),
             self.memory_kv,
             self.cache,
         )
@@ -221,6 +245,7 @@ class IncrementalStepper:
             self.memory_kv = [
                 (self._kept_memory(k, kept, moved), self._kept_memory(v, kept, moved)) for k, v in self.memory_kv
             ]
+            self.memory_positions = self._kept_memory(self.memory_positions, kept, moved)
             self.src_lengths = [self.src_lengths[s] for s in kept.tolist()]
             if self.own_cross is not None:
                 self.own_cross = [self.own_cross[s] for s in kept.tolist()]

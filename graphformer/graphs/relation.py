@@ -21,7 +21,8 @@ edge's type from these):
 
 Layouts that a backend derives from the edges (padded per-sample matrices, block-sparse tiles, a
 DGL graph on the compute device) are built on first use and kept in `layouts`, so a
-relation reused by every layer of a batch pays for them once. A DGL graph a relation was read
+relation reused by every layer of a batch pays for them once. A layout reads the edges only, never
+positions or types: `Relation.with_query_positions` shares them between relations that differ there. A DGL graph a relation was read
 from (`of_graph`) stays where DGL built it (the CPU for PyPI's DGL); the attention backends read
 only the tensors here (the ``dgl`` backend builds its own graph on the compute device when it
 needs one there).
@@ -29,6 +30,7 @@ needs one there).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -128,7 +130,6 @@ class Relation:
         ``query_positions``, ``edge_types``, ``edge_features``) as in the attributes."""
         device = u.device if device is None else device
         counts = [None if c is None else c.to(device) for c in (key_counts, query_counts, key_rows)]
-        described = {name: None if t is None else t.to(device) for name, t in described.items()}
         return cls(
             u.to(device, torch.int64),
             v.to(device, torch.int64),
@@ -136,7 +137,7 @@ class Relation:
             num_queries,
             *counts,
             verified=verified,
-            **described,
+            **_on(device, described),
         )
 
     @classmethod
@@ -164,10 +165,13 @@ class Relation:
         )  # int64 whatever DGL's idtype: torch's scatter takes no other
 
     @classmethod
-    def of_rows(cls, key_rows: torch.Tensor, num_keys: int) -> Relation:
-        """Query i attends to the key ids in row i of ``key_rows`` (-1: no key); edges row by row."""
+    def of_rows(cls, key_rows: torch.Tensor, num_keys: int, **described: torch.Tensor | None) -> Relation:
+        """Query i attends to the key ids in row i of ``key_rows`` (-1: no key); edges row by row.
+        ``described``: node positions (or edge types and features) as `of_edges` takes them."""
         rows, columns = (key_rows >= 0).nonzero(as_tuple=True)
-        return cls.of_edges(key_rows[rows, columns], rows, num_keys, len(key_rows), key_rows=key_rows, verified=True)
+        return cls.of_edges(
+            key_rows[rows, columns], rows, num_keys, len(key_rows), key_rows=key_rows, verified=True, **described
+        )
 
     @classmethod
     def of_groups(
@@ -177,11 +181,13 @@ class Relation:
         width: int,
         lengths: list[int] | int,
         device: torch.device | str | None = None,
+        **described: torch.Tensor | None,
     ) -> Relation:
         """``num_groups`` groups of ``queries`` queries each, group b's queries attending to the key
         ids b * width + j for j < lengths[b] (an int: the same for every group; see `DenseGroups`).
         Edges are listed query by query, keys in increasing order, and built only if a backend
-        asks for them."""
+        asks for them. ``described`` as `of_edges` takes it, moved to ``device``: key positions are
+        those of all ``num_groups * width`` key ids (unused slots too, never read)."""
         device = torch.device(device or "cpu")
         span = lengths if isinstance(lengths, int) else max(lengths)
         if isinstance(lengths, int) or min(lengths) == span:
@@ -193,27 +199,30 @@ class Relation:
             groups = DenseGroups(queries, width, span, device, counts, padding)
             num_edges = queries * sum(lengths)
         return cls(
-            None, None, num_groups * width, num_groups * queries, groups=groups, num_edges=num_edges, verified=True
+            None,
+            None,
+            num_groups * width,
+            num_groups * queries,
+            groups=groups,
+            num_edges=num_edges,
+            verified=True,
+            **_on(device, described),
         )
 
     @property
     def u(self) -> torch.Tensor:
-        """(E,) key node id of each edge (a grouped relation's edges are made on first use)."""
-        if self._u is None:
-            self._u, self._v = _group_edges(self)
-        return self._u
+        """(E,) key node id of each edge (a grouped relation's edges are a layout, made on first use)."""
+        return self.layout("edges", _group_edges)[0] if self._u is None else self._u
 
     @property
     def v(self) -> torch.Tensor:
         """(E,) query node id of each edge."""
-        if self._v is None:
-            self._u, self._v = _group_edges(self)
-        return self._v
+        return self.layout("edges", _group_edges)[1] if self._v is None else self._v
 
     @property
     def key_rows(self) -> torch.Tensor | None:
         if self._key_rows is None and self.groups is not None:
-            self._key_rows = _group_rows(self)
+            return self.layout("key rows", _group_rows)
         return self._key_rows
 
     @property
@@ -231,6 +240,14 @@ class Relation:
         if name not in self.layouts:
             self.layouts[name] = build(self)
         return self.layouts[name]
+
+    def with_query_positions(self, query_positions: torch.Tensor) -> Relation:
+        """The same edges with the queries at ``query_positions`` (num_queries,). Everything else is
+        shared, the layouts included (they are built from the edges alone), so a relation whose
+        queries move on step after step (incremental decoding's cross-attention) is built once."""
+        moved = copy.copy(self)  # shallow: the edge tensors and the layouts dict are the same objects
+        moved.query_positions = query_positions
+        return moved
 
     def restrict_to_destinations(self, active: torch.Tensor) -> Relation:
         """The in-edges of the ``active`` queries ((num_queries,) bool), from all keys to the
@@ -258,6 +275,11 @@ class Relation:
             edge_types=None if self.edge_types is None else self.edge_types[keep],
             edge_features=None if self.edge_features is None else self.edge_features[keep],
         )
+
+
+def _on(device: torch.device | str, described: dict) -> dict:
+    """What a relation's nodes and edges say (positions, types, features), moved to ``device``."""
+    return {name: None if t is None else t.to(device) for name, t in described.items()}
 
 
 def _group_rows(relation: Relation) -> torch.Tensor:

@@ -1,9 +1,11 @@
 """What a `Relation` computes, against brute-force references on random graphs: in-degrees and key
-rows, per-sample key and query counts, dense groups, and restriction to some destinations."""
+rows, per-sample key and query counts, dense groups, restriction to some destinations, and the
+node positions that rows and groups are given."""
 
 import pytest
 import torch
 
+from graphformer.graphs.edge_types import offsets
 from graphformer.graphs.relation import Relation, sample_of
 
 
@@ -82,3 +84,26 @@ def test_a_grouped_relation_has_the_edges_of_its_groups(lengths):
     assert relation.num_keys == groups * width and relation.num_queries == groups * queries
     assert edge_set(relation) == expected
     assert torch.bincount(relation.v).tolist() == [per_group[q // queries] for q in range(groups * queries)]
+
+
+def test_queries_moved_to_other_positions_share_the_edges_and_their_layouts():
+    """Incremental decoding's cross relation: built once, its queries at a new position each step."""
+    grouped = Relation.of_groups(2, 1, 4, [3, 2], key_positions=torch.arange(4).repeat(2))
+    first = grouped.with_query_positions(torch.tensor([2, 2]))
+    u = first.u  # a grouped relation's edges are made on first use, as a layout
+    later = grouped.with_query_positions(torch.tensor([5, 5]))
+    assert later.u is u and later.layouts is grouped.layouts
+    assert grouped.query_positions is None and first.query_positions.tolist() == [2, 2]
+    assert list(zip(later.u.tolist(), later.v.tolist())) == [(0, 0), (1, 0), (2, 0), (4, 1), (5, 1)]
+    assert offsets(later, later.v, later.u).tolist() == [5, 4, 3, 5, 4]
+    assert offsets(first, first.v, first.u).tolist() == [2, 1, 0, 2, 1]
+
+
+def test_rows_carry_the_positions_they_are_given():
+    rows = Relation.of_rows(
+        torch.tensor([[1, 3], [0, -1]]),
+        4,
+        key_positions=torch.tensor([7, 8, 9, 10]),
+        query_positions=torch.tensor([10, 9]),
+    )
+    assert offsets(rows, rows.v, rows.u).tolist() == [2, 0, 2]
