@@ -58,7 +58,7 @@ BACKENDS.register(
     "flex",
     "PyTorch's FlexAttention with the edges as a block mask (torch >= 2.5; trains on CUDA only)",
     "graphformer.attention.flex:attend",
-    ["trains-only-on-cuda", "needs-flex-attention"],
+    ["trains-only-on-cuda", "needs-flex-attention", "position-bias"],
     why_cpu="torch's FlexAttention has no backward pass",
 )
 

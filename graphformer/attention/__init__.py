@@ -42,7 +42,7 @@ from graphformer.graphs.relation import Relation
 def _auto(relation: Relation, q, k, v, return_weights: bool = False, bias: EdgeBias | None = None):
     if padded.worth_it(relation, return_weights) and serves("padded", bias):
         attend = padded.attend
-    elif serves("flex", bias) and flex.worth_it(relation, q, k, v):
+    elif serves("flex", bias) and flex.worth_it(relation, q, k, v, bias=bias):
         attend = flex.attend
     elif blocked.worth_it(relation) and serves("blocked", bias):
         attend = blocked.attend
@@ -64,7 +64,7 @@ def serves(name: str, bias: EdgeBias | None) -> bool:
     """Whether backend ``name`` can add ``bias`` to its scores (any backend serves no bias)."""
     if bias is None:
         return True
-    return BACKENDS.entry(name).can("position-bias" if bias.from_positions else "edge-type-bias")
+    return BACKENDS.entry(name).can(bias.capability)
 
 
 def _check_serves(name: str, bias: EdgeBias | None) -> None:

@@ -52,6 +52,12 @@ class EdgeBias:
         recompute it from the indices; a given type lives only on the edge)."""
         return not isinstance(self.derivation, Given)
 
+    @property
+    def capability(self) -> str:
+        """What a backend must be able to do to add this bias (a capability of
+        `graphformer.catalog.BACKENDS`)."""
+        return "position-bias" if self.from_positions else "edge-type-bias"
+
     def of_types(self, types: torch.Tensor, queries: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """b for type ids ``types`` at query nodes ``queries`` and heads ``heads`` (broadcastable)."""
         if self.slopes is not None:

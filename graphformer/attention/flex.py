@@ -11,12 +11,11 @@ blocks between two samples hold no edge and are skipped like any other empty blo
 
 and FlexAttention computes, over the non-empty blocks only,
 
-    S_vu   = scale * q_v . k_u                      for the pairs (u, v) of those blocks
+    S_vu   = scale * q_v . k_u + b_uv               for the pairs (u, v) of those blocks (b: `flex_bias`, or 0)
     out_v  = sum_u softmax_u(S_v.)[u] v_u           the softmax over v's in-edges (masked pairs: -inf)
 
 which is graph attention over the edges exactly. The per-edge weights, when asked for, are the
-same softmax read off the edges: a_uv = exp(S_vu - m_v) / z_v, with m_v the largest of v's
-in-edge scores and z_v = sum_{u -> v} exp(S_vu - m_v), as in `torch_ops`.
+same softmax read off the edges (`FlexLayout.edge_weights`).
 
 The block layout (`FlexLayout`) is made from the edges with `BlockMask.from_kv_blocks`: a
 (q_blocks, k_blocks) table of bitmap slots (FlexAttention's own block indices are that dense too)
@@ -55,6 +54,8 @@ import warnings
 import torch
 
 from graphformer.attention import flex_calls, torch_ops
+from graphformer.attention.bias import EdgeBias
+from graphformer.attention.flex_bias import NO_BIAS, FlexBias, for_kernel, kernel_key, learned
 from graphformer.attention.flex_layout import FlexLayout
 from graphformer.errors import UserError
 from graphformer.graphs.relation import Relation
@@ -90,13 +91,13 @@ def _require() -> None:
         raise UserError(reason)
 
 
-def runs_on(q: torch.Tensor, k: torch.Tensor | None = None, v: torch.Tensor | None = None) -> bool:
-    """Whether the compiled kernel serves a call on these tensors: in float32, bfloat16 or float16
-    (`DTYPES`), on CUDA, or on the CPU where no gradient is needed (it has no backward pass there)
-    and `cpu_kernel_runs`."""
+def runs_on(q: torch.Tensor, k=None, v=None, bias: EdgeBias | None = None) -> bool:
+    """Whether the compiled kernel serves a call on these tensors (and ``bias``'s table or slopes):
+    in float32, bfloat16 or float16 (`DTYPES`), on CUDA, or on the CPU where none needs a gradient
+    (it has no backward pass there) and `cpu_kernel_runs`."""
     if unavailable() is not None or q.device.type not in ("cuda", "cpu") or q.dtype not in DTYPES:
         return False
-    return q.device.type == "cuda" or (not _needs_grad(q, k, v) and cpu_kernel_runs())
+    return q.device.type == "cuda" or (not _needs_grad(q, k, v, *learned(bias)) and cpu_kernel_runs())
 
 
 def _needs_grad(*tensors) -> bool:
@@ -144,13 +145,14 @@ def worth_it(
     min_queries: int = 1024,
     min_fill: float = 0.025,
     block: int | None = None,
+    bias: EdgeBias | None = None,
 ) -> bool:
-    """Whether ``auto`` should hand this call to flex: q is on a device of `AUTO_DEVICES` where
-    the compiled kernel serves it (`runs_on`: on the CPU, no gradients), the relation is long (at
-    least ``min_queries`` queries: on shorter ones the other backends are as fast, and the first
-    call's compilation is not repaid; a batch of short samples, or decoding's rows of keys, is not
-    long), and its edges fill at least ``min_fill`` of the pairs of the
-    blocks they touch. The kernel's work grows with those pairs and the edge-wise backends' with
+    """Whether ``auto`` should hand this call (with ``bias``, one flex serves) to flex: q is on a
+    device of `AUTO_DEVICES` where the compiled kernel serves it (`runs_on`: on the CPU, no
+    gradients), the relation is long (at least ``min_queries`` queries: on shorter ones the other
+    backends are as fast, and the first call's compilation is not repaid; a batch of short samples,
+    or decoding's rows of keys, is not long), and its edges fill at least ``min_fill`` of the pairs
+    of the blocks they touch. The kernel's work grows with those pairs and the edge-wise backends' with
     the edges, at a far higher cost per edge than the kernel's per pair, so a block may be mostly
     masked and still pay: windows, dilations and BP trees fill enough (a tree's span nodes come
     after its tokens, so a block of tokens touches many blocks of spans, sparsely), token-level
@@ -164,7 +166,7 @@ def worth_it(
         or q.device.type in _FAILED
         or relation.num_queries < min_queries
         or relation.num_edges == 0
-        or not runs_on(q, k, v)
+        or not runs_on(q, k, v, bias)
     ):
         return False
     block = default_block(q.device) if block is None else block
@@ -172,7 +174,7 @@ def worth_it(
         return False
     # Asked at each call, not kept with the relation: the set of kernels built so far grows.
     layout = layout_of(relation, block)
-    size = _size(torch.get_num_threads(), layout, q.shape[1], q.shape[2], q.dtype)
+    size = _size(torch.get_num_threads(), layout, q.shape[1], q.shape[2], q.dtype, kernel_key(bias))
     return q.device.type != "cpu" or not _would_build(size)  # only CPU kernels are one per size
 
 
@@ -188,12 +190,14 @@ def _pays(r: Relation, block: int, min_queries: int, min_fill: float) -> bool:
 
 
 def _kernel(compiled: bool, device_type: str):
-    """FlexAttention as ``kernel(Q, K, V, layout, scale)``: compiled (`_compiled`: on the CPU per
-    thread count and per size), or not compiled at all."""
+    """FlexAttention as ``kernel(Q, K, V, layout, scale, bias=NO_BIAS)`` (a `FlexBias`): compiled
+    (`_compiled`: on the CPU per thread count and per size), or not compiled at all."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if not compiled:
-        return lambda Q, K, V, layout, scale: flex_attention(Q, K, V, block_mask=layout.block_mask, scale=scale)
+        return lambda Q, K, V, layout, scale, bias=NO_BIAS: flex_attention(
+            Q, K, V, bias.score_mod, block_mask=layout.block_mask, scale=scale
+        )
     return _compiled(torch.get_num_threads() if device_type == "cpu" else 0)
 
 
@@ -212,11 +216,11 @@ class TooManySizes(RuntimeError):
     """A call of a size that would compile one CPU kernel more than `MAX_CPU_KERNELS`."""
 
 
-def _size(threads: int, layout: FlexLayout, heads: int, dim: int, dtype: torch.dtype) -> tuple:
+def _size(threads: int, layout: FlexLayout, heads: int, dim: int, dtype: torch.dtype, bias_key=None) -> tuple:
     """What a CPU kernel is compiled for (``dynamic=False``: every shape is fixed): the thread
     count, the padded query and key counts, the head count and size, the bitmap's shape
-    (slots, BQ, BK) and the dtype."""
-    return (threads, layout.padded_queries, layout.padded_keys, heads, dim, tuple(layout.bits.shape), dtype)
+    (slots, BQ, BK), the dtype, and the bias's `flex_bias.kernel_key` (a score_mod is another kernel)."""
+    return (threads, layout.padded_queries, layout.padded_keys, heads, dim, tuple(layout.bits.shape), dtype, bias_key)
 
 
 def _would_build(size: tuple) -> bool:
@@ -250,21 +254,23 @@ def _compiled(threads: int):
 
     if not threads:
         kernel = torch.compile(flex_attention)
-        return lambda Q, K, V, layout, scale: kernel(Q, K, V, block_mask=layout.block_mask, scale=scale)
+        return lambda Q, K, V, layout, scale, bias=NO_BIAS: kernel(
+            Q, K, V, bias.score_mod, block_mask=layout.block_mask, scale=scale
+        )
     kernel = torch.compile(flex_attention, dynamic=False)
     root = os.environ.get(CACHE_VARIABLE) or os.path.join(tempfile.gettempdir(), "graphformer-inductor")
     folder = os.path.join(root, f"threads-{threads}")
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 
-    def in_own_cache(Q, K, V, layout: FlexLayout, scale: float):
-        size = _size(threads, layout, Q.shape[1], Q.shape[3], Q.dtype)  # Q: (1, H, padded_queries, d)
+    def in_own_cache(Q, K, V, layout: FlexLayout, scale: float, bias: FlexBias = NO_BIAS):
+        size = _size(threads, layout, Q.shape[1], Q.shape[3], Q.dtype, bias.kernel_key)  # Q: (1, H, padded_queries, d)
         if _would_build(size):
             raise TooManySizes(f"this process has compiled {MAX_CPU_KERNELS} CPU kernel sizes, the most it builds")
         previous = os.environ.get(CACHE_VARIABLE)
         os.environ[CACHE_VARIABLE] = folder
         try:
             with torch._dynamo.config.patch({limit: MAX_CPU_KERNELS + 8}):  # and a GPU's few
-                out = kernel(Q, K, V, block_mask=layout.block_mask, scale=scale)
+                out = kernel(Q, K, V, bias.score_mod, block_mask=layout.block_mask, scale=scale)
         finally:
             if previous is None:
                 del os.environ[CACHE_VARIABLE]
@@ -281,17 +287,19 @@ def _compiled(threads: int):
 _FAILED: dict[str, str] = {}
 
 
-def _fallback(relation: Relation, q, k, v, return_weights: bool, reason: str):
+def _fallback(relation: Relation, q, k, v, return_weights: bool, reason: str, bias: EdgeBias | None):
     """The same attention by the exact backends auto would take without flex, counted as fallen
     back for ``reason``."""
     from graphformer.attention import blocked
+    from graphformer.catalog import BACKENDS
 
     flex_calls.count(flex_calls.FALLEN_BACK, reason)
-    attend = blocked.attend if blocked.worth_it(relation) else torch_ops.attend
-    return attend(relation, q, k, v, return_weights=return_weights)
+    if blocked.worth_it(relation) and (bias is None or BACKENDS.entry("blocked").can(bias.capability)):
+        return blocked.attend(relation, q, k, v, return_weights, **({} if bias is None else {"bias": bias}))
+    return torch_ops.attend(relation, q, k, v, return_weights, bias)
 
 
-def _check_runs(q, k, v, compiled: bool) -> None:
+def _check_runs(q, k, v, compiled: bool, bias: EdgeBias | None) -> None:
     """A one-line UserError for a call the compiled kernel cannot serve."""
     if compiled and q.dtype not in DTYPES:
         raise UserError(
@@ -300,7 +308,7 @@ def _check_runs(q, k, v, compiled: bool) -> None:
         )
     if q.device.type != "cpu":
         return
-    if _needs_grad(q, k, v):
+    if _needs_grad(q, k, v, *learned(bias)):
         raise UserError(
             "the flex attention backend trains only on CUDA (torch's FlexAttention has no backward "
             "pass on the CPU); on the CPU choose the blocked, padded, torch or auto backend, or run "
@@ -322,24 +330,25 @@ def attend(
     return_weights: bool = False,
     block: int | tuple[int, int] | None = None,
     compiled: bool = True,
+    bias: EdgeBias | None = None,
 ):
     """Graph attention over the relation's edges by FlexAttention; same contract as the DGL
     backend, except that the weights (for inspection) carry no gradient.
 
     q (N_dst, H, d), k and v (N_src, H, d) -> out (N_dst, H, d) [, weights (E, H, 1) in the
-    relation's edge order]. ``block`` defaults to `default_block` of q's device;
-    ``compiled=False`` runs FlexAttention uncompiled, which builds the whole padded score plane:
-    for tests and small relations only.
+    relation's edge order]. ``bias`` (from positions) is added by the kernel's score_mod. ``block``
+    defaults to `default_block` of q's device; ``compiled=False`` runs FlexAttention uncompiled,
+    which builds the whole padded score plane: for tests and small relations only.
     """
     _require()
-    _check_runs(q, k, v, compiled)
+    _check_runs(q, k, v, compiled, bias)
     if not torch.is_grad_enabled():  # FlexAttention refuses CPU tensors that require grad, even here
         q, k, v = q.detach(), k.detach(), v.detach()
     if relation.num_queries == 0:  # nothing to attend (an empty subgraph of active nodes)
         out = q.new_zeros(q.shape)
         return (out, q.new_zeros(relation.num_edges, q.shape[1], 1)) if return_weights else out
     if compiled and q.device.type in _FAILED:
-        return _fallback(relation, q, k, v, return_weights, _FAILED[q.device.type])
+        return _fallback(relation, q, k, v, return_weights, _FAILED[q.device.type], bias)
     layout = layout_of(
         relation, default_block(q.device) if block is None else block, compiled and q.device.type == "cpu"
     )
@@ -348,9 +357,9 @@ def attend(
         K, V = K.clone(), V.clone()  # the compiled CPU kernel refuses one buffer read as two inputs
     scale = 1.0 / math.sqrt(q.shape[-1])
     try:
-        out = _run(layout, Q, K, V, scale, compiled)
+        out = _run(layout, Q, K, V, scale, compiled, for_kernel(bias, relation, layout, q.dtype))
     except TooManySizes as err:
-        return _fallback(relation, q, k, v, return_weights, str(err))
+        return _fallback(relation, q, k, v, return_weights, str(err), bias)
     except Exception as err:  # noqa: BLE001 - told apart by name: Inductor is not imported here
         if not (compiled and q.device.type == "cpu" and type(err).__name__ == "InductorError"):
             raise
@@ -361,26 +370,19 @@ def attend(
             RuntimeWarning,
             stacklevel=2,
         )
-        return _fallback(relation, q, k, v, return_weights, _FAILED[q.device.type])
+        return _fallback(relation, q, k, v, return_weights, _FAILED[q.device.type], bias)
     out = out[0].transpose(0, 1)[: relation.num_queries].contiguous()  # (N_dst, H, d), padded rows dropped
     if not return_weights:
         return out
-    # The weights are normalised over the edges' own scores by `torch_ops`'s steps, rather than with
-    # an lse read from the kernel: the compiled CPU kernel cannot return one, asking for it would
-    # compile one more kernel, and exp(s - m_v) / z_v keeps the bits that exp(s - lse_v) loses
-    # where scores are large (s - lse_v is then a difference of two large float32 numbers).
-    with torch.no_grad():
-        scores = layout.edge_scores(relation.u, relation.v, Q, K, scale)[..., None]  # (E, H, 1), scaled
-        a = torch_ops.scaled_exp(relation, scores, 1.0)  # exp(s_uv - m_v)
-        return out, a / torch_ops.sum_into_destinations(relation, a)[relation.v]
+    return out, layout.edge_weights(relation, Q, K, scale, bias)
 
 
-def _run(layout: FlexLayout, Q, K, V, scale: float, compiled: bool) -> torch.Tensor:
+def _run(layout: FlexLayout, Q, K, V, scale: float, compiled: bool, bias: FlexBias) -> torch.Tensor:
     """The kernel's (1, H, padded_queries, d) output, the call counted as compiled or uncompiled."""
     with warnings.catch_warnings():
         if not compiled:  # asked for: the warning says to compile
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        out = _kernel(compiled, Q.device.type)(Q, K, V, layout, scale)
+        out = _kernel(compiled, Q.device.type)(Q, K, V, layout, scale, bias)
     flex_calls.count(flex_calls.COMPILED if compiled else flex_calls.UNCOMPILED)
     return out
 

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from graphformer.attention import torch_ops
+from graphformer.attention.bias import EdgeBias
+from graphformer.graphs.relation import Relation
+
 CHUNK_BYTES = 16 * 2**20  # scores of the blocks computed at once for the weights
 _EMPTY, _FULL = 0, 1  # sentinel slots of the bitmap: a block with no edge, a block of edges only
 
@@ -111,6 +115,25 @@ class FlexLayout:
             S = Qb[chunk // k_blocks] @ Kb[chunk % k_blocks].transpose(-1, -2)  # (chunk, H, BQ, BK)
             scores[edges] = S[edge_block[edges] - first, :, v[edges] % bq, u[edges] % bk] * scale
         return scores
+
+    @torch.no_grad()
+    def edge_weights(
+        self, relation: Relation, Q: torch.Tensor, K: torch.Tensor, scale: float, bias: EdgeBias | None = None
+    ) -> torch.Tensor:
+        """(E, H, 1) attention weights of ``relation``'s edges, in its edge order, from the padded
+        (1, H, L, d) Q and K, with ``bias`` (or none) added to the scores as the kernel adds it;
+        without gradients (for inspection).
+
+        They are normalised over the edges' own scores (`edge_scores`) by `torch_ops`'s steps,
+        a_uv = exp(s_uv + b_uv - m_v) / z_v with m_v the largest of v's in-edge scores and z_v the
+        sum of v's numerators, rather than with an lse read from the kernel: the compiled CPU
+        kernel cannot return one, asking for it would compile one more kernel, and exp(s - m_v) / z_v
+        keeps the bits that exp(s - lse_v) loses where scores are large (s - lse_v is then a
+        difference of two large float32 numbers)."""
+        scores = self.edge_scores(relation.u, relation.v, Q, K, scale)[..., None]  # (E, H, 1), scaled
+        b = None if bias is None else bias.per_edge(relation, Q.dtype)  # (E, H)
+        a = torch_ops.scaled_exp(relation, scores, 1.0, b)  # exp(s_uv + b_uv - m_v)
+        return a / torch_ops.sum_into_destinations(relation, a)[relation.v]
 
     def pad_queries(self, x: torch.Tensor) -> torch.Tensor:
         """(N_dst, H, d) -> (1, H, padded_queries, d)."""

@@ -3,21 +3,28 @@
 The reference builds a (H, N_dst, N_src) bias matrix entry by entry from the paper's formulas
 (T5's buckets with Python's math.log, a per-type table, Shaw's q . a_t), adds it to dense scores,
 masks non-edges and takes torch.softmax: nothing of graphformer's own bias code is reused.
+
+A backend that trains only on CUDA (flex) is compared on values alone on a CPU, where it has no
+backward pass, and runs uncompiled there (its compiled kernels compute in float32 at most:
+tests/attention/test_flex_bias.py runs them); tests/gpu/test_gpu.py compares its gradients.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
 
-from graphformer.attention import BACKENDS, EdgeBias, graph_attention, unavailable
+from graphformer.attention import BACKENDS, EdgeBias, flex, graph_attention, unavailable
 from graphformer.errors import UserError
 from graphformer.graphs.edge_types import Distance, Given, Relative, T5Buckets
 from graphformer.graphs.relation import Relation
 
 HEADS, D = 3, 4
+# flex uncompiled: in float64, and without a compilation per case.
+UNCOMPILED = {"flex": functools.partial(flex.attend, compiled=False, block=16)}
 
 
 def biased_backends(capability: str) -> list[str]:
@@ -93,8 +100,13 @@ def check(backend: str, bias: EdgeBias, relation, q, k, v, bias_of, leaves=()):
     leaves = (q, k, v, *leaves)
     for t in leaves:
         t.requires_grad_(True)
-    out = graph_attention(relation, q, k, v, backend, bias=bias)
     ref = dense_attention(relation, q, k, v, bias_of)
+    if BACKENDS.entry(backend).can("trains-only-on-cuda") and q.device.type == "cpu":
+        with torch.no_grad():  # no backward pass here: values only
+            out = UNCOMPILED.get(backend, BACKENDS[backend])(relation, q, k, v, bias=bias)
+        torch.testing.assert_close(out, ref.detach())
+        return
+    out = graph_attention(relation, q, k, v, backend, bias=bias)
     torch.testing.assert_close(out, ref)
     g = torch.randn_like(out)
     grads = torch.autograd.grad(out, leaves, g)

@@ -220,3 +220,41 @@ def test_viz_every_records_attention_while_training_on_the_gpu(tmp_path):
     )
     assert len(list((run / "attention").glob("epoch_*.pt"))) == 3  # the untrained model, then each epoch
     assert main(["heatmap", str(run), "--relation", "cross", "-o", str(tmp_path / "cross.png")]) == 0
+
+
+@pytest.mark.skipif(bool(unavailable("flex")), reason=str(unavailable("flex")))
+@pytest.mark.parametrize("kind", ["t5", "alibi", "shaw"])
+@pytest.mark.parametrize("etype", [ENC, CROSS])
+def test_flex_adds_position_biases_with_their_gradients_on_the_gpu(kind, etype):
+    """flex's score_mod (graphformer/attention/flex_bias.py) in float32 on CUDA, against the torch
+    backend in float64 on the CPU: outputs and the gradients of q, k, v and the bias's table (T5's
+    per-bucket table, Shaw's relative keys behind a per-query table)."""
+    import math
+
+    from graphformer.attention import EdgeBias, graph_attention
+    from graphformer.graphs.edge_types import Distance, Relative, T5Buckets
+
+    src, tgt = random_pairs(8, 30, max_len=40, seed=7)
+    cpu = make_batch(GraphPool("window:4+global:1"), src, tgt)
+    relations = {"cpu": cpu.relation(etype), "cuda": cpu.to("cuda").relation(etype)}
+    gen = torch.Generator().manual_seed(0)
+    nq, nk = relations["cpu"].num_queries, relations["cpu"].num_keys
+    q, k, v = (torch.randn(n, 2, 8, dtype=torch.float64, generator=gen) for n in (nq, nk, nk))
+    table, keys = torch.randn(8, 2, dtype=torch.float64, generator=gen), torch.randn(5, 2, 8, dtype=torch.float64)
+    g = torch.randn(nq, 2, 8, dtype=torch.float64, generator=gen)
+    results = []
+    for device, dtype, backend in (("cpu", torch.float64, "torch"), ("cuda", torch.float32, "flex")):
+        leaves = [t.to(device, dtype).requires_grad_() for t in (q, k, v, table, keys)]
+        if kind == "t5":
+            bias = EdgeBias(T5Buckets(8, 20), table=leaves[3])
+        elif kind == "alibi":
+            bias = EdgeBias(Distance(), slopes=-torch.tensor([0.5, 0.25], dtype=dtype, device=device))
+        else:
+            bias = EdgeBias(Relative(2), table=torch.einsum("ihd,thd->iht", leaves[0], leaves[4]) / math.sqrt(8))
+        out = graph_attention(relations[device], *leaves[:3], backend, bias=bias)
+        grads = torch.autograd.grad(out, leaves, g.to(device, dtype), allow_unused=True)
+        results.append([out.detach().double().cpu()] + [None if x is None else x.double().cpu() for x in grads])
+    for got, want in zip(results[1], results[0]):
+        assert (got is None) == (want is None)
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
