@@ -4,7 +4,7 @@ The ``padded`` backend gives unmasked tiles (`graphformer.attention.padded._atte
 PyTorch's fused ``scaled_dot_product_attention``. Timed alone, one call of fused attention on a few
 queries per tile (beam search) runs about three times slower on a CPU than the same attention as
 two batched matmuls, so this script times both end to end, the matmuls patched in for every tile of
-several queries, methods interleaved (best of ``--rounds``):
+several queries (in alternating order, round by round):
 
 * training: one forward and backward pass of the copy configuration (2 layers, d_model 128,
   4 heads) on a batch of about 4,096 tokens per side, every sample of one length L, so that the
