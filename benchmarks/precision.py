@@ -35,7 +35,8 @@ from graphformer.running.loaded import LoadedRun
 BENCHED = ("float32", "bfloat16")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args() -> tuple[argparse.Namespace, LoadedRun, Split, list]:
+    """(options, the run, its test split or the split's first ``--sentences``, their references)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=Path, required=True, metavar="RUN_DIR", help="a trained translation run")
     parser.add_argument("--checkpoint", default="best", help="best, last, averaged or a file (default: best)")
@@ -48,23 +49,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     try:
-        args.loaded = LoadedRun(args.run, args.checkpoint)
-        args.references = args.loaded.references("test")
-        if args.references is None:
+        run = LoadedRun(args.run, args.checkpoint)
+        references = run.references("test")
+        if references is None:
             raise UserError(f"{args.run} is not a translation run (its task has no references for BLEU)")
-        args.split = args.loaded.split("test")
+        split = run.split("test")
     except UserError as err:
         parser.error(f"--run: {err}")
     if args.sentences:
-        n, split = args.sentences, args.split
-        args.split = Split(split.src_words[:n], split.tgt_words[:n], split.src[:n], split.tgt[:n])
-        args.references = args.references[:n]
-    return args
+        n = args.sentences
+        split, references = (
+            Split(split.src_words[:n], split.tgt_words[:n], split.src[:n], split.tgt[:n]),
+            references[:n],
+        )
+    return args, run, split, references
 
 
-def beam_rows(args, beam: int) -> list[dict]:
+def beam_rows(args, run: LoadedRun, split: Split, references: list, beam: int) -> list[dict]:
     """Both precisions' rows at ``beam``: each decodes the split once a round, in turn."""
-    run, split = args.loaded, args.split
     hyps = {}
 
     def decode(precision):
@@ -78,7 +80,7 @@ def beam_rows(args, beam: int) -> list[dict]:
     for precision in BENCHED:
         best = min(seconds[precision])
         same = sum(h.tokens == r for h, r in zip(hyps[precision], reference)) / len(reference)
-        bleu = bleu_of(hyps[precision], split, run.tgt_vocab, args.references, detokenize, run.bleu_tokenize())
+        bleu = bleu_of(hyps[precision], split, run.tgt_vocab, references, detokenize, run.bleu_tokenize())
         rows.append(
             {
                 "precision": precision,
@@ -102,21 +104,20 @@ def beam_rows(args, beam: int) -> list[dict]:
 
 
 def main():
-    args = parse_args()
-    run = args.loaded
+    args, run, split, references = parse_args()
     if emulation_warning("bfloat16", run.device):  # said in the benchmark's words: it has no --precision
         print("this CPU has no bfloat16 instructions: PyTorch emulates them, and the bfloat16 rounds take long")
     for precision in BENCHED:  # warm-up: the first products in a dtype set up their kernels
         with autocast(precision, run.device):
-            translate_ids(run.model, args.split.src[:64], beam=args.beam, alpha=args.alpha)
-    rows = [row for beam in sorted({1, args.beam}) for row in beam_rows(args, beam)]
+            translate_ids(run.model, split.src[:64], beam=args.beam, alpha=args.alpha)
+    rows = [row for beam in sorted({1, args.beam}) for row in beam_rows(args, run, split, references, beam)]
     argv = ["--run", args.run, "--checkpoint", args.checkpoint, "--beam", args.beam, "--alpha", args.alpha]
     argv += ["--rounds", args.rounds] + (["--sentences", args.sentences] if args.sentences else [])
     write_result(
         args.out,
         "precision.json",
         command("precision", [str(a) for a in argv]),
-        {"sentences": len(args.split), "rows": rows},
+        {"sentences": len(split), "rows": rows},
         cpu_capability=torch.backends.cpu.get_cpu_capability(),
         bfloat16_instructions=cpu_bfloat16_instructions(),
         # what limits the kernels PyTorch and oneDNN pick (to emulate an older CPU)
