@@ -307,3 +307,11 @@ def test_blocked_over_several_tiles_and_chunks(kind, monkeypatch):
     relation = with_positions_and_types(relation, 9)
     assert len(blocked.layout_of(relation, blocked.BLOCK).mask) >= 6  # three chunks at least
     check_kind("blocked", kind, relation, 9)
+
+
+@pytest.mark.parametrize("backend, kind", backends_and_kinds())
+def test_the_active_queries_of_a_universal_transformer_step(backend, kind):
+    """ACT's subgraph of active queries keeps each edge's type and each query's position."""
+    relation = random_batch(10, lengths=((6, 6), (8, 8), (5, 5)), density=0.6)[0]
+    active = torch.rand(relation.num_queries, generator=torch.Generator().manual_seed(10)) < 0.6
+    check_kind(backend, kind, relation.restrict_to_destinations(active), 10)
