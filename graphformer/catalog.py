@@ -49,10 +49,13 @@ BACKENDS.register(
     "torch", "the same message passing as PyTorch ops (any device)", "graphformer.attention.torch_ops:attend", BIASED
 )
 BACKENDS.register(
-    "padded", "one dense matrix per sample (batches of short sentences)", "graphformer.attention.padded:attend"
+    "padded",
+    "one dense matrix per sample (batches of short sentences)",
+    "graphformer.attention.padded:attend",
+    BIASED,
 )
 BACKENDS.register(
-    "blocked", "block-sparse tiles (long sequences, local patterns)", "graphformer.attention.blocked:attend"
+    "blocked", "block-sparse tiles (long sequences, local patterns)", "graphformer.attention.blocked:attend", BIASED
 )
 BACKENDS.register(
     "flex",

@@ -333,7 +333,7 @@ def attend(
     bias: EdgeBias | None = None,
 ):
     """Graph attention over the relation's edges by FlexAttention; same contract as the DGL
-    backend, except that the weights (for inspection) carry no gradient.
+    backend.
 
     q (N_dst, H, d), k and v (N_src, H, d) -> out (N_dst, H, d) [, weights (E, H, 1) in the
     relation's edge order]. ``bias`` (from positions) is added by the kernel's score_mod. ``block``

@@ -116,13 +116,12 @@ class FlexLayout:
             scores[edges] = S[edge_block[edges] - first, :, v[edges] % bq, u[edges] % bk] * scale
         return scores
 
-    @torch.no_grad()
     def edge_weights(
         self, relation: Relation, Q: torch.Tensor, K: torch.Tensor, scale: float, bias: EdgeBias | None = None
     ) -> torch.Tensor:
         """(E, H, 1) attention weights of ``relation``'s edges, in its edge order, from the padded
         (1, H, L, d) Q and K, with ``bias`` (or none) added to the scores as the kernel adds it;
-        without gradients (for inspection).
+        with their gradient where one is asked (Shaw's value term is made of them).
 
         They are normalised over the edges' own scores (`edge_scores`) by `torch_ops`'s steps,
         a_uv = exp(s_uv + b_uv - m_v) / z_v with m_v the largest of v's in-edge scores and z_v the

@@ -4,8 +4,10 @@ In a batch no edge crosses samples: sample b's keys are nodes [k_b, k_b + n_b) a
 [q_b, q_b + m_b). Padding every sample to (M, N) = (max m_b, max n_b) turns attention into two
 batched matmuls at BLAS speed, masked to the edges:
 
-    S_b = scale * Q_b K_b^T,   S_b[i, j] = -inf where there is no edge j -> i
+    S_b = scale * Q_b K_b^T + B_b,   S_b[i, j] = -inf where there is no edge j -> i
     out_b = softmax(S_b) V_b                                   (B, H, M, N) work in all
+
+where B_b is an edge bias (`graphformer.attention.bias.EdgeBias`: b_e at each edge's slot) or 0.
 
 Only attention is padded: projections and feed-forward layers still run on the real nodes alone.
 With length-bucketed batches of short sentences padding is small, so this is the fastest backend
@@ -21,6 +23,8 @@ and PyTorch's fused ``scaled_dot_product_attention`` reads the strided blocks in
 relation of full attention (the encoder's, and training's cross-attention) is read the same way,
 one fused call per stretch of consecutive samples of one size (`full_stretches`): length-bucketed batches
 come sorted by length, so a few stretches cover a batch, and nothing is padded, gathered or masked.
+A bias on groups and stretches comes as rows (`bias_rows`): query v against key first_key(v) + j,
+the block it reads, computed from the two positions or scattered from each edge's given type.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from graphformer.attention.bias import EdgeBias
 from graphformer.graphs.relation import DenseGroups, Relation, sample_of
 
 # Keys per group up to which one query's attention is cheaper as plain products than fused
@@ -189,14 +194,49 @@ def full_stretches(relation: Relation, max_stretches_per_sample: float = 0.25) -
     return relation.layout(("full stretches", max_stretches_per_sample), build)
 
 
-def _attend_stretches(relation: Relation, stretches: list[Stretch], q, k, v):
-    """Full attention stretch by stretch: each stretch's queries against its samples' key blocks, in place."""
+def bias_rows(relation: Relation, bias: EdgeBias, first_key: torch.Tensor, span: int, dtype) -> torch.Tensor:
+    """(N_dst, span, H) bias of query v against key first_key[v] + j, j < span: the block of keys a
+    group or stretch reads for v. 0 (or any finite value) in slots that are no edge: they are masked.
+
+    A bias from positions is computed for every slot from the two nodes' positions (no edges are
+    built); a given type lives on its edge, so each edge's b is scattered to its slot."""
+    queries = torch.arange(relation.num_queries, device=first_key.device)
+    if bias.from_positions:
+        heads = torch.arange(bias.num_heads, device=first_key.device)
+        keys = (first_key[:, None] + torch.arange(span, device=first_key.device)).clamp(max=relation.num_keys - 1)
+        return bias.score(relation, queries[:, None, None], keys[..., None], heads).to(dtype)
+    rows = torch.zeros(relation.num_queries, span, bias.num_heads, dtype=dtype, device=first_key.device)
+    u, v = relation.edges()
+    return rows.index_put((v, u - first_key[v]), bias.per_edge(relation, dtype))
+
+
+def _group_bias(relation: Relation, bias: EdgeBias | None, dtype) -> torch.Tensor | None:
+    """`bias_rows` of a grouped relation: query i reads the keys from (i // queries) * width."""
+    if bias is None:
+        return None
+    groups = relation.groups
+    group = torch.arange(relation.num_queries, device=groups.device) // groups.queries
+    return bias_rows(relation, bias, group * groups.width, groups.span, dtype)
+
+
+def _stretch_bias(relation: Relation, bias: EdgeBias | None, dtype) -> torch.Tensor | None:
+    """`bias_rows` of a batch relation: a query reads its sample's keys, as many as the most of any sample."""
+    if bias is None:
+        return None
+    first = torch.cumsum(relation.key_counts, 0) - relation.key_counts
+    return bias_rows(relation, bias, first[sample_of(relation.query_counts)], int(relation.key_counts.max()), dtype)
+
+
+def _attend_stretches(relation: Relation, stretches: list[Stretch], q, k, v, rows=None):
+    """Full attention stretch by stretch: each stretch's queries against its samples' key blocks, in
+    place; ``rows`` (N_dst, max keys, H) is the bias (`_stretch_bias`) or None."""
     out = []
     for stretch in stretches:
         if stretch.queries:  # a stretch without queries (no targets) has nothing to compute
             keys = slice(stretch.key_start, stretch.key_start + stretch.count * stretch.keys)
             queries = slice(stretch.query_start, stretch.query_start + stretch.count * stretch.queries)
-            out.append(_attend_groups(relation, stretch.groups(q.device), q[queries], k[keys], v[keys], False))
+            b = None if rows is None else rows[queries, : stretch.keys]
+            out.append(_attend_groups(relation, stretch.groups(q.device), q[queries], k[keys], v[keys], False, b))
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
@@ -206,9 +246,10 @@ def _blocks(x: torch.Tensor, groups: DenseGroups) -> torch.Tensor:
     return x.view(-1, groups.width, *x.shape[1:])[:, : groups.span]
 
 
-def _attend_groups(relation: Relation, groups: DenseGroups, q, k, v, return_weights: bool):
+def _attend_groups(relation: Relation, groups: DenseGroups, q, k, v, return_weights: bool, rows=None):
     """Attention over groups: m queries per group against the group's block of keys, read in place
-    (strided views of the key and value tensors, nothing gathered)."""
+    (strided views of the key and value tensors, nothing gathered); ``rows`` (queries, span, H) is
+    the bias of each query's block (`bias_rows`) or None."""
     K, V = _blocks(k, groups), _blocks(v, groups)  # (B, span, H, D)
     short = groups.span <= SHORT_SPAN and q.device.type == "cpu"
     if groups.queries == 1 and not return_weights and (groups.padding is not None or short):
@@ -216,16 +257,22 @@ def _attend_groups(relation: Relation, groups: DenseGroups, q, k, v, return_weig
         # first steps' self-attention): broadcast products read the blocks in order, twice as fast
         # on a CPU as a masked batched matmul, and faster than fused attention's fixed cost.
         scores = (K * q[:, None]).sum(-1).mul_(1.0 / math.sqrt(q.shape[-1]))
+        if rows is not None:
+            scores = scores + rows
         if groups.padding is not None:
             scores.masked_fill_(groups.padding.view(q.shape[0], -1, 1), float("-inf"))
         return (torch.softmax(scores, dim=1)[..., None] * V).sum(1)
     Q = q.view(-1, groups.queries, *q.shape[1:]).transpose(1, 2)  # (B, H, m, D)
     K, V = K.transpose(1, 2), V.transpose(1, 2)  # (B, H, span, D)
-    if groups.padding is None and not return_weights:  # PyTorch's fused attention reads the strided blocks
+    if rows is not None:
+        rows = rows.view(Q.shape[0], groups.queries, groups.span, -1).permute(0, 3, 1, 2)  # (B, H, m, span)
+    if groups.padding is None and not return_weights and rows is None:  # fused attention reads the strided blocks
         return F.scaled_dot_product_attention(Q, K, V).transpose(1, 2).reshape(q.shape)  # scales by 1/sqrt(d) itself
-    # Several queries per group of uneven length: masked batched matmuls (fused attention is slow
-    # with a mask on a CPU).
+    # Several queries per group of uneven length, or a bias: masked batched matmuls (fused attention
+    # is slow with a mask on a CPU).
     scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    if rows is not None:
+        scores = scores + rows
     if groups.padding is not None:
         scores.masked_fill_(groups.padding, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
@@ -237,15 +284,15 @@ def _attend_groups(relation: Relation, groups: DenseGroups, q, k, v, return_weig
     return out, per_query[rows >= 0][..., None]
 
 
-def attend(relation: Relation, q, k, v, return_weights: bool = False):
+def attend(relation: Relation, q, k, v, return_weights: bool = False, bias: EdgeBias | None = None):
     """Same contract as `graphformer.attention.dgl_ops.attend`."""
     if relation.num_queries == 0:  # e.g. the decoder of a batch without targets: nothing to pad
         return (q.new_zeros(q.shape), q.new_zeros(0, q.shape[1], 1)) if return_weights else q.new_zeros(q.shape)
     if relation.groups is not None:
-        return _attend_groups(relation, relation.groups, q, k, v, return_weights)
+        return _attend_groups(relation, relation.groups, q, k, v, return_weights, _group_bias(relation, bias, q.dtype))
     stretches = None if return_weights else full_stretches(relation)  # weights come back in edge order below
     if stretches is not None:
-        return _attend_stretches(relation, stretches, q, k, v)
+        return _attend_stretches(relation, stretches, q, k, v, _stretch_bias(relation, bias, q.dtype))
     seg = segments_of(relation)
     size, m = len(seg.key_index), seg.max_queries
     if m == 1 and len(q) == size:  # one query per row (decoding): nothing to pad
@@ -255,8 +302,11 @@ def attend(relation: Relation, q, k, v, return_weights: bool = False):
         Q[seg.query_slot] = q
         Q = Q.view(size, m, *q.shape[1:]).transpose(1, 2)
     K, V = _gather(k, seg.key_gather), _gather(v, seg.key_gather)
-    scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1])).masked_fill_(seg.no_edge, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    scores = (Q @ K.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    if bias is not None:  # each edge's b at its slot; the slots of no edge are masked next
+        b, i, j = seg.edge_at
+        scores[b, :, i, j] += bias.per_edge(relation, q.dtype)
+    weights = torch.softmax(scores.masked_fill_(seg.no_edge, float("-inf")), dim=-1)
     out = (weights @ V).transpose(1, 2).reshape(-1, *q.shape[1:])[seg.query_slot]
     if return_weights:
         b, i, j = seg.edge_at

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from graphformer.attention import BACKENDS, EdgeBias, flex, graph_attention, unavailable
+from graphformer.attention import BACKENDS, EdgeBias, blocked, flex, graph_attention, padded, unavailable
 from graphformer.errors import UserError
 from graphformer.graphs.edge_types import Distance, Given, Relative, T5Buckets
 from graphformer.graphs.relation import Relation
@@ -236,3 +236,123 @@ def test_a_sum_of_biases_is_their_sum(backend):
         return table[t5_bucket(r, 8, 12, True)] - slopes * abs(r) + shaw
 
     check(backend, bias, relation, q, k, v, bias_of, leaves=(table, a))
+
+
+# Each backend's own layouts: full stretches and groups (padded), rows of keys, and several tiles
+# and chunks (blocked), each with every kind of bias against the dense reference.
+
+KINDS = ["given", "t5", "alibi", "shaw"]
+
+
+def bias_of_kind(kind: str, relation: Relation, q):
+    """(EdgeBias, bias_of(query, key, edge) -> (H,) from the papers' formulas, leaves whose
+    gradient is checked) of one kind on ``relation``."""
+    g = torch.Generator().manual_seed(11)
+    qpos, kpos = relation.query_positions.tolist(), relation.key_positions.tolist()
+    if kind == "given":
+        table = torch.randn(5, HEADS, generator=g, dtype=torch.float64)
+        types = relation.edge_types.tolist()
+        return EdgeBias(Given(5), table=table), lambda i, j, e: table[types[e]], (table,)
+    if kind == "t5":
+        table = torch.randn(8, HEADS, generator=g, dtype=torch.float64)
+        return (
+            EdgeBias(T5Buckets(8, 20, True), table=table),
+            lambda i, j, e: table[t5_bucket(qpos[i] - kpos[j], 8, 20, True)],
+            (table,),
+        )
+    if kind == "alibi":
+        slopes = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64)
+        return EdgeBias(Distance(), slopes=-slopes), lambda i, j, e: -slopes * abs(qpos[i] - kpos[j]), ()
+    a = torch.randn(5, HEADS, D, generator=g, dtype=torch.float64, requires_grad=True)  # Shaw, clip 2
+    q.requires_grad_(True)
+    per_query = torch.einsum("ihd,thd->iht", q, a) / math.sqrt(D)
+
+    def shaw(i, j, e):
+        return (q[i] * a[max(-2, min(2, qpos[i] - kpos[j])) + 2]).sum(-1) / math.sqrt(D)
+
+    return EdgeBias(Relative(2), table=per_query), shaw, (a,)
+
+
+def backends_and_kinds() -> list[tuple[str, str]]:
+    return [
+        (backend, kind)
+        for kind in KINDS
+        for backend in biased_backends("edge-type-bias" if kind == "given" else "position-bias")
+    ]
+
+
+def check_kind(backend: str, kind: str, relation: Relation, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(n, HEADS, D, generator=g, dtype=torch.float64)
+        for n in (relation.num_queries, relation.num_keys, relation.num_keys)
+    )
+    bias, bias_of, leaves = bias_of_kind(kind, relation, q)
+    check(backend, bias, relation, q, k, v, bias_of, leaves)
+
+
+def with_positions_and_types(relation: Relation, seed: int) -> Relation:
+    """``relation`` with random positions (0..19) for its nodes and a random type (< 5) per edge."""
+    g = torch.Generator().manual_seed(seed)
+    relation.key_positions = torch.randint(20, (relation.num_keys,), generator=g)
+    relation.query_positions = torch.randint(20, (relation.num_queries,), generator=g)
+    relation.edge_types = torch.randint(5, (relation.num_edges,), generator=g)
+    return relation
+
+
+@pytest.mark.parametrize("backend, kind", backends_and_kinds())
+def test_full_attention_in_stretches_of_one_size(backend, kind):
+    relation = random_batch(6, lengths=[(6, 5)] * 4 + [(4, 3)] * 4, density=1.0)[0]
+    assert len(padded.full_stretches(relation)) == 2  # padded reads it as two stretches, in place
+    check_kind(backend, kind, relation, 6)
+
+
+@pytest.mark.parametrize(
+    "queries, lengths",
+    [(2, [4, 6, 5]), (3, 5), (1, [3, 5, 4]), (1, 4), (1, padded.SHORT_SPAN + 2)],
+    ids=["uneven", "even", "one-query-uneven", "one-query-short", "one-query-long"],
+)
+@pytest.mark.parametrize("backend, kind", backends_and_kinds())
+def test_groups_of_incremental_decoding(backend, kind, queries, lengths):
+    """`Relation.of_groups`: each of padded's ways through groups (masked products, fused
+    attention, one query per group, short or long), the edges built for the other backends."""
+    relation = with_positions_and_types(Relation.of_groups(3, queries, padded.SHORT_SPAN + 3, lengths), 7)
+    check_kind(backend, kind, relation, 7)
+
+
+@pytest.mark.parametrize("backend, kind", backends_and_kinds())
+def test_one_row_of_keys_per_query(backend, kind):
+    g = torch.Generator().manual_seed(8)
+    keys = torch.stack([torch.randperm(9, generator=g)[:4] for _ in range(6)])
+    keys[:, 1:][torch.rand(6, 3, generator=g) < 0.3] = -1  # every query keeps its first key
+    relation = with_positions_and_types(Relation.of_rows(keys, 9), 8)
+    check_kind(backend, kind, relation, 8)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocked_over_several_tiles_and_chunks(kind, monkeypatch):
+    """Two samples of 140 and 100 nodes, a window of 3 and random links: blocked cuts them into
+    tiles of 64 x 64, taken two per chunk, so its bias and its gradient cross tiles and chunks."""
+    monkeypatch.setattr(blocked, "CHUNK_BYTES", 2 * HEADS * blocked.BLOCK**2 * 8)
+    g = torch.Generator().manual_seed(9)
+    us, vs, start = [], [], 0
+    for n in (140, 100):
+        i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+        keep = ((i - j).abs() <= 3) | (torch.rand(n, n, generator=g) < 0.01)
+        qi, kj = keep.nonzero(as_tuple=True)
+        us.append(kj + start)
+        vs.append(qi + start)
+        start += n
+    counts = torch.tensor([140, 100])
+    relation = Relation.of_edges(torch.cat(us), torch.cat(vs), start, start, counts, counts, verified=True)
+    relation = with_positions_and_types(relation, 9)
+    assert len(blocked.layout_of(relation, blocked.BLOCK).mask) >= 6  # three chunks at least
+    check_kind("blocked", kind, relation, 9)
+
+
+@pytest.mark.parametrize("backend, kind", backends_and_kinds())
+def test_the_active_queries_of_a_universal_transformer_step(backend, kind):
+    """ACT's subgraph of active queries keeps each edge's type and each query's position."""
+    relation = random_batch(10, lengths=((6, 6), (8, 8), (5, 5)), density=0.6)[0]
+    active = torch.rand(relation.num_queries, generator=torch.Generator().manual_seed(10)) < 0.6
+    check_kind(backend, kind, relation.restrict_to_destinations(active), 10)
