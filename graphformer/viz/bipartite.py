@@ -1,5 +1,6 @@
 """One attention map drawn as a bipartite graph: keys in a row on top, queries in a row below, an
-edge per weight with width and opacity by weight.
+edge per weight with width and opacity by weight, and colour by the edge's type where it has one
+(`graphformer.viz.type_colours`).
 
 Each row's tokens sit just outside it and its name to its left, all inside the panel: edges never
 cover them, and neither does the panel's title, which matplotlib places above the panel without
@@ -17,6 +18,7 @@ from matplotlib.lines import Line2D
 
 FONT_SIZE = 8
 EDGE_RGB = (0.12, 0.3, 0.6)
+NEUTRAL_RGB = (0.3, 0.3, 0.3)  # the width legend's, where colour tells an edge's type
 LEGEND_SHARES = (1.0, 0.5, 0.1)  # of a panel's largest weight: the edges the legend shows
 GAP = 0.07  # inches from a marker's centre to its token: clear of the marker
 PAD = 0.03  # inches from the outermost text to the panel's edge
@@ -41,11 +43,20 @@ def edge_style(strength):
     return 0.3 + 3.5 * strength, 0.15 + 0.85 * strength
 
 
-def width_legend(target, vmax: float, **placement):
+def edge_colours(rows, cols, alphas, colours=None) -> list:
+    """The RGBA of the edges (query ``rows``, key ``cols``) of opacities ``alphas``: each in its
+    type's colour from the (queries, keys, 3) ``colours``, or all in `EDGE_RGB` without types."""
+    if colours is None:
+        return [(*EDGE_RGB, a) for a in alphas]
+    return [(*colours[r, c], a) for r, c, a in zip(rows, cols, alphas)]
+
+
+def width_legend(target, vmax: float, colour=EDGE_RGB, **placement):
     """A legend on ``target`` (an Axes or a Figure) of what an edge's width means: the weights
-    of a few widths, for a panel whose widest edge is ``vmax``."""
+    of a few widths, for a panel whose widest edge is ``vmax``, drawn in ``colour`` (a neutral one
+    where colour tells an edge's type)."""
     widths, alphas = edge_style(np.array(LEGEND_SHARES))
-    handles = [Line2D([], [], color=EDGE_RGB, linewidth=w, alpha=a) for w, a in zip(widths, alphas)]
+    handles = [Line2D([], [], color=colour, linewidth=w, alpha=a) for w, a in zip(widths, alphas)]
     entries = [f"{share * vmax:.2g}" for share in LEGEND_SHARES]
     return target.legend(
         handles,
@@ -68,10 +79,11 @@ def bipartite(
     key_axis: str = "keys",
     query_axis: str = "queries",
     threshold: float = 0.02,
+    colours: np.ndarray | None = None,
 ) -> GraphTexts:
     """One (queries, keys) map as a bipartite graph on ``ax``, a marker per key and query with its
-    token, an edge per weight above ``threshold * vmax``. Returns its texts: call `fit` once the
-    figure is laid out."""
+    token, an edge per weight above ``threshold * vmax``, in its type's colour where ``colours``
+    (queries, keys, 3) gives them. Returns its texts: call `fit` once the figure is laid out."""
     w = np.asarray(weights, dtype=float)
     n_keys, n_queries = len(key_tokens), len(query_tokens)
     positions = max(n_keys, n_queries)
@@ -80,7 +92,9 @@ def bipartite(
     rows, cols = np.nonzero(np.nan_to_num(w, nan=0.0) > threshold * vmax)
     widths, alphas = edge_style(np.clip(w[rows, cols] / vmax, 0, 1))
     segments = [[(key_x[i], 1.0), (query_x[j], 0.0)] for j, i in zip(rows, cols)]
-    ax.add_collection(LineCollection(segments, linewidths=widths, colors=[(*EDGE_RGB, a) for a in alphas], zorder=1))
+    ax.add_collection(
+        LineCollection(segments, linewidths=widths, colors=edge_colours(rows, cols, alphas, colours), zorder=1)
+    )
     ax.scatter(key_x, np.ones(n_keys), s=30, color="tab:blue", zorder=2)
     ax.scatter(query_x, np.zeros(n_queries), s=30, color="tab:orange", zorder=2)
 

@@ -14,7 +14,7 @@ from collections import deque
 import numpy as np
 from matplotlib.collections import LineCollection
 
-from graphformer.viz.bipartite import EDGE_RGB, FONT_SIZE, edge_style
+from graphformer.viz.bipartite import FONT_SIZE, edge_colours, edge_style
 
 
 def depths(weights: np.ndarray) -> np.ndarray:
@@ -36,10 +36,21 @@ def depths(weights: np.ndarray) -> np.ndarray:
     return depth
 
 
-def layered(ax, weights, tokens, _queries, title: str = "", vmax: float = 1.0, *_axes, threshold: float = 0.02):
+def layered(
+    ax,
+    weights,
+    tokens,
+    _queries,
+    title: str = "",
+    vmax: float = 1.0,
+    *_axes,
+    threshold: float = 0.02,
+    colours: np.ndarray | None = None,
+):
     """One (N, N) self-attention map drawn as its graph on ``ax``, with the signature of
     `graphformer.viz.bipartite.bipartite`, which it stands in for; it sets its own limits (the
-    tokens hang below their nodes, in every row), so it needs no `fit`."""
+    tokens hang below their nodes, in every row), so it needs no `fit`. Each half edge takes the
+    colour of its own edge's type (``colours``, (N, N, 3)): a parent's half and a child's differ."""
     w = np.asarray(weights, dtype=float)
     n = len(tokens)
     depth = depths(w)
@@ -51,7 +62,9 @@ def layered(ax, weights, tokens, _queries, title: str = "", vmax: float = 1.0, *
     widths, alphas = edge_style(np.clip(w[queries, keys] / vmax, 0, 1))
     middle_x, middle_y = (x[queries] + x[keys]) / 2, (y[queries] + y[keys]) / 2
     halves = [[(x[q], y[q]), (mx, my)] for q, mx, my in zip(queries, middle_x, middle_y)]
-    ax.add_collection(LineCollection(halves, linewidths=widths, colors=[(*EDGE_RGB, a) for a in alphas], zorder=1))
+    ax.add_collection(
+        LineCollection(halves, linewidths=widths, colors=edge_colours(queries, keys, alphas, colours), zorder=1)
+    )
     self_weight = np.clip(np.nan_to_num(np.diag(w), nan=0.0) / vmax, 0, 1)
     ax.scatter(x, y, s=30, c=self_weight, cmap="Oranges", vmin=0, vmax=1, edgecolors="tab:orange", zorder=2)
     for xi, yi, token in zip(x, y, tokens):

@@ -4,7 +4,8 @@ The forward pass records every layer's edge weights a_uv / z_v (see
 `graphformer.attention.record_attention`); the edges of the chosen sample are picked out
 of the batched graph by their node-id range and scattered into a dense array in one indexing
 operation. Pairs without an edge (the future in the decoder, anything a sparse pattern leaves
-out) are NaN, so a plot shows the pattern itself.
+out) are NaN, so a plot shows the pattern itself. Where the model reads its edges' types
+(``--enc-edges bias=role``), `maps_and_types` scatters each edge's type id the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from graphformer.attention import record_attention
 from graphformer.catalog import MODELS
 from graphformer.choices import RELATIONS
 from graphformer.graphs import GraphBatch
+from graphformer.graphs.edge_types import edge_types
 from graphformer.model.modes import evaluating
 
 
@@ -46,6 +48,48 @@ def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: in
     Works for the models whose class ``records_maps`` (one map per layer; see `recorded_kinds`).
     ``batch`` must have targets for 'dec'/'cross'.
     """
+    return maps_and_types(model, batch, relation, sample)[0]
+
+
+@torch.no_grad()
+def maps_and_types(
+    model, batch: GraphBatch, relation: str = "cross", sample: int = 0
+) -> tuple[torch.Tensor, dict[str, tuple]]:
+    """`attention_maps`, and the edge types the model reads on ``relation`` (its ``--*-edges``
+    terms): ``{types spec: (derivation, (queries, keys) int64 ids)}``, -1 where there is no edge
+    (an empty dict for a relation whose edges say nothing). The weights are those after the bias."""
+    _check(model, batch, relation, sample)
+    with evaluating(model), record_attention() as records:
+        model(batch)
+    key_first, n_keys, query_first, n_queries = _ranges(batch, relation, sample)
+    maps, recorded = [], None
+    for name, graph, weights in records:
+        if name != relation:
+            continue
+        u, v = graph.u, graph.v
+        mine = (v >= query_first) & (v < query_first + n_queries)
+        at = (v[mine] - query_first, u[mine] - key_first)
+        dense = weights.new_full((weights.shape[1], n_queries, n_keys), float("nan"))
+        dense[:, at[0], at[1]] = weights[mine, :, 0].T
+        maps.append(dense)
+        recorded = recorded or (graph, mine, at)  # every layer attends over the same edges
+    types = {}
+    for spec, derivation in _derivations(model, relation).items():
+        graph, mine, at = recorded
+        ids = torch.full((n_queries, n_keys), -1, dtype=torch.int64)
+        ids[at[0].cpu(), at[1].cpu()] = edge_types(graph, derivation)[mine].cpu()
+        types[spec] = (derivation, ids)
+    return torch.stack(maps).cpu(), types
+
+
+def _derivations(model, relation: str) -> dict:
+    """{types spec: derivation} of the edge terms the model's config gives ``relation``, each once."""
+    return {term.types_spec: term.derivation() for term in model.cfg.edge_terms(relation)}
+
+
+def _check(model, batch: GraphBatch, relation: str, sample: int) -> None:
+    """A ValueError for a model that records no maps, an unknown relation, one the batch has no
+    targets for, or a sample outside the batch."""
     if not model.records_maps:
         raise ValueError(
             f"attention maps are drawn for the {' and '.join(recorded_kinds())} models, not model "
@@ -59,16 +103,3 @@ def attention_maps(model, batch: GraphBatch, relation: str = "cross", sample: in
         raise ValueError(f"no {relation} attention to map: {why}; give make_batch(pool, src, tgt) or relation 'enc'")
     if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample < batch.size:
         raise ValueError(f"sample {sample!r} is not a sample of the batch of {batch.size}")
-    with evaluating(model), record_attention() as records:
-        model(batch)
-    key_first, n_keys, query_first, n_queries = _ranges(batch, relation, sample)
-    maps = []
-    for name, graph, weights in records:
-        if name != relation:
-            continue
-        u, v = graph.edges()
-        mine = (v >= query_first) & (v < query_first + n_queries)
-        dense = weights.new_full((weights.shape[1], n_queries, n_keys), float("nan"))
-        dense[:, v[mine] - query_first, u[mine] - key_first] = weights[mine, :, 0].T
-        maps.append(dense)
-    return torch.stack(maps).cpu()

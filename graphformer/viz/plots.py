@@ -25,6 +25,8 @@ from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
 from graphformer.viz import bipartite, layered
 from graphformer.viz.player import player_page
+from graphformer.viz.type_colours import TypeColours, legend_width, type_colours, type_legend, type_matrix
+from graphformer.viz.type_labels import EdgeTypeMap
 
 
 @dataclass
@@ -41,6 +43,8 @@ class AttentionPicture:
         query_axis: what the queries are, e.g. ``queries: decoder inputs <s>, y1, ...``.
         layout: how the graph view lays nodes out: ``bipartite`` (keys above, queries below), or
             ``tree`` for self-attention over each sample's own graph (`graphformer.viz.layered`).
+        types: the type of each edge (`graphformer.viz.type_labels.EdgeTypeMap`), or None: the
+            graph view colours edges by it, and the heatmap view adds a panel of the types.
     """
 
     maps: np.ndarray
@@ -51,6 +55,7 @@ class AttentionPicture:
     key_axis: str = "keys"
     query_axis: str = "queries"
     layout: str = "bipartite"
+    types: EdgeTypeMap | None = None
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -126,17 +131,20 @@ def grid_shape(panels: int, width: float, height: float, room: float = MAX_WIDTH
     return rows, math.ceil(panels / rows)  # as few columns as the rows need: no empty row end
 
 
-def layout(picture: AttentionPicture, kinds: list[str], scale: str) -> tuple[list, int, int, tuple]:
-    """The panel sizes of one head (`panel_sizes`), the (rows, columns) of heads and the figure's
-    (width, height), at the widest token spacing from `INCH_PER_TOKEN` down to
-    `MIN_INCH_PER_TOKEN` whose figure fits `MAX_WIDTH` by `MAX_HEIGHT` (the narrowest, if none does)."""
+def layout(
+    picture: AttentionPicture, kinds: list[str], scale: str, panels: int, colours: TypeColours | None = None
+) -> tuple[list, int, int, tuple]:
+    """The panel sizes of one head (`panel_sizes`), the (rows, columns) of ``panels`` heads (and
+    the panel of types) and the figure's (width, height), at the widest token spacing from
+    `INCH_PER_TOKEN` down to `MIN_INCH_PER_TOKEN` whose figure fits `MAX_WIDTH` by `MAX_HEIGHT`
+    (the narrowest, if none does); a legend of edge ``colours`` stands right of them all."""
     shared = scale == "shared"  # then one colour bar and one legend serve the whole figure
-    extra_width = (shared and "heatmap" in kinds) * COLORBAR_WIDTH
+    extra_width = (shared and "heatmap" in kinds) * COLORBAR_WIDTH + (colours is not None and legend_width(colours))
     extra_height = 0.6 + (shared and "graph" in kinds) * LEGEND_HEIGHT  # and the title
     for spacing in np.linspace(INCH_PER_TOKEN, MIN_INCH_PER_TOKEN, 9):
         sizes = panel_sizes(picture, kinds, scale, spacing)
         width, height = sum(w for w, _ in sizes), max(h for _, h in sizes)
-        rows, cols = grid_shape(len(picture.maps), width, height, MAX_WIDTH - extra_width)
+        rows, cols = grid_shape(panels, width, height, MAX_WIDTH - extra_width)
         figure_size = (cols * width + extra_width, rows * height + extra_height)
         if figure_size[0] <= MAX_WIDTH and figure_size[1] <= MAX_HEIGHT:
             break
@@ -149,8 +157,9 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
 
     ``scale='shared'`` gives all panels one colour scale, 0 to 1 (weights are probabilities, so
     heads and epochs compare directly); ``'per-head'`` stretches each panel from 0 to its own
-    largest weight, with its own colour bar or legend. In a notebook, show it with
-    ``IPython.display.Image(png_bytes(figure))``.
+    largest weight, with its own colour bar or legend. With edge types, graphs colour each edge by
+    its type, the heatmap view adds a panel of the types, and a legend names them. In a notebook,
+    show it with ``IPython.display.Image(png_bytes(figure))``.
     """
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
@@ -158,31 +167,22 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
         raise ValueError(f"unknown scale {scale!r}; choose one of {SCALES}")
     kinds = ["heatmap", "graph"] if view == "both" else [view]
     shared = scale == "shared"
-    sizes, rows, cols, figure_size = layout(picture, kinds, scale)
+    loops = picture.layout != "tree" or view == "heatmap"  # a tree's node shows its weight on itself
+    colours = None if picture.types is None else type_colours(picture.types, loops)
+    panels = len(picture.maps) + (colours is not None and view == "heatmap")  # the last: the types
+    sizes, rows, cols, figure_size = layout(picture, kinds, scale, panels, colours)
     figure = new_figure(*figure_size)
     axes = figure.subplots(rows, cols * len(kinds), squeeze=False, width_ratios=[w for w, _ in sizes] * cols)
     heatmap_axes, graphs = [], []
+    edge_rgb = None if colours is None else colours.of_edges(picture.types.ids)
     for p, weights in enumerate(picture.maps):
         vmax = 1.0 if shared else max(float(np.nanmax(weights)), 1e-6)
         for k, kind in enumerate(kinds):
             ax = axes[p // cols, (p % cols) * len(kinds) + k]
-            args = (
-                ax,
-                weights,
-                picture.keys,
-                picture.queries,
-                picture.panel_titles[p],
-                vmax,
-                picture.key_axis,
-                picture.query_axis,
-            )
+            args = (ax, weights, picture.keys, picture.queries, picture.panel_titles[p], vmax)
+            args += (picture.key_axis, picture.query_axis)
             if kind == "graph":
-                if picture.layout == "tree":
-                    layered.layered(*args)  # sets its own limits: no fit
-                else:
-                    graphs.append((ax, bipartite.bipartite(*args)))
-                if not shared:
-                    bipartite.width_legend(ax, vmax, loc="upper left", bbox_to_anchor=(1, 1))
+                graphs += _graph_panel(args, picture.layout, edge_rgb, None if shared else vmax)
                 continue
             image = heatmap(*args)
             ax.set_anchor("N")  # its top level with the graph's beside it, and so their titles
@@ -191,15 +191,36 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
                 ax.set_ylabel("")  # the first panel of a row names the queries
             if not shared:
                 figure.colorbar(image, ax=ax, fraction=0.046)
-    for ax in axes.flat[len(picture.maps) * len(kinds) :]:
+    if panels > len(picture.maps):
+        ax = axes[(panels - 1) // cols, (panels - 1) % cols]
+        type_matrix(ax, picture.types, colours, picture.keys, picture.queries, picture.key_axis, picture.query_axis)
+        ax.set_anchor("N")
+    for ax in axes.flat[panels * len(kinds) :]:
         ax.remove()
     if shared and heatmap_axes:
         figure.colorbar(image, ax=heatmap_axes, fraction=0.03, label="weight")
     if shared and "graph" in kinds:
-        bipartite.width_legend(figure, 1.0, loc="outside lower center", ncols=len(bipartite.LEGEND_SHARES))
+        neutral = bipartite.EDGE_RGB if colours is None else bipartite.NEUTRAL_RGB
+        bipartite.width_legend(figure, 1.0, neutral, loc="outside lower center", ncols=len(bipartite.LEGEND_SHARES))
+    if colours is not None:
+        type_legend(figure, colours, loc="outside right upper")
     figure.suptitle(picture.title, fontsize=10)
     _fit_graphs(figure, graphs)
     return figure
+
+
+def _graph_panel(args: tuple, layout_name: str, edge_rgb, own_vmax: float | None) -> list:
+    """One graph panel from `draw`'s panel ``args``, laid out as ``layout_name`` says, its edges in
+    ``edge_rgb`` (or the one edge colour); with ``own_vmax``, a legend of its own widths. Returns
+    the (axes, texts) of a bipartite panel for `_fit_graphs`, [] for a tree (it fits itself)."""
+    ax = args[0]
+    colour = bipartite.EDGE_RGB if edge_rgb is None else bipartite.NEUTRAL_RGB
+    if own_vmax is not None:
+        bipartite.width_legend(ax, own_vmax, colour, loc="upper left", bbox_to_anchor=(1, 1))
+    if layout_name == "tree":
+        layered.layered(*args, colours=edge_rgb)
+        return []
+    return [(ax, bipartite.bipartite(*args, colours=edge_rgb))]
 
 
 def _fit_graphs(figure: Figure, graphs: list) -> None:

@@ -2,6 +2,10 @@
 epoch (epoch 0: the untrained model), each holding the maps of every relation the model attends
 over (an encoder-decoder's three, an encoder classifier's ``enc``) for the first validation
 sample; and the pictures `graphformer animate` and `graphformer heatmap` draw of them.
+
+Where the model reads its edges' types, a recording also keeps them under ``edge_types``:
+``{relation: [entry per derivation]}``, each entry an `EdgeTypeMap.as_record` (the ids beside the
+map, a name per id). Recordings made before types were kept have no such key and draw as before.
 """
 
 from __future__ import annotations
@@ -10,11 +14,14 @@ from pathlib import Path
 
 from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import make_batch, tree
+from graphformer.graphs.sample_types import GivenTypes
+from graphformer.graphs.typed_edges import names_file, read_type_names
 from graphformer.training import checkpoint
 from graphformer.training.run_dir import RunDir
 from graphformer.viz import plots
-from graphformer.viz.maps import RELATIONS, attention_maps, recorded_kinds
+from graphformer.viz.maps import RELATIONS, maps_and_types, recorded_kinds
 from graphformer.viz.plots import AttentionPicture
+from graphformer.viz.type_labels import EdgeTypeMap, describe
 from graphformer.vocab import EOS, SOS
 
 CLS_TOKEN = "<cls>"  # a classifier's global node (it carries the <s> token)
@@ -22,6 +29,7 @@ CLS_TOKEN = "<cls>"  # a classifier's global node (it carries the <s> token)
 # The keys a recording keeps its tokens under (the strings its axes and nodes show): the names the
 # first recordings gave them, so that every recording, older or newer, reads alike.
 TOKEN_KEYS = {"src": "src_labels", "tgt": "tgt_labels", "enc": "enc_labels"}
+TYPES_KEY = "edge_types"  # each relation's edge types, where the model reads some
 
 # What the rows and columns of each relation's map are (targets enter the decoder shifted right).
 DECODER_INPUTS = "decoder inputs <s>, y1, ..."
@@ -86,9 +94,27 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
         record[TOKEN_KEYS["tgt"]] = [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt]
     else:  # a classifier: its encoder is all it attends with
         record["label"] = tgt_vocab.itos[tgt[0]]
-    record["maps"] = {rel: attention_maps(model, batch, rel) for rel in (RELATIONS if pool.targets else ("enc",))}
+    record["maps"], typed = {}, {}
+    for relation in RELATIONS if pool.targets else ("enc",):
+        record["maps"][relation], types = maps_and_types(model, batch, relation)
+        if types:
+            typed[relation] = [
+                describe(derivation, spec, ids.numpy(), given_names(derivation, split, relation)).as_record()
+                for spec, (derivation, ids) in types.items()
+            ]
+    if typed:  # a run without edge types records what it always did
+        record[TYPES_KEY] = typed
     record["sample_graphs"] = [relation[1] for relation in pool.sample_terms]  # drawn as graphs of their own
     return RunDir(run_dir).save_attention(record, epoch)
+
+
+def given_names(derivation, split, relation: str) -> list[str] | None:
+    """The names of given types read from a typed edges file: its names file's, then the
+    derivation's name for an unlisted edge; None for any other types (they name themselves)."""
+    source = getattr(split.edges, "source", None)
+    if not isinstance(derivation, GivenTypes) or source is None or not names_file(source, relation).is_file():
+        return None
+    return [*read_type_names(names_file(source, relation), derivation.declared), derivation.names[-1]]
 
 
 def load_records(run_dir: str | Path) -> list[dict]:
@@ -142,7 +168,15 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
         key_axis=key_axis,
         query_axis=query_axis,
         layout="tree" if relation in record.get("sample_graphs", ()) and relation != "cross" else "bipartite",
+        types=recorded_types(record, relation),
     )
+
+
+def recorded_types(record: dict, relation: str) -> EdgeTypeMap | None:
+    """The edge types recorded with ``relation``'s map (the first derivation's, where its terms
+    read several), or None for a relation without them or a recording made before they were kept."""
+    entries = record.get(TYPES_KEY, {}).get(relation)
+    return EdgeTypeMap.of_record(entries[0]) if entries else None
 
 
 class AttentionRecorder:
