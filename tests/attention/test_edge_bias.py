@@ -179,6 +179,26 @@ def test_t5_buckets_follow_the_rule_at_every_offset():
         assert max(ids) == buckets - 1
 
 
+def test_t5_arguments_are_refused_exactly_where_the_formula_breaks():
+    """Each B, D that T5Buckets takes gives ids in range(B) that reach B - 1, the exact buckets
+    0..B/4 - 1 (B/2 - 1 one-sided) first, growing with the distance; the others are refused: an
+    odd B split in two, no exact bucket (log(n / 0)), or a log range that does not grow (D <= exact)."""
+    offsets = torch.arange(-400, 401)
+    for both in (True, False):
+        for buckets in range(1, 20):
+            for far in range(1, 24):
+                exact = buckets // 4 if both else buckets // 2
+                sound = (buckets % 2 == 0 or not both) and exact >= 1 and far > exact
+                if not sound:
+                    with pytest.raises(ValueError, match=f"^t5:{buckets},{far}: "):
+                        T5Buckets(buckets, far, both)
+                    continue
+                ids = T5Buckets(buckets, far, both).of_offsets(offsets)
+                assert ids.min() >= 0 and ids.max() == buckets - 1
+                ahead = ids[offsets >= 0]  # keys at or before the query: 0, 1, .. exact - 1, then log buckets
+                assert ahead[:exact].tolist() == list(range(exact)) and bool((ahead.diff() >= 0).all())
+
+
 def test_a_backend_without_the_capability_is_refused_in_one_line():
     relation, q, k, v = random_batch(4)
     bias = EdgeBias(Given(5), table=torch.zeros(5, HEADS, dtype=torch.float64))
