@@ -75,14 +75,14 @@ demo: install
 	BIN=$(BIN) bash examples/copy/demo.sh
 
 bench: install
-	$(BIN)/python benchmarks/sparse_attention.py
-	$(BIN)/python benchmarks/training_throughput.py
-	$(BIN)/python benchmarks/training_throughput.py --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
-	$(BIN)/python benchmarks/threads.py
-	$(BIN)/python benchmarks/decoding.py
-	$(BIN)/python benchmarks/tile_kernels.py
-	$(BIN)/python benchmarks/sample_graphs.py
-	$(if $(wildcard $(MULTI30K_RUN)/checkpoint_averaged.pt),$(BIN)/python benchmarks/precision.py --run $(MULTI30K_RUN) \
+	$(BIN)/python -m benchmarks.sparse_attention
+	$(BIN)/python -m benchmarks.training_throughput
+	$(BIN)/python -m benchmarks.training_throughput --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
+	$(BIN)/python -m benchmarks.threads
+	$(BIN)/python -m benchmarks.decoding
+	$(BIN)/python -m benchmarks.tile_kernels
+	$(BIN)/python -m benchmarks.sample_graphs
+	$(if $(wildcard $(MULTI30K_RUN)/checkpoint_averaged.pt),$(BIN)/python -m benchmarks.precision --run $(MULTI30K_RUN) \
 		--checkpoint averaged --alpha 1.4 --rounds 3)
 
 # On the lent GPU machine, with its own python3 and torch (no venv, no package index):
@@ -94,7 +94,7 @@ PYTHON_GPU ?= python3
 GPU_WHEELS ?= build/gpu-wheels
 OUT ?= benchmarks/results/gpu
 gpu-check:
-	$(PYTHON_GPU) benchmarks/gpu_check.py --out $(OUT) --wheels $(GPU_WHEELS)
+	$(PYTHON_GPU) -m benchmarks.gpu_check --out $(OUT) --wheels $(GPU_WHEELS)
 
 # Here, with network: the wheels of what graphformer needs and the GPU machine's image lacks.
 # Only sacremoses: its needs (click, joblib, regex, tqdm) and pyyaml are on that image

@@ -14,14 +14,13 @@ Methods: ``flex`` (`graphformer.attention.flex.attend`, compiled), ``blocked`` a
 ``torch.nn.functional.scaled_dot_product_attention`` with a dense (N, N) boolean mask of the edges.
 Each (method, pattern) runs in a fresh process, lengths in increasing order: one warm-up call (for
 flex the compilation: on a CPU one kernel per power-of-two size, see `graphformer.attention.flex`),
-then the median of ``--rounds`` calls; peak memory is the growth of the
-process's resident set over the timed calls. A size whose time or memory, extrapolated from the
+then ``--rounds`` timed calls. A size whose time or memory, extrapolated from the
 previous one (edges for the graph backends, N^2 for sdpa), would pass 60 s or 8 GiB is skipped, and
 the row says why; a call of 2 s or more is timed once. All processes of one run share a fresh
 Inductor cache, so the first flex process compiles from nothing, as a first run would; a last
 process repeats its first call with that cache warm.
 
-    python benchmarks/flex_attention.py [--lengths 1024 4096 16384] [--rounds 3] [--quick] [--out benchmarks/results]
+    python -m benchmarks.flex_attention [--lengths 1024 4096 16384] [--rounds 3] [--quick] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -36,13 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from provenance import machine, versions  # noqa: E402
-
-from graphformer.rss import peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
+from benchmarks.harness import ROOT, command, write_result
+from graphformer.rss import peak_rss_bytes, reset_peak_rss, rss_bytes
 
 PATTERNS = {
     "window": "window:64",
@@ -82,16 +77,14 @@ def _call(method: str, relation):
     """The timed call of ``method`` on ``relation`` (its tensors made here, outside the timing)."""
     import torch
 
+    from benchmarks.peers import masked_sdpa
     from graphformer.attention import blocked, flex, torch_ops
 
     torch.manual_seed(0)
     n = relation.num_queries
     q, k, v = (torch.randn(n, HEADS, DIM) for _ in range(3))
     if method == "sdpa":
-        mask = torch.zeros(n, n, dtype=torch.bool)
-        mask[relation.v, relation.u] = True
-        qh, kh, vh = (t.transpose(0, 1)[None] for t in (q, k, v))  # (1, H, N, d) views
-        return lambda: torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+        return masked_sdpa(relation, q, k, v)
     attend = {"flex": flex.attend, "blocked": blocked.attend, "torch": torch_ops.attend}[method]
     return lambda: attend(relation, q, k, v)
 
@@ -158,7 +151,7 @@ def measure(method: str, pattern: str, lengths: list[int], rounds: int) -> list[
     return rows
 
 
-def main():
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--rounds", type=int, default=3, help="timed calls per row (the median is kept)")
@@ -169,82 +162,78 @@ def main():
     parser.add_argument("--child", nargs=4, metavar=("METHOD", "PATTERN", "LENGTHS", "ROUNDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        method, pattern, lengths, rounds = args.child
-        print(json.dumps(measure(method, pattern, [int(n) for n in lengths.split(",")], int(rounds))))
-        return
+        return args
     if args.quick:
         args.lengths, args.rounds = [256, 1024], 2
     if min(args.lengths) < 2:
         parser.error(f"--lengths must be at least 2, got {min(args.lengths)}")
     if args.rounds < 1:
         parser.error(f"--rounds: must be at least 1, got {args.rounds}")
-    lengths = sorted(set(args.lengths))
+    args.lengths = sorted(set(args.lengths))
+    return args
 
+
+def child_rows(method: str, pattern: str, lengths: list[int], rounds: int, env: dict) -> list[dict]:
+    """`measure` in a fresh process (a row per length; the error on every row if it fails)."""
+    argv = ["--child", method, pattern, ",".join(map(str, lengths)), str(rounds)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flex_attention", *argv], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    if proc.returncode == 0:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    error = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    return [{"method": method, "pattern": pattern, "spec": PATTERNS[pattern], "L": L, "error": error} for L in lengths]
+
+
+def all_rows(args) -> tuple[list[dict], list[dict]]:
+    """(rows, the warm-cache repeat's rows): every (method, pattern) in a fresh process sharing
+    one fresh Inductor cache; last, flex's first call again with its kernel in that cache."""
     rows, compile_rows = [], []
     with tempfile.TemporaryDirectory(prefix="flex-bench-inductor-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        jobs = [(m, p, lengths) for p in args.patterns for m in args.methods]
-        if "flex" in args.methods:  # the first call again, its compiled kernel now in the cache
-            jobs.append(("flex", args.patterns[0], lengths[:1]))
+        jobs = [(m, p, args.lengths) for p in args.patterns for m in args.methods]
+        if "flex" in args.methods:
+            jobs.append(("flex", args.patterns[0], args.lengths[:1]))
         for index, (method, pattern, job_lengths) in enumerate(jobs):
             warm_repeat = index == len(jobs) - 1 and "flex" in args.methods
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--child",
-                    method,
-                    pattern,
-                    ",".join(map(str, job_lengths)),
-                    str(args.rounds),
-                ],
-                capture_output=True,
-                text=True,
-                env=env,
-            )
-            if proc.returncode != 0:
-                found = [
-                    {
-                        "method": method,
-                        "pattern": pattern,
-                        "spec": PATTERNS[pattern],
-                        "L": L,
-                        "error": (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1],
-                    }
-                    for L in job_lengths
-                ]
-            else:
-                found = json.loads(proc.stdout.strip().splitlines()[-1])
+            found = child_rows(method, pattern, job_lengths, args.rounds, env)
             (compile_rows if warm_repeat else rows).extend(found)
             for r in found:
                 note = " (warm cache)" if warm_repeat else ""
                 print(f"{method:7s} {pattern:8s} L={r['L']:6d} " + _describe(r) + note, flush=True)
+    return rows, compile_rows
 
+
+def compilation(rows: list[dict], compile_rows: list[dict]) -> dict:
+    """What flex's first calls cost: cold, at each new length, and with a warm cache."""
     flex_rows = [r for r in rows if r["method"] == "flex" and "seconds" in r]
-    compilation = {}
-    if flex_rows:
-        first = [r for r in flex_rows if r["pattern"] == flex_rows[0]["pattern"]]
-        compilation = {
-            "pattern": first[0]["pattern"],
-            "first_call_cold_seconds": first[0]["first_call_seconds"],
-            "first_call_of_a_new_length_seconds": [r["first_call_seconds"] for r in first[1:]],
-            "first_call_warm_cache_seconds": [r.get("first_call_seconds") for r in compile_rows],
-        }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if not flex_rows:
+        return {}
+    first = [r for r in flex_rows if r["pattern"] == flex_rows[0]["pattern"]]
+    return {
+        "pattern": first[0]["pattern"],
+        "first_call_cold_seconds": first[0]["first_call_seconds"],
+        "first_call_of_a_new_length_seconds": [r["first_call_seconds"] for r in first[1:]],
+        "first_call_warm_cache_seconds": [r.get("first_call_seconds") for r in compile_rows],
+    }
+
+
+def main():
+    args = parse_args()
+    if args.child:
+        method, pattern, lengths, rounds = args.child
+        print(json.dumps(measure(method, pattern, [int(n) for n in lengths.split(",")], int(rounds))))
+        return
+    rows, compile_rows = all_rows(args)
     result = {
-        "command": "python " + " ".join(sys.argv),
-        "machine": machine(),
-        "versions": versions(),
         "heads": HEADS,
         "dim": DIM,
         "dtype": "float32",
         "patterns": PATTERNS,
-        "compilation": compilation,
+        "compilation": compilation(rows, compile_rows),
         "rows": rows,
     }
-    (out / "flex_attention.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out / 'flex_attention.json'}")
+    write_result(args.out, "flex_attention.json", command("flex_attention", sys.argv[1:]), result)
     print(markdown(result))
 
 

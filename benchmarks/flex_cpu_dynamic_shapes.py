@@ -13,7 +13,7 @@ also turns the slot count's ``ks18`` (its wrap-around of negative indices) into 
 Seen with torch 2.11.0 and 2.14.1. ``--static`` compiles with ``dynamic=False`` instead (what
 graphformer does on a CPU): no size is symbolic, so nothing is renamed, and both calls build.
 
-    python benchmarks/flex_cpu_dynamic_shapes.py [--static]     (about a minute per kernel on 2 cores)
+    python -m benchmarks.flex_cpu_dynamic_shapes [--static]     (about a minute per kernel on 2 cores)
 
 Prints one line per call and exits 1 if a call failed to build.
 """

@@ -3,11 +3,10 @@ size their Multi30k models by it, so a change to the recipe changes them too."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from benchmarks.harness import ROOT
 from graphformer.cli import read_config_file
 
-CPU_RECIPE = Path(__file__).resolve().parents[1] / "examples" / "multi30k" / "cpu.yaml"
+CPU_RECIPE = ROOT / "examples" / "multi30k" / "cpu.yaml"
 # The recipe's (model, train) options, as ``graphformer train --config`` reads them (read once).
 RECIPE_MODEL, RECIPE_TRAIN = read_config_file(str(CPU_RECIPE))
 # The recipe model's layers, d_model, heads and d_ff.

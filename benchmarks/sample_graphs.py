@@ -16,34 +16,30 @@ For each batch, timed side by side in one process:
 and the process's peak resident set, to show that memory does not grow with the batches seen
 (the trees are derived per batch, never kept).
 
-    python benchmarks/sample_graphs.py [--batches 20] [--batch-tokens 8192] [--edge-types role hops:4]
+    python -m benchmarks.sample_graphs [--batches 20] [--batch-tokens 8192] [--edge-types role hops:4]
         [--out benchmarks/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import resource
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from provenance import machine, versions  # noqa: E402
-
-from graphformer import make_model  # noqa: E402
-from graphformer.cli import at_least_one  # noqa: E402
-from graphformer.data import listops  # noqa: E402
-from graphformer.data.batching import plan_batches  # noqa: E402
-from graphformer.evaluation.loss import label_smoothed_nll  # noqa: E402
-from graphformer.graphs import GraphPool, make_batch  # noqa: E402
-from graphformer.graphs.sample_edges import parse_tree  # noqa: E402
-from graphformer.vocab import Vocab  # noqa: E402
+from benchmarks.harness import command, write_result
+from graphformer import make_model
+from graphformer.cli import at_least_one
+from graphformer.data import listops
+from graphformer.data.batching import plan_batches
+from graphformer.evaluation.loss import label_smoothed_nll
+from graphformer.graphs import GraphPool, make_batch
+from graphformer.graphs.sample_edges import parse_tree
+from graphformer.vocab import Vocab
 
 
 def timed(fn):
@@ -103,8 +99,6 @@ def main() -> int:
     whole_step = median["derive"] + median["batch"] + median["step"]
     result = {
         "benchmark": "sample_graphs",
-        "machine": machine(),
-        "versions": versions(),
         "batches": len(rows),
         "batch_tokens": args.batch_tokens,
         "layers": args.layers,
@@ -113,15 +107,12 @@ def main() -> int:
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rows": rows,
     }
-    out = Path(args.out) / "sample_graphs.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, "sample_graphs.json", command("sample_graphs", sys.argv[1:]), result)
     print(
         f"per batch of about {args.batch_tokens} tokens (median of {len(rows)}): derive {1e3 * median['derive']:.1f} ms, "
         f"batch {1e3 * median['batch']:.1f} ms (window:1, cached by length: {1e3 * median['window_batch']:.1f} ms), "
         f"step {1e3 * median['step']:.0f} ms; derive + batch = "
         f"{100 * result['derive_and_batch_share_of_step']:.1f} % of a step; peak RSS {result['peak_rss_mib']:.0f} MiB"
-        f" -> {out}"
     )
     print(
         "window:1+parse-tree batch: "

@@ -7,7 +7,7 @@ window as a boolean mask: an explicit softmax, and torch's scaled_dot_product_at
 Each (method, L) runs in a fresh process so its peak resident memory can be read cleanly
 (peak RSS during the timed work minus RSS before it).
 
-    python benchmarks/sparse_attention.py [--lengths 256 1024 4096 8192] [--out benchmarks/results]
+    python -m benchmarks.sparse_attention [--lengths 256 1024 4096 8192] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import machine, versions
-
+from benchmarks.harness import ROOT, command, write_result
 from graphformer.rss import peak_rss_bytes, reset_peak_rss, rss_bytes
 
 # The edge-wise kernels: DGL's where it is installed, else the same message passing as PyTorch ops.
@@ -37,54 +36,55 @@ METHODS = [
     "sdpa (window:128 mask)",
 ]
 HEADS, DIM = 8, 64
-ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "benchmarks" / "results"
 
 
-def measure(method: str, L: int, repeats: int) -> dict:
-    """Runs inside the child process."""
-    os.environ.setdefault("DGLBACKEND", "pytorch")
+def forward_backward(method: str, q, k, v):
+    """(a call of ``method``'s forward and backward pass over q, k, v of L tokens, edges per head).
+    The window's edge lists are dropped on return: only what the method holds counts."""
     import torch
 
     from graphformer.attention import BACKENDS
     from graphformer.graphs import patterns
     from graphformer.graphs.relation import Relation
 
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(L, HEADS, DIM, requires_grad=True) for _ in range(3))
+    L = len(q)
     w = int(method.split("window:")[1].split()[0].rstrip(")"))
     u, dst = patterns.window(w)(L, L)
-    edges = len(u)  # u and dst are dropped before timing: only what the method holds counts
     if method.startswith(("dgl", "torch", "blocked")):
-        graph = Relation(u, dst, L, L)
-        attend = BACKENDS[method.split()[0]]
-        del u, dst
+        graph, attend = Relation(u, dst, L, L), BACKENDS[method.split()[0]]
+        return (lambda: attend(graph, q, k, v).sum().backward()), len(u)
+    blocked = torch.ones(L, L, dtype=torch.bool)
+    blocked[dst, u] = False
+    allowed = ~blocked
+    qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # (H, L, d) views
+    if method.startswith("dense"):
 
         def run():
-            attend(graph, q, k, v).sum().backward()
-    else:
-        blocked = torch.ones(L, L, dtype=torch.bool)
-        blocked[dst, u] = False
-        allowed = ~blocked
-        qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # (H, L, d) views
+            scores = (qh @ kh.transpose(1, 2)) / DIM**0.5
+            scores = scores.masked_fill(blocked, float("-inf"))
+            (torch.softmax(scores, -1) @ vh).sum().backward()
 
-        if method.startswith("dense"):
+        return run, len(u)
+    return (
+        lambda: torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed).sum().backward()
+    ), len(u)
 
-            def run():
-                scores = (qh @ kh.transpose(1, 2)) / DIM**0.5
-                scores = scores.masked_fill(blocked, float("-inf"))
-                (torch.softmax(scores, -1) @ vh).sum().backward()
-        else:
 
-            def run():
-                torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed).sum().backward()
+def measure(method: str, L: int, repeats: int) -> dict:
+    """Runs inside the child process: peak memory of one call after a warm-up, then the median
+    of ``repeats`` timed calls."""
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    import gc
 
-        del u, dst
+    import torch
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(L, HEADS, DIM, requires_grad=True) for _ in range(3))
+    run, edges = forward_backward(method, q, k, v)
     run()  # warm-up (graph formats, block layouts, allocator)
     for t in (q, k, v):
         t.grad = None
-    import gc
-
     gc.collect()
     before = rss_bytes()
     reset_peak_rss()
@@ -129,7 +129,10 @@ def main():
         for method in METHODS:
             repeats = 3 if L >= 4096 else 5
             proc = subprocess.run(
-                [sys.executable, __file__, "--child", method, str(L), str(repeats)], capture_output=True, text=True
+                [sys.executable, "-m", "benchmarks.sparse_attention", "--child", method, str(L), str(repeats)],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
             )
             if proc.returncode != 0:
                 rows.append({"method": method, "L": L, "error": proc.stderr.strip().splitlines()[-1]})
@@ -146,20 +149,12 @@ def main():
                 flush=True,
             )
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result = {
-        "command": "python " + " ".join(sys.argv),
-        "machine": machine(),
-        "versions": versions(),
-        "heads": HEADS,
-        "dim": DIM,
-        "rows": rows,
-    }
-    (out / "sparse_attention.json").write_text(json.dumps(result, indent=1) + "\n")
+    result = {"heads": HEADS, "dim": DIM, "rows": rows}
+    write_result(out, "sparse_attention.json", command("sparse_attention", sys.argv[1:]), result)
     plot(rows, out / "sparse_attention.png")
     if out.resolve() == PUBLISHED:  # the published results: the docs show their figure
         plot(rows, ROOT / "docs" / "figures" / "sparse_attention.png")
-    print(f"wrote {out / 'sparse_attention.json'} and {out / 'sparse_attention.png'}")
+    print(f"wrote {out / 'sparse_attention.png'}")
 
 
 def plot(rows, path):

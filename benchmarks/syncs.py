@@ -8,13 +8,12 @@ tensor's value (``item``, ``bool``, ``float``, ``int``, ``tolist``, ...) and ops
 shape depends on the values (``nonzero``, boolean indexing, ...). Batch building is left out on
 the CPU (its tensors are host tensors on CUDA too); copies to the device are counted on CUDA only.
 
-    python benchmarks/syncs.py [--device cpu] [--steps 3] [--out DIR]
+    python -m benchmarks.syncs [--device cpu] [--steps 3] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import warnings
@@ -25,8 +24,7 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # graphformer from the source tree unless one is already on the path
+from benchmarks.harness import command, write_result
 
 # Tensor methods and torch functions that make a CUDA host wait for the device.
 READS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "cpu"}
@@ -186,8 +184,7 @@ def main():
     args = parser.parse_args()
     rows = measure(args.device, args.steps)
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "syncs.json").write_text(json.dumps({"device": args.device, "rows": rows}, indent=1) + "\n")
+        write_result(args.out, "syncs.json", command("syncs", sys.argv[1:]), {"device": args.device, "rows": rows})
 
 
 if __name__ == "__main__":

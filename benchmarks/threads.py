@@ -17,11 +17,10 @@ A condition is (threads, wait policy, load):
 * load: ``idle``, or ``busy``: one busy loop (``while True: pass``) per core this process may
   use, started before the run and stopped after it.
 
-Runs go round by round, every condition once a round, so that other work on the machine hits each
-condition alike; a condition's figure is its best round. ``/proc/loadavg`` before each run is kept
-with it. Writes ``threads.json`` to ``--out``.
+Every condition runs once a round; ``/proc/loadavg`` before each run is kept with it. Writes
+``threads.json`` to ``--out``.
 
-    python benchmarks/threads.py [--steps 30] [--rounds 3] [--loads idle busy] [--out benchmarks/results]
+    python -m benchmarks.threads [--steps 30] [--rounds 3] [--loads idle busy] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -36,12 +35,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from provenance import machine, versions  # noqa: E402
+from benchmarks.harness import ROOT, command, interleaved, reported, write_result
+from graphformer.cli import at_least_one
 
-from graphformer.cli import at_least_one  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 # What each wait policy sets in the run's environment; every other OpenMP wait setting is removed.
 WAITS = {
     "default": {},
@@ -84,15 +80,15 @@ def train(condition: dict, args, scratch: Path) -> dict:
     shutil.rmtree(run, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if k not in OPENMP_SETTINGS}
     env.update(WAITS[condition["wait"]], PYTHONPATH=str(ROOT), DGLBACKEND="pytorch")
-    command = [sys.executable, "-m", "graphformer", "train", "--task", "copy", "--out", str(run)]
-    command += ["--data-dir", str(scratch / "data"), "--max-steps", str(args.steps)]
-    command += ["--max-minutes", str(args.max_seconds / 60)]
-    command += [] if condition["threads"] == "default" else ["--threads", condition["threads"]]
+    argv = [sys.executable, "-m", "graphformer", "train", "--task", "copy", "--out", str(run)]
+    argv += ["--data-dir", str(scratch / "data"), "--max-steps", str(args.steps)]
+    argv += ["--max-minutes", str(args.max_seconds / 60)]
+    argv += [] if condition["threads"] == "default" else ["--threads", condition["threads"]]
     load_before = Path("/proc/loadavg").read_text().split()[0]
     with competing(args.busy, condition["load"]):
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"threads.py: error: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"benchmarks.threads: error: {' '.join(argv)} failed:\n{done.stderr[-2000:]}")
     steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()][args.skip :]
     threads = json.loads((run / "config.json").read_text())["train"]["threads"]
     # None: --max-seconds ran out before a step past the warm-up (too slow to measure).
@@ -100,7 +96,7 @@ def train(condition: dict, args, scratch: Path) -> dict:
     return {"tokens_per_s": rate, "steps": len(steps), "threads_used": threads, "load_before": float(load_before)}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", nargs="+", default=["1", "2", "default"], choices=["1", "2", "default"])
     parser.add_argument("--waits", nargs="+", default=["spin", "passive"], choices=sorted(WAITS))
@@ -114,32 +110,34 @@ def main() -> int:
     args = parser.parse_args()
     if not 0 <= args.skip < args.steps:
         parser.error(f"--skip {args.skip}: give 0 to {args.steps - 1} (fewer than --steps)")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     chosen = conditions(args.threads, args.waits, args.loads)
     with tempfile.TemporaryDirectory() as scratch:
-        for r in range(args.rounds):
-            for c in chosen:
-                c.setdefault("runs", []).append(train(c, args, Path(scratch)))
-                rate = c["runs"][-1]["tokens_per_s"]
-                shown = "too slow to measure" if rate is None else f"{rate:.0f} tokens/s"
-                print(f"round {r + 1}: {c['threads']} threads, {c['wait']}, {c['load']}: {shown}", flush=True)
-    for c in chosen:
+
+        def run(c):
+            found = train(c, args, Path(scratch))
+            shown = "too slow to measure" if found["tokens_per_s"] is None else f"{found['tokens_per_s']:.0f} tokens/s"
+            print(f"{c['threads']} threads, {c['wait']}, {c['load']}: {shown}", flush=True)
+            return found
+
+        runs = interleaved({i: (lambda c=c: run(c)) for i, c in enumerate(chosen)}, args.rounds, measure=reported)
+    for i, c in enumerate(chosen):
+        c["runs"] = runs[i]
         measured = [run["tokens_per_s"] for run in c["runs"] if run["tokens_per_s"] is not None]
         c["tokens_per_s"] = max(measured, default=None)
     result = {
-        "command": "python benchmarks/threads.py " + " ".join(sys.argv[1:]),
         "task": "copy (the demo's defaults)",
         "steps": args.steps,
         "skip": args.skip,
         "rounds": args.rounds,
         "busy_loops": args.busy,
         "rows": chosen,
-        "machine": machine(),
-        "versions": versions(),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "threads.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out / 'threads.json'}")
+    write_result(args.out, "threads.json", command("threads", sys.argv[1:]), result)
     return 0
 
 

@@ -4,7 +4,7 @@ The ``padded`` backend gives unmasked tiles (`graphformer.attention.padded._atte
 PyTorch's fused ``scaled_dot_product_attention``. Timed alone, one call of fused attention on a few
 queries per tile (beam search) runs about three times slower on a CPU than the same attention as
 two batched matmuls, so this script times both end to end, the matmuls patched in for every tile of
-several queries, methods interleaved (best of ``--rounds``):
+several queries (in alternating order, round by round):
 
 * training: one forward and backward pass of the copy configuration (2 layers, d_model 128,
   4 heads) on a batch of about 4,096 tokens per side, every sample of one length L, so that the
@@ -13,34 +13,28 @@ several queries, methods interleaved (best of ``--rounds``):
 * beam search: incremental decoding of the fixed-length benchmark's 32 sentences (20 tokens, 50
   output tokens, `</s>` suppressed until the limit) with beam 5 and 10: cross-attention tiles of 5
   or 10 queries over 21 keys at every step, and the encoder's 21 x 21 tiles once
-  (`benchmarks/decoding.py`).
+  (`benchmarks.decoders.fixed_model_and_sources`).
 
-    python benchmarks/tile_kernels.py [--rounds 10] [--out benchmarks/results]
+    python -m benchmarks.tile_kernels [--rounds 10] [--out benchmarks/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
-import sys
-import time
-from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
 import torch
 import torch.nn.functional as F
-from provenance import machine, versions
 
-sys.path.insert(0, str(Path(__file__).parent))
-from decoding import FIXED_OUTPUT_TOKENS, fixed_model_and_sources  # noqa: E402
-
-from graphformer import make_model  # noqa: E402
-from graphformer.attention import padded  # noqa: E402
-from graphformer.decoding import IncrementalStepper, beam_search  # noqa: E402
-from graphformer.graphs import make_batch  # noqa: E402
+from benchmarks.decoders import FIXED_OUTPUT_TOKENS, fixed_model_and_sources
+from benchmarks.harness import best_of, command, interleaved, write_result
+from graphformer import make_model
+from graphformer.attention import padded
+from graphformer.decoding import IncrementalStepper, beam_search
+from graphformer.graphs import make_batch
 
 
 def matmul_attention(q, k, v):
@@ -52,17 +46,6 @@ def matmul_attention(q, k, v):
 
 
 KERNELS = {"fused": F, "matmuls": SimpleNamespace(scaled_dot_product_attention=matmul_attention)}
-
-
-def interleaved(runs: dict, rounds: int) -> dict:
-    """Best seconds of each run, the runs alternating in order round by round."""
-    seconds = {name: [] for name in runs}
-    for r in range(rounds):
-        for name in list(runs) if r % 2 else list(runs)[::-1]:
-            tic = time.perf_counter()
-            runs[name]()
-            seconds[name].append(time.perf_counter() - tic)
-    return {name: min(times) for name, times in seconds.items()}
 
 
 def forced(kernel: str, run):
@@ -83,7 +66,7 @@ def training(lengths: list[int], rounds: int) -> list[dict]:
         batch = make_batch(model.make_pool(), src, src)
         step = lambda: model(batch).sum().backward()  # noqa: E731
         step()  # warm-up
-        seconds = interleaved({k: forced(k, step) for k in KERNELS}, rounds)
+        seconds = best_of(interleaved({k: forced(k, step) for k in KERNELS}, rounds, alternate=True))
         rows.append(row("training step", f"L={length}", seconds))
     return rows
 
@@ -100,7 +83,7 @@ def beam(beams: list[int], rounds: int) -> list[dict]:
             beam_search(stepper, torch.full((len(src),), FIXED_OUTPUT_TOKENS), k)
 
         decode()
-        seconds = interleaved({name: forced(name, decode) for name in KERNELS}, rounds)
+        seconds = best_of(interleaved({name: forced(name, decode) for name in KERNELS}, rounds, alternate=True))
         rows.append(row("beam search decode", f"beam {k}", seconds))
     return rows
 
@@ -126,16 +109,8 @@ def main():
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     rows = training([16, 32, 64, 128, 256], args.rounds) + beam([5, 10], args.rounds)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result = {
-        "command": f"python benchmarks/tile_kernels.py --rounds {args.rounds}",
-        "rows": rows,
-        "machine": machine(),
-        "versions": versions(),
-    }
-    (out / "tile_kernels.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out / 'tile_kernels.json'}")
+    result = {"rows": rows}
+    write_result(args.out, "tile_kernels.json", command("tile_kernels", ["--rounds", str(args.rounds)]), result)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The package's shape: each subpackage imports only those below it, and no module or function
-grows past what a reader takes in at once."""
+grows past what a reader takes in at once, in the package and in its benchmarks."""
 
 import ast
 from pathlib import Path
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "graphformer"
+BENCHMARKS = PACKAGE.parent / "benchmarks"  # a package of its own, run as python -m benchmarks.NAME
 
 # Lowest first. A module may import its own layer and those before it; the top-level modules
 # that are not listed (errors, files, config_io, vocab, choices, rss...) are the floor.
@@ -58,7 +59,9 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
 
 
-@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize(
+    "path", modules() + sorted(BENCHMARKS.glob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE.parent))
+)
 def test_modules_and_functions_stay_short(path):
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= MAX_MODULE_LINES, f"{path.name} has {len(lines)} lines"
@@ -69,6 +72,27 @@ def test_modules_and_functions_stay_short(path):
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+@pytest.mark.parametrize("path", sorted(BENCHMARKS.glob("*.py")), ids=lambda p: p.name)
+def test_benchmarks_import_each_other_as_a_package(path):
+    """Run from the repository root, ``benchmarks.x`` is found as graphformer is: no benchmark
+    puts a folder on the path itself, and each imports the others by their package name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    edits = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", None) == "sys"
+    ]
+    assert not edits, f"{path.name} uses sys.path on lines {edits}"
+    siblings = {p.stem for p in BENCHMARKS.glob("*.py")} - {"__init__"}
+    bare = [
+        alias.name
+        for node in ast.walk(tree)
+        for alias in (node.names if isinstance(node, ast.Import) else [])
+        if alias.name in siblings
+    ] + [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module in siblings]
+    assert not bare, f"{path.name} imports {bare} without the package name (benchmarks.{bare[0]})"
 
 
 def test_the_layer_check_sees_an_upward_import():

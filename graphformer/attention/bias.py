@@ -12,6 +12,9 @@ it is one of
     table (N_dst, H, T)    b = table[v, h, t]            one row per query: Shaw's q_v . a_t / sqrt(d)
     slopes (H,)            b = slopes[h] * t             fixed per head, linear in t (ALiBi: -m_h |i - j|)
 
+Several uses on one relation add up: a `BiasSum` of parts is a bias too, and a backend that reads
+more than ``per_edge`` and ``score`` (a kernel's own parameters) handles each of its ``parts``.
+
 `score` computes b from index tensors elementwise, so the same function serves every edge of a
 relation at once (`per_edge`) and one (query, key, head) at a time inside FlexAttention's
 ``score_mod``, where a derived type is recomputed from the two positions instead of read from a
@@ -53,6 +56,11 @@ class EdgeBias:
         return not isinstance(self.derivation, Given)
 
     @property
+    def parts(self) -> tuple[EdgeBias, ...]:
+        """The single biases this one adds up: itself."""
+        return (self,)
+
+    @property
     def capability(self) -> str:
         """What a backend must be able to do to add this bias (a capability of
         `graphformer.catalog.BACKENDS`)."""
@@ -85,4 +93,34 @@ class EdgeBias:
         return self.table.shape[-1] if self.table.dim() == 2 else self.table.shape[1]
 
 
-__all__ = ["EdgeBias"]
+@dataclass(frozen=True)
+class BiasSum:
+    """Several `EdgeBias` of one relation as one: b = the sum of theirs (the interface backends call)."""
+
+    parts: tuple[EdgeBias, ...]
+
+    @property
+    def from_positions(self) -> bool:
+        return all(p.from_positions for p in self.parts)
+
+    @property
+    def capability(self) -> str:
+        return "position-bias" if self.from_positions else "edge-type-bias"
+
+    @property
+    def num_heads(self) -> int:
+        return self.parts[0].num_heads
+
+    def per_edge(self, relation: Relation, dtype: torch.dtype) -> torch.Tensor:
+        return sum(p.per_edge(relation, dtype) for p in self.parts)
+
+    def score(self, relation: Relation, queries: torch.Tensor, keys: torch.Tensor, heads: torch.Tensor):
+        return sum(p.score(relation, queries, keys, heads) for p in self.parts)
+
+
+def summed(biases: list[EdgeBias]) -> EdgeBias | BiasSum | None:
+    """None, the one bias, or their `BiasSum`."""
+    return None if not biases else biases[0] if len(biases) == 1 else BiasSum(tuple(biases))
+
+
+__all__ = ["EdgeBias", "BiasSum", "summed"]

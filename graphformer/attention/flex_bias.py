@@ -55,9 +55,10 @@ class FlexBias:
 NO_BIAS = FlexBias(None, (), None)
 
 
-def for_kernel(bias: EdgeBias | None, relation: Relation, layout: FlexLayout, dtype: torch.dtype) -> FlexBias:
-    """``bias`` as a `FlexBias` over ``layout``'s padded nodes, its table or slopes in ``dtype``
-    (float32 at least: the kernel's scores are float32 for 16-bit inputs); `NO_BIAS` for None."""
+def for_kernel(bias, relation: Relation, layout: FlexLayout, dtype: torch.dtype) -> FlexBias:
+    """``bias`` (an `EdgeBias` or a `BiasSum`) as a `FlexBias` over ``layout``'s padded nodes, its
+    tables or slopes in ``dtype`` (float32 at least: the kernel's scores are float32 for 16-bit
+    inputs); `NO_BIAS` for None."""
     if bias is None:
         return NO_BIAS
     if not bias.from_positions:
@@ -68,6 +69,21 @@ def for_kernel(bias: EdgeBias | None, relation: Relation, layout: FlexLayout, dt
     offsets(relation, relation.v[:0], relation.u[:0])  # a relation without positions: its ValueError
     qpos = _padded(relation.query_positions, layout.padded_queries)
     kpos = _padded(relation.key_positions, layout.padded_keys)
+    parts = [_ready(part, layout, dtype) for part in bias.parts]  # a BiasSum's parts add up
+
+    def score_mod(score, b, h, q_idx, kv_idx):  # one (query, key, head) at a time, as the kernel asks
+        offset, total = qpos[q_idx] - kpos[kv_idx], score
+        for part in parts:
+            total = total + part.of_types(part.derivation.of_offsets(offset), q_idx, h)
+        return total.to(score.dtype)
+
+    values = tuple(part.table if part.slopes is None else part.slopes for part in parts)
+    return FlexBias(score_mod, (qpos, kpos, *values), kernel_key(bias))
+
+
+def _ready(bias: EdgeBias, layout: FlexLayout, dtype: torch.dtype) -> EdgeBias:
+    """``bias`` with its table or slopes as the kernel reads them: in ``dtype`` (float32 at least),
+    a per-query table padded like the queries."""
     # Detached where no gradient is asked, as the flex backend detaches q, k and v: a captured
     # tensor's requires_grad is part of what a compiled kernel is for, so a model's learned table
     # (a parameter) would otherwise build a second kernel for evaluation.
@@ -76,22 +92,20 @@ def for_kernel(bias: EdgeBias | None, relation: Relation, layout: FlexLayout, dt
     values = values if torch.is_grad_enabled() else values.detach()
     if values.dim() == 3:  # Shaw's table, one row per query node: padded like the queries
         values = _padded(values, layout.padded_queries)
-    ready = dataclasses.replace(bias, **{field: values})
-    derivation = bias.derivation
-
-    def score_mod(score, b, h, q_idx, kv_idx):  # one (query, key, head) at a time, as the kernel asks
-        types = derivation.of_offsets(qpos[q_idx] - kpos[kv_idx])
-        return (score + ready.of_types(types, q_idx, h)).to(score.dtype)
-
-    return FlexBias(score_mod, (qpos, kpos, values), kernel_key(bias))
+    return dataclasses.replace(bias, **{field: values})
 
 
-def kernel_key(bias: EdgeBias | None) -> tuple | None:
+def kernel_key(bias) -> tuple | None:
     """What a compiled kernel adding ``bias`` is specialised on beyond the layout's sizes and the
-    dtype: the derivation (its constants are in the code) and the shape of the table or slopes,
-    less a per-query table's rows (the padded query count, already a size). None without a bias."""
+    dtype: for each of its parts, the derivation (its constants are in the code) and the shape of the
+    table or slopes, less a per-query table's rows (the padded query count, already a size). None
+    without a bias."""
     if bias is None:
         return None
+    return tuple(_part_key(part) for part in bias.parts)
+
+
+def _part_key(bias: EdgeBias) -> tuple:
     if bias.slopes is not None:
         return (bias.derivation, "slopes", *bias.slopes.shape)
     if bias.table.dim() == 2:
@@ -99,9 +113,9 @@ def kernel_key(bias: EdgeBias | None) -> tuple | None:
     return (bias.derivation, "per-query table", *bias.table.shape[1:])
 
 
-def learned(bias: EdgeBias | None) -> tuple[torch.Tensor, ...]:
-    """The tensors of ``bias`` that may carry gradients (its table or slopes), none without one."""
-    return () if bias is None else tuple(t for t in (bias.table, bias.slopes) if t is not None)
+def learned(bias) -> tuple[torch.Tensor, ...]:
+    """The tensors of ``bias`` that may carry gradients (its parts' tables or slopes), none without one."""
+    return () if bias is None else tuple(t for p in bias.parts for t in (p.table, p.slopes) if t is not None)
 
 
 def _padded(x: torch.Tensor, length: int) -> torch.Tensor:

@@ -21,12 +21,12 @@ with one asks attention for them. `EdgeEncoding` holds a sub-layer's uses and ru
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from graphformer.attention import EdgeBias, graph_attention
+from graphformer.attention.bias import summed
 from graphformer.catalog import EDGE_USES
 from graphformer.graphs.edge_types import edge_types
 
@@ -107,28 +107,6 @@ class ShawVectors(EdgeUse):
         return out.index_add_(0, relation.v, per_edge)
 
 
-@dataclass(frozen=True)
-class SummedBias:
-    """Several score biases of one relation as one: b = sum of theirs (the interface of an `EdgeBias`
-    that backends call: ``per_edge``, ``score``, ``from_positions``)."""
-
-    parts: tuple[EdgeBias, ...]
-
-    @property
-    def from_positions(self) -> bool:
-        return all(p.from_positions for p in self.parts)
-
-    def per_edge(self, relation, dtype: torch.dtype) -> torch.Tensor:
-        return sum(p.per_edge(relation, dtype) for p in self.parts)
-
-    def score(self, relation, queries, keys, heads):
-        return sum(p.score(relation, queries, keys, heads) for p in self.parts)
-
-    @property
-    def num_heads(self) -> int:
-        return self.parts[0].num_heads
-
-
 class EdgeEncoding(nn.Module):
     """The uses of one attention sub-layer's edges (the terms of its ``--*-edges`` spec,
     `graphformer.model.edge_spec.EdgeTerm`), each an EDGE_USES module."""
@@ -140,7 +118,7 @@ class EdgeEncoding(nn.Module):
     def attend(self, relation, q, k, v, backend: str, name: str) -> torch.Tensor:
         """(N_dst, H, d) attention over ``relation`` with every use's bias and value term."""
         biases = [b for use in self.uses if (b := use.score(relation, q)) is not None]
-        bias = None if not biases else biases[0] if len(biases) == 1 else SummedBias(tuple(biases))
+        bias = summed(biases)
         valued = [use for use in self.uses if use.adds_values]
         if not valued:
             return graph_attention(relation, q, k, v, backend, name=name, bias=bias)

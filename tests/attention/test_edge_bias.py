@@ -227,3 +227,32 @@ def test_a_batch_relation_carries_each_nodes_position_in_its_sample():
     assert dec.query_positions.tolist() == [0, 1, 0, 1, 2, 3]
     assert cross.key_positions.tolist() == [0, 1, 2, 3, 0, 1, 2]
     assert cross.query_positions.tolist() == [0, 1, 0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("backend", biased_backends("position-bias"))
+def test_a_sum_of_biases_is_their_sum(backend):
+    """Several uses on one relation (a table by T5 bucket, ALiBi's slopes, Shaw's per-query table)
+    add up, on every backend, each part read as its own kind."""
+    from graphformer.attention.bias import summed
+
+    relation, q, k, v = random_batch(6)
+    table = torch.randn(8, HEADS, dtype=torch.float64)
+    slopes = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64)
+    a = torch.randn(5, HEADS, D, dtype=torch.float64, requires_grad=True)
+    q.requires_grad_(True)  # before Shaw's table is made of it: its gradient flows through both paths
+    per_query = torch.einsum("ihd,thd->iht", q, a) / math.sqrt(D)
+    qpos, kpos = relation.query_positions.tolist(), relation.key_positions.tolist()
+    bias = summed(
+        [
+            EdgeBias(T5Buckets(8, 12), table=table),
+            EdgeBias(Distance(), slopes=-slopes),
+            EdgeBias(Relative(2), table=per_query),
+        ]
+    )
+
+    def bias_of(i, j, e):
+        r = qpos[i] - kpos[j]
+        shaw = (q[i] * a[max(-2, min(2, r)) + 2]).sum(-1) / math.sqrt(D)
+        return table[t5_bucket(r, 8, 12, True)] - slopes * abs(r) + shaw
+
+    check(backend, bias, relation, q, k, v, bias_of, leaves=(table, a))

@@ -275,9 +275,13 @@ def test_the_benchmark_refuses_what_it_cannot_measure(tmp_path, argv, message):
     import subprocess
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "flex_attention.py"
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, str(script), *argv, "--out", str(tmp_path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "benchmarks.flex_attention", *argv, "--out", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir())

@@ -2,7 +2,7 @@
 `make bench`; here that they produce them, refuse what they cannot measure, and that the decoding
 benchmark's predictions count what each decoder steps)."""
 
-import importlib.util
+import importlib
 import json
 import os
 import platform
@@ -12,19 +12,20 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_benchmark(name: str, argv: list[str], timeout: int):
+    """``python -m benchmarks.NAME ARGV`` from the repository root, as `make bench` runs it."""
+    command = [sys.executable, "-m", f"benchmarks.{name}", *argv]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
 def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone(tmp_path):
-    figure = BENCHMARKS.parent / "docs" / "figures" / "sparse_attention.png"
+    figure = ROOT / "docs" / "figures" / "sparse_attention.png"
     before = figure.read_bytes()
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "sparse_attention.py"), "--lengths", "32", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("sparse_attention", ["--lengths", "32", "--out", str(tmp_path)], timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "sparse_attention.json").read_text())["rows"]
     assert len(rows) == 6 and not [r for r in rows if "error" in r], rows
@@ -33,38 +34,26 @@ def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone
 
 
 @pytest.mark.parametrize(
-    "script, argv, message",
+    "name, argv, message",
     [
-        ("sparse_attention.py", ["--lengths", "1"], "--lengths must be at least 2"),
-        ("decoding.py", ["--rounds", "0"], "--rounds: must be at least 1"),
-        ("decoding.py", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
-        ("training_throughput.py", ["--steps", "0"], "--steps: must be at least 1"),
-        ("precision.py", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
-        ("threads.py", ["--steps", "0"], "--steps: must be at least 1"),
-        ("threads.py", ["--steps", "2", "--skip", "2"], "--skip 2: give 0 to 1"),
+        ("sparse_attention", ["--lengths", "1"], "--lengths must be at least 2"),
+        ("decoding", ["--rounds", "0"], "--rounds: must be at least 1"),
+        ("decoding", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
+        ("training_throughput", ["--steps", "0"], "--steps: must be at least 1"),
+        ("precision", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
+        ("threads", ["--steps", "0"], "--steps: must be at least 1"),
+        ("threads", ["--steps", "2", "--skip", "2"], "--skip 2: give 0 to 1"),
     ],
 )
-def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, script, argv, message):
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *argv, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, name, argv, message):
+    proc = run_benchmark(name, [*argv, "--out", str(tmp_path)], timeout=300)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir())
 
 
-def benchmark(script: str):
-    """A benchmark script as a module, to call its parts."""
-    spec = importlib.util.spec_from_file_location(f"{script}_benchmark", BENCHMARKS / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def decoding_benchmark():
-    return benchmark("decoding")
+def benchmark(name: str):
+    """A module of the benchmarks package, to call its parts."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def alive(pid: int) -> bool:
@@ -87,12 +76,7 @@ def test_the_threads_benchmark_competes_only_while_it_measures():
 @pytest.mark.slow
 def test_the_threads_benchmark_writes_a_rate_per_condition(tmp_path):
     argv = ["--threads", "1", "2", "--waits", "passive", "--steps", "3", "--skip", "1", "--rounds", "1"]
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "threads.py"), *argv, "--busy", "1", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("threads", [*argv, "--busy", "1", "--out", str(tmp_path)], timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "threads.json").read_text())
     rows = result["rows"]
@@ -106,14 +90,14 @@ def test_the_threads_benchmark_writes_a_rate_per_condition(tmp_path):
         (run,) = row["runs"]
         assert run["steps"] == 2 and run["threads_used"] == int(row["threads"])  # 3 steps, the first left out
         assert 0 < row["tokens_per_s"] == run["tokens_per_s"] < float("inf")
-    assert result["command"] == "python benchmarks/threads.py " + " ".join(
+    assert result["command"] == "python -m benchmarks.threads " + " ".join(
         [*argv, "--busy", "1", "--out", str(tmp_path)]
     )
     assert result["versions"]["python"] == platform.python_version()
 
 
 def test_predicted_searches_pay_per_live_row_and_per_step_until_the_longest_output():
-    decoding = decoding_benchmark()
+    decoding = benchmark("decoding_multi30k")
     batches, lengths = [[0, 1, 2], [3]], [2, 5, 3, 4]
     # Per row only: the graph decoder steps 2 + 5 + 3 + 4 live rows, a padded one 3 x 5 + 1 x 4.
     assert decoding.predicted_searches((0.0, 1.0), batches, lengths) == (14.0, 19.0)
@@ -132,11 +116,11 @@ def test_the_inline_step_bound_computes_what_the_graph_step_computes(beam):
     from graphformer.graphs import make_batch
     from graphformer.vocab import SPECIALS
 
-    decoding = decoding_benchmark()
-    model, src = decoding.fixed_model_and_sources(sentences=4)
+    model, src = benchmark("decoders").fixed_model_and_sources(sentences=4)
+    inline_step = benchmark("inline_step")
     pool = model.make_pool()
     batch = make_batch(pool, src)
-    steppers = [cls(model, batch, beam, 8, pool) for cls in (IncrementalStepper, decoding.InlineStepGraphStepper)]
+    steppers = [cls(model, batch, beam, 8, pool) for cls in (IncrementalStepper, inline_step.InlineStepGraphStepper)]
     generator = torch.Generator().manual_seed(0)
     rows = len(src) * beam
     with torch.inference_mode():
@@ -150,4 +134,4 @@ def test_the_inline_step_bound_computes_what_the_graph_step_computes(beam):
                 for stepper in steppers:
                     stepper.reorder(parents)
     with pytest.raises(ValueError, match="sources of one length"):
-        decoding.InlineStepGraphStepper(model, make_batch(pool, [[5, 6], [5, 6, 7]]), 1, 8, pool)
+        inline_step.InlineStepGraphStepper(model, make_batch(pool, [[5, 6], [5, 6, 7]]), 1, 8, pool)

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_dense_peers_causal_mask_is_made_where_its_inputs_are():
-    from training_throughput import DensePeer
+    from benchmarks.peers import DensePeer
 
     peer = DensePeer(20, layers=1, d_model=16, heads=2, d_ff=32, dropout=0.0).to("meta")
     seen = {}
@@ -43,9 +42,9 @@ def test_the_dense_twin_follows_the_models_device_and_dtype():
 
 
 def test_a_failing_row_is_recorded_and_every_row_is_written_at_once(tmp_path):
-    import gpu_check
+    from benchmarks.gpu_stages import Rows
 
-    rows = gpu_check.Rows(tmp_path / "rows.json", device="cpu")
+    rows = Rows(tmp_path / "rows.json", device="cpu")
     rows.attempt({"system": "breaks"}, lambda: 1 / 0)
     assert json.loads((tmp_path / "rows.json").read_text())["rows"][0]["error"].startswith("ZeroDivisionError")
     rows.attempt({"system": "works"}, lambda: {"tokens_per_s": 1.0})
@@ -54,17 +53,17 @@ def test_a_failing_row_is_recorded_and_every_row_is_written_at_once(tmp_path):
 
 
 def test_decoding_differences_from_the_dense_peer_are_counted_not_fatal():
-    import gpu_check
+    from benchmarks.gpu_stages import mismatches
 
     reference = [[5, 6, 7, 8], [5, 6, 7, 8], [9, 9]]
-    assert gpu_check.mismatches([[5, 6, 7, 8], [5, 6, 9, 9], [9]], reference) == {
+    assert mismatches([[5, 6, 7, 8], [5, 6, 9, 9], [9]], reference) == {
         "sentences_differing_from_dense": 2,
         "first_difference_at_step": [2, 1],
     }
 
 
 def test_a_training_step_reads_its_loss_back_once_and_act_indexes_without_masks(tmp_path):
-    import syncs
+    from benchmarks import syncs
 
     rows = {
         r["system"]: r
@@ -82,7 +81,8 @@ def test_the_rehearsal_fills_in_every_stage_and_marks_cuda_skipped(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(BENCHMARKS / "gpu_check.py"),
+            "-m",
+            "benchmarks.gpu_check",
             "--out",
             str(tmp_path),
             "--wheels",
@@ -92,6 +92,7 @@ def test_the_rehearsal_fills_in_every_stage_and_marks_cuda_skipped(tmp_path):
             "imports",
             "decoding",
         ],
+        cwd=ROOT,  # as make gpu-check runs it: from the repository root, no install
         capture_output=True,
         text=True,
         timeout=600,

@@ -203,7 +203,8 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
     bench = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "precision.py"),
+            "-m",
+            "benchmarks.precision",
             "--run",
             str(run),
             "--beam",
@@ -215,6 +216,7 @@ def test_short_training_on_real_pairs_lowers_the_validation_loss(tmp_path, capsy
             "--out",
             str(tmp_path / "bench"),
         ],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
