@@ -4,7 +4,8 @@ A SPEC is ``none`` or terms joined by ``+``, each ``USE=TYPES``:
 
     USE     an entry of `graphformer.catalog.EDGE_USES`: what attention does with an edge's type
             (bias: a learned scalar per type and head; alibi: a fixed slope per head times the
-            distance; shaw: learned key and value vectors per type)
+            distance; shaw: learned key and value vectors per type; features: learned maps of
+            each edge's features to its key and value)
     TYPES   an entry of `graphformer.catalog.EDGE_TYPES` with its integer arguments after a colon,
             comma separated, as patterns take theirs: relative:16, t5:32,128, distance
 
@@ -140,9 +141,13 @@ def _check_builds(term: EdgeTerm, written: str, field: str) -> None:
     """The derivation's own checks of its arguments (T5's buckets and distance, a hops clip),
     made as the spec is read, so that a bad one is refused before a model or a run exists."""
     try:
-        term.derivation()
+        made = term.derivation()
     except (UserError, ValueError) as err:
         raise ConfigError(field, f"term {written!r}: {err}") from None
+    if EDGE_USES.entry(term.use).can("features") and not getattr(made, "features", None):
+        raise ConfigError(
+            field, f"term {written!r}: {term.use} maps each edge's features; give types with F of them, e.g. given:3,4"
+        )
 
 
 def per_sample_types(terms_of: dict[str, tuple[EdgeTerm, ...]]) -> dict[str, str]:

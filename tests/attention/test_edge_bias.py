@@ -124,6 +124,24 @@ def test_a_table_per_given_type(backend):
     check(backend, bias, relation, q, k, v, lambda i, j, e: table[types[e]], leaves=(table,))
 
 
+@pytest.mark.parametrize("backend", biased_backends("edge-type-bias"))
+def test_a_value_per_edge(backend):
+    """values (E, H): the bias of each edge itself (a map of its features), in the relation's edge order."""
+    relation, q, k, v = random_batch(5)
+    values = torch.randn(len(relation.u), HEADS, dtype=torch.float64)
+    bias = EdgeBias(Given(5), values=values)
+    assert bias.capability == "edge-type-bias"
+    check(backend, bias, relation, q, k, v, lambda i, j, e: values[e], leaves=(values,))
+
+
+def test_values_per_edge_need_a_given_derivation_and_stand_alone():
+    values = torch.zeros(4, HEADS)
+    with pytest.raises(ValueError, match="give it a Given derivation"):
+        EdgeBias(Relative(2), values=values)
+    with pytest.raises(ValueError, match="a table, slopes or values, exactly one"):
+        EdgeBias(Given(5), table=torch.zeros(5, HEADS), values=values)
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("backend", biased_backends("position-bias"))
 def test_t5_buckets(backend, bidirectional):
