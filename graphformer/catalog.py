@@ -171,8 +171,9 @@ EDGE_USES = Registry(
     {
         "table": "a learned row per type id: takes a type with a finite number of ids (not distance)",
         "distance": "a function of the distance itself: takes distance only",
+        "features": "a learned map of each edge's F features: takes types given with features (given:T,F)",
     },
-    one_of=("table", "distance"),
+    one_of=("table", "distance", "features"),
 )
 EDGE_USES.register(
     "bias",
@@ -192,6 +193,13 @@ EDGE_USES.register(
     "learned key and value vectors per type and head (Shaw et al., 2018)",
     "graphformer.model.edge_encoding:ShawVectors",
     ["table"],
+)
+
+EDGE_USES.register(
+    "features",
+    "learned linear maps of each edge's features added to its key and value (PyG's edge_dim)",
+    "graphformer.model.edge_encoding:FeatureMaps",
+    ["features"],
 )
 
 TASKS = Registry("task", {"generated": "its data is generated from the seed"})

@@ -33,6 +33,23 @@ def small_recall_data(path, seed=1):
     )
 
 
+TYPE_NAMES = "self\nnext\nparent\n"  # enc.types of `write_typed_edges`: "parent" is named but never used
+
+
+def typed_line(n):
+    """Typed pairs over n tokens and </s>: each node reads itself (by name) and its successor reads it (by id 1)."""
+    return " ".join([f"{i}-{i}:self" for i in range(n + 1)] + [f"{i}-{i + 1}:1" for i in range(n)])
+
+
+def write_typed_edges(data):
+    """``enc.types`` (`TYPE_NAMES`) and ``{split}.enc.edges`` of `typed_line`s beside a parallel task's data."""
+    (data / "enc.types").write_text(TYPE_NAMES)
+    for split in ("train", "valid", "test"):
+        lines = (data / f"{split}.src").read_text().splitlines()
+        (data / f"{split}.enc.edges").write_text("".join(typed_line(len(s.split())) + "\n" for s in lines))
+    return data
+
+
 def lra_format(source):
     """``source``, a bracketed expression such as ``[MAX 2 9 ]``, as the Long Range Arena's ListOps
     generator writes it: an operator and its k arguments are the left-nested pairs

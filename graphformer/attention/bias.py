@@ -11,6 +11,8 @@ it is one of
     table (T, H)           b = table[t, h]               a learned scalar per type and head (T5, Graphormer)
     table (N_dst, H, T)    b = table[v, h, t]            one row per query: Shaw's q_v . a_t / sqrt(d)
     slopes (H,)            b = slopes[h] * t             fixed per head, linear in t (ALiBi: -m_h |i - j|)
+    values (E, H)          b = values[e, h]              one value per edge, in the relation's edge order:
+                                                         a map of its features, q_v . W_k f_uv / sqrt(d)
 
 Several uses on one relation add up: a `BiasSum` of parts is a bias too, and a backend that reads
 more than ``per_edge`` and ``score`` (a kernel's own parameters) handles each of its ``parts``.
@@ -37,17 +39,21 @@ class EdgeBias:
 
     Attributes:
         derivation: how an edge's type id is found (`graphformer.graphs.edge_types`).
-        table: (T, H) or (N_dst, H, T) biases by type (and query); None with ``slopes``.
-        slopes: (H,) per-head factor of the type id; None with ``table``.
+        table: (T, H) or (N_dst, H, T) biases by type (and query).
+        slopes: (H,) per-head factor of the type id.
+        values: (E, H) the bias of each edge itself, with a `Given` derivation (it lives on the edges).
     """
 
     derivation: object
     table: torch.Tensor | None = None
     slopes: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
     def __post_init__(self):
-        if (self.table is None) == (self.slopes is None):
-            raise ValueError("an EdgeBias takes a table or slopes, exactly one")
+        if sum(x is not None for x in (self.table, self.slopes, self.values)) != 1:
+            raise ValueError("an EdgeBias takes a table, slopes or values, exactly one")
+        if self.values is not None and self.from_positions:
+            raise ValueError("an EdgeBias with values per edge lives on the edges: give it a Given derivation")
 
     @property
     def from_positions(self) -> bool:
@@ -82,12 +88,16 @@ class EdgeBias:
 
     def per_edge(self, relation: Relation, dtype: torch.dtype) -> torch.Tensor:
         """(E, H) bias of every edge of ``relation``, in its edge order, as ``dtype``."""
+        if self.values is not None:
+            return self.values.to(dtype)
         types = edge_types(relation, self.derivation)
         heads = torch.arange(self.num_heads, device=types.device)
         return self.of_types(types[:, None], relation.v[:, None], heads[None]).to(dtype)
 
     @property
     def num_heads(self) -> int:
+        if self.values is not None:
+            return self.values.shape[1]
         if self.slopes is not None:
             return len(self.slopes)
         return self.table.shape[-1] if self.table.dim() == 2 else self.table.shape[1]

@@ -59,6 +59,22 @@ class T5Buckets:
     max_distance: int
     bidirectional: bool = True
 
+    def __post_init__(self):
+        # What the formula needs: at least one exact bucket (exact = B/4, or B/2 one-sided, >= 1; else it
+        # divides by log(D / 0)), every bucket reachable (an odd B split in two leaves the last one out),
+        # and a log range that grows (D > exact: log(D / exact) > 0, else the far ids are NaN or below exact).
+        share = 4 if self.bidirectional else 2  # exact = B / share
+        exact, spec = self.buckets // share, f"t5:{self.buckets},{self.max_distance}"
+        if self.bidirectional and self.buckets % 2:
+            raise ValueError(f"{spec}: B must be even, half the buckets for keys on each side of the query")
+        if exact < 1:
+            raise ValueError(f"{spec}: B must be at least {share} here: B/{share} buckets hold one offset each")
+        if self.max_distance <= exact:
+            raise ValueError(
+                f"{spec}: D must exceed B/{share} = {exact}, the offsets with a bucket each; the log buckets span "
+                "from there to D"
+            )
+
     @property
     def num_types(self) -> int:
         return self.buckets

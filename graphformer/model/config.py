@@ -14,7 +14,7 @@ from functools import partial
 from graphformer.catalog import MODELS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
-from graphformer.model.edge_spec import backend_needs, edges_help, parse_edges, per_sample_types
+from graphformer.model.edge_spec import backend_needs, edges_help, field_of, parse_edges, per_sample_types
 
 # The kinds of model, their capabilities and classes: graphformer.catalog.MODELS (live names: a
 # plugin's kinds are in them), and which options apply to each, without torch (for --help and `check`).
@@ -144,10 +144,15 @@ class ModelConfig(DictConfig):
         from graphformer.graphs.pool import GraphPool  # torch: only once a config is made, never for --help
 
         typed = per_sample_types({r: self.edge_terms(r) for r in self._relations()})
-        given = {"edge_types": typed} if typed else {}  # a pool that takes none is refused by parse_edges
-        if self.classifies:
-            return GraphPool(self.enc_attention, targets=False, cls_node=self.cls_node, **given)
-        return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention, **given)
+        try:
+            if self.classifies:
+                return GraphPool(self.enc_attention, targets=False, cls_node=self.cls_node, edge_types=typed)
+            return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention, edge_types=typed)
+        except ConfigError as err:  # the pool names its edge_types[relation]; the user wrote --{relation}-edges
+            relation = next((r for r in typed if err.name == f"edge_types[{r!r}]"), None)
+            if relation is None:
+                raise
+            raise ConfigError(field_of(relation), err.problem) from None
 
     def _refuse_changed(self, names: tuple[str, ...], why: str) -> None:
         changed = [

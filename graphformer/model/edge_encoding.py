@@ -12,6 +12,8 @@ and each use adds its part of b (the score bias) or c (the value term):
     alibi   b = -m_h |i - j|                   m_h fixed: 2^(-8h/H) for H a power of two (Press et al.)
     shaw    b = q_vh . a^K_th / sqrt(d)        a^K, a^V (T, H, d) learned (Shaw et al., 2018, eq. 3-4)
             c = a^V_th
+    features  b = q_vh . (W^K f_uv)_h / sqrt(d)  W^K, W^V (F -> H x d) learned, f_uv the edge's F features
+            c = (W^V f_uv)_h                   (given:T,F): k_u + W^K f_uv, v_u + W^V f_uv as PyG's edge_dim
 
 The score part is an `graphformer.attention.bias.EdgeBias` that every biased backend adds inside
 its softmax; the value part, sum_u w_uvh a^V_{t_uv}h, needs the normalised weights, so a sub-layer
@@ -107,6 +109,39 @@ class ShawVectors(EdgeUse):
         return out.index_add_(0, relation.v, per_edge)
 
 
+class FeatureMaps(EdgeUse):
+    """``features``: learned maps W^K and W^V of each edge's F features, (F, H, d) each, zero at
+    first; the relation carries the (E, F) features (`graphformer.graphs.sample_types`, given:T,F)."""
+
+    adds_values = True
+
+    def __init__(self, derivation, heads: int, d_head: int):
+        super().__init__(derivation, heads, d_head)
+        self.width = derivation.features
+        self.keys = nn.Parameter(torch.zeros(self.width, heads, d_head))
+        self.vals = nn.Parameter(torch.zeros(self.width, heads, d_head))
+
+    def mapped(self, relation, weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """(E, H, d) W f_uv for every edge of ``relation``; a ValueError where its features are
+        missing or of another width than the model's."""
+        features = relation.edge_features
+        if features is None or features.shape[1] != self.width:
+            has = "no edge features" if features is None else f"edge features of width {features.shape[1]}"
+            raise ValueError(
+                f"{relation} carries {has}, but its features use maps {self.width} per edge (given:T,{self.width})"
+            )
+        return torch.einsum("ef,fhd->ehd", features.to(dtype), weight.to(dtype))
+
+    def score(self, relation, q: torch.Tensor) -> EdgeBias:
+        keys = self.mapped(relation, self.keys, q.dtype)
+        return EdgeBias(self.derivation, values=(q[relation.v] * keys).sum(-1) / math.sqrt(self.d_head))
+
+    def values(self, relation, weights: torch.Tensor) -> torch.Tensor:
+        per_edge = weights * self.mapped(relation, self.vals, weights.dtype)  # (E, H, d)
+        out = per_edge.new_zeros(relation.num_queries, self.heads, self.d_head)
+        return out.index_add_(0, relation.v, per_edge)
+
+
 class EdgeEncoding(nn.Module):
     """The uses of one attention sub-layer's edges (the terms of its ``--*-edges`` spec,
     `graphformer.model.edge_spec.EdgeTerm`), each an EDGE_USES module."""
@@ -138,4 +173,13 @@ def edge_encoding(terms, heads: int, d_model: int) -> EdgeEncoding | None:
     return EdgeEncoding(terms, heads, d_model // heads) if terms else None
 
 
-__all__ = ["EdgeUse", "ScoreBias", "AlibiSlopes", "ShawVectors", "alibi_slopes", "EdgeEncoding", "attend"]
+__all__ = [
+    "EdgeUse",
+    "ScoreBias",
+    "AlibiSlopes",
+    "ShawVectors",
+    "FeatureMaps",
+    "alibi_slopes",
+    "EdgeEncoding",
+    "attend",
+]

@@ -4,7 +4,8 @@ A SPEC is ``none`` or terms joined by ``+``, each ``USE=TYPES``:
 
     USE     an entry of `graphformer.catalog.EDGE_USES`: what attention does with an edge's type
             (bias: a learned scalar per type and head; alibi: a fixed slope per head times the
-            distance; shaw: learned key and value vectors per type)
+            distance; shaw: learned key and value vectors per type; features: learned maps of
+            each edge's features to its key and value)
     TYPES   an entry of `graphformer.catalog.EDGE_TYPES` with its integer arguments after a colon,
             comma separated, as patterns take theirs: relative:16, t5:32,128, distance
 
@@ -13,16 +14,18 @@ A SPEC is ``none`` or terms joined by ``+``, each ``USE=TYPES``:
 A use whose entry names its ``types`` (alibi: distance) may leave ``=TYPES`` out. The terms of one
 relation add up: their score biases are summed, their value vectors too.
 
-This module imports no torch until a spec's types are built (`EdgeTerm.derivation`): the command
-line reads `edges_help` for ``--help``.
+This module imports no torch until a spec is read (`parse_edges` builds each term's derivation,
+whose own checks refuse arguments that make no sense, e.g. T5 buckets too few to split): the
+command line reads `edges_help` for ``--help``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import inspect
+from dataclasses import dataclass
 
 from graphformer.catalog import EDGE_TYPES, EDGE_USES
-from graphformer.errors import ConfigError, did_you_mean
+from graphformer.errors import ConfigError, UserError, did_you_mean
 
 NONE = "none"
 # A causal decoder's keys never come after its query: T5 gives all its buckets to one side there.
@@ -51,10 +54,10 @@ class EdgeTerm:
 
     def derivation(self):
         """The `graphformer.graphs.edge_types` derivation of each edge's type id (imports torch)."""
-        made = EDGE_TYPES[self.types](*self.arguments)
-        if self.relation in ONE_SIDED and getattr(made, "bidirectional", False):
-            made = replace(made, bidirectional=False)
-        return made
+        build = EDGE_TYPES[self.types]
+        if self.relation in ONE_SIDED and "bidirectional" in inspect.signature(build).parameters:
+            return build(*self.arguments, bidirectional=False)  # its checks are the one-sided ones
+        return build(*self.arguments)
 
 
 def field_of(relation: str) -> str:
@@ -97,6 +100,7 @@ def _parse_term(term: str, relation: str) -> EdgeTerm:
         raise ConfigError(field, f"term {term!r}: unknown edge type {name!r}{hint}; known: {', '.join(EDGE_TYPES)}")
     parsed = EdgeTerm(use, name, _arguments(term, name, args, field), relation)
     _check_fits(parsed, term, field)
+    _check_builds(parsed, term, field)
     return parsed
 
 
@@ -131,17 +135,19 @@ def _check_fits(term: EdgeTerm, written: str, field: str) -> None:
             f"term {written!r}: distance has no bound, and {term.use} learns a row per type; "
             "clip it (relative:16, t5:32,128) or use alibi",
         )
-    if term.per_sample and not _pool_takes_types():
-        raise ConfigError(field, f"term {written!r}: this version's graph pool reads no per-sample edge types")
 
 
-def _pool_takes_types() -> bool:
-    """Whether `graphformer.graphs.pool.GraphPool` takes ``edge_types=`` (per-sample types for each relation)."""
-    import inspect
-
-    from graphformer.graphs.pool import GraphPool
-
-    return "edge_types" in inspect.signature(GraphPool).parameters
+def _check_builds(term: EdgeTerm, written: str, field: str) -> None:
+    """The derivation's own checks of its arguments (T5's buckets and distance, a hops clip),
+    made as the spec is read, so that a bad one is refused before a model or a run exists."""
+    try:
+        made = term.derivation()
+    except (UserError, ValueError) as err:
+        raise ConfigError(field, f"term {written!r}: {err}") from None
+    if EDGE_USES.entry(term.use).can("features") and not getattr(made, "features", None):
+        raise ConfigError(
+            field, f"term {written!r}: {term.use} maps each edge's features; give types with F of them, e.g. given:3,4"
+        )
 
 
 def per_sample_types(terms_of: dict[str, tuple[EdgeTerm, ...]]) -> dict[str, str]:

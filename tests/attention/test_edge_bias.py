@@ -124,6 +124,24 @@ def test_a_table_per_given_type(backend):
     check(backend, bias, relation, q, k, v, lambda i, j, e: table[types[e]], leaves=(table,))
 
 
+@pytest.mark.parametrize("backend", biased_backends("edge-type-bias"))
+def test_a_value_per_edge(backend):
+    """values (E, H): the bias of each edge itself (a map of its features), in the relation's edge order."""
+    relation, q, k, v = random_batch(5)
+    values = torch.randn(len(relation.u), HEADS, dtype=torch.float64)
+    bias = EdgeBias(Given(5), values=values)
+    assert bias.capability == "edge-type-bias"
+    check(backend, bias, relation, q, k, v, lambda i, j, e: values[e], leaves=(values,))
+
+
+def test_values_per_edge_need_a_given_derivation_and_stand_alone():
+    values = torch.zeros(4, HEADS)
+    with pytest.raises(ValueError, match="give it a Given derivation"):
+        EdgeBias(Relative(2), values=values)
+    with pytest.raises(ValueError, match="a table, slopes or values, exactly one"):
+        EdgeBias(Given(5), table=torch.zeros(5, HEADS), values=values)
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("backend", biased_backends("position-bias"))
 def test_t5_buckets(backend, bidirectional):
@@ -177,6 +195,26 @@ def test_t5_buckets_follow_the_rule_at_every_offset():
         ids = T5Buckets(buckets, far, both).of_offsets(offsets).tolist()
         assert ids == [t5_bucket(r, buckets, far, both) for r in offsets.tolist()]
         assert max(ids) == buckets - 1
+
+
+def test_t5_arguments_are_refused_exactly_where_the_formula_breaks():
+    """Each B, D that T5Buckets takes gives ids in range(B) that reach B - 1, the exact buckets
+    0..B/4 - 1 (B/2 - 1 one-sided) first, growing with the distance; the others are refused: an
+    odd B split in two, no exact bucket (log(n / 0)), or a log range that does not grow (D <= exact)."""
+    offsets = torch.arange(-400, 401)
+    for both in (True, False):
+        for buckets in range(1, 20):
+            for far in range(1, 24):
+                exact = buckets // 4 if both else buckets // 2
+                sound = (buckets % 2 == 0 or not both) and exact >= 1 and far > exact
+                if not sound:
+                    with pytest.raises(ValueError, match=f"^t5:{buckets},{far}: "):
+                        T5Buckets(buckets, far, both)
+                    continue
+                ids = T5Buckets(buckets, far, both).of_offsets(offsets)
+                assert ids.min() >= 0 and ids.max() == buckets - 1
+                ahead = ids[offsets >= 0]  # keys at or before the query: 0, 1, .. exact - 1, then log buckets
+                assert ahead[:exact].tolist() == list(range(exact)) and bool((ahead.diff() >= 0).all())
 
 
 def test_a_backend_without_the_capability_is_refused_in_one_line():

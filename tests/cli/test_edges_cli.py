@@ -43,6 +43,14 @@ def copy_data(tmp_path_factory):
         (["--enc-edges", "biass=relative:4"], "--enc-edges term 'biass=relative:4': unknown use 'biass' (did you mean"),
         (["--cross-edges", "bias=relativ:4"], "--cross-edges term 'bias=relativ:4': unknown edge type 'relativ' (did"),
         (["--enc-edges", "bias=t5:32"], "t5 takes 2 integer argument(s): t5:B,D"),
+        (["--enc-edges", "bias=t5:7,20"], "'bias=t5:7,20': t5:7,20: B must be even, half the buckets for keys on each"),
+        (["--enc-edges", "bias=t5:2,20"], "t5:2,20: B must be at least 4 here: B/4 buckets hold one offset each"),
+        (["--enc-edges", "bias=t5:16,4"], "t5:16,4: D must exceed B/4 = 4, the offsets with a bucket each"),
+        (["--dec-edges", "bias=t5:16,8"], "--dec-edges term 'bias=t5:16,8': t5:16,8: D must exceed B/2 = 8"),
+        (
+            ["--enc-edges", "bias=hops:255"],
+            "--enc-edges term 'bias=hops:255': hops:255: the clip K must be from 1 to 254",
+        ),
         (["--enc-edges", "bias=relative:x"], "the arguments of relative must be integers"),
         (["--enc-edges", "bias=relative:0"], "must be positive integers"),
         (["--dec-edges", "alibi=relative:4"], "alibi multiplies the distance; write alibi"),
@@ -109,17 +117,16 @@ def test_the_classifiers_train_evaluate_and_classify_with_edges(tmp_path, capsys
 
 
 def test_decoder_and_cross_edges_train_and_decode(copy_data, tmp_path, capsys):
-    """Decoding reads the bias of each new query at its step: that needs the step's relations to
-    carry positions (graphformer.decoding.steppers); until they do, this run stops at validation."""
+    """Decoding reads the bias of each new query at its step (the step's relations carry
+    positions): greedy and beam search translate every line."""
     run = tmp_path / "run"
-    try:
-        code = train(copy_data, run, "--dec-edges", "bias=t5:8,16", "--cross-edges", "shaw=relative:3+alibi")
-    except ValueError as err:
-        if "has no node positions" in str(err):
-            pytest.skip("incremental decoding's step relations carry no positions yet")
-        raise
-    assert code == 0 and loss_fell(run)
-    assert main(["translate", str(run), "--input", str(copy_data / "valid.src"), "--beam", "2", "--quiet"]) == 0
+    assert train(copy_data, run, "--dec-edges", "bias=t5:8,16", "--cross-edges", "shaw=relative:3+alibi") == 0
+    assert loss_fell(run)
+    lines = len((copy_data / "valid.src").read_text().splitlines())
+    for beam in ("1", "3"):
+        capsys.readouterr()
+        assert main(["translate", str(run), "--input", str(copy_data / "valid.src"), "--beam", beam, "--quiet"]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == lines
 
 
 def test_recorded_maps_hold_the_weights_after_the_bias():
@@ -162,42 +169,48 @@ def test_a_plugins_use_is_offered_and_built(monkeypatch):
     assert isinstance(model.encoder.layers[0].edges.uses[0], ScoreBias)
 
 
-@pytest.fixture
-def role_types(monkeypatch):
-    """A per-sample edge type ``role`` (3 ids given with each sample's edges), gone after the test."""
-    from graphformer.catalog import EDGE_TYPES
-    from graphformer.graphs.edge_types import Given
-
-    monkeypatch.setattr(EDGE_TYPES, "_entries", dict(EDGE_TYPES._entries))
-    monkeypatch.setattr(EDGE_TYPES, "_loaded", dict(EDGE_TYPES._loaded))
-    EDGE_TYPES.register("role", "a tree edge's role", lambda: Given(3), ["per-sample"], arguments="")
-    return "role"
-
-
-def test_per_sample_types_go_to_the_pool_that_reads_them(role_types, monkeypatch):
+def test_per_sample_types_go_to_the_pool_that_reads_them():
     """The model config names each relation's per-sample types to its graph pool, and a backend
-    must then serve edge-type biases; a pool that reads none refuses them in one line."""
-    import graphformer.graphs.pool as pool_module
+    must then serve edge-type biases; one relation reads one kind of per-sample type."""
     from graphformer.errors import ConfigError
+    from graphformer.graphs import ENC
+    from graphformer.graphs.sample_types import Roles
     from graphformer.model import ModelConfig
 
-    with pytest.raises(ConfigError, match="^enc_edges term 'bias=role': this version's graph pool reads no per-"):
-        ModelConfig(src_vocab=10, tgt_vocab=10, enc_edges="bias=role")
-
-    given = {}
-
-    class TypedPool(pool_module.GraphPool):
-        def __init__(self, *args, edge_types=None, **kwargs):
-            given.update(edge_types or {})
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(pool_module, "GraphPool", TypedPool)
-    cfg = ModelConfig(src_vocab=10, tgt_vocab=10, enc_edges="bias=role+alibi", cross_edges="shaw=relative:2")
-    assert given == {"enc": "role"}
+    cfg = ModelConfig(
+        src_vocab=10,
+        tgt_vocab=10,
+        enc_attention="window:1+parse-tree",
+        enc_edges="bias=role+alibi",
+        cross_edges="shaw=relative:2",
+    )
+    assert cfg.graph_pool().edge_types == {ENC: Roles()}
     assert cfg.backend_needs() == {"edge-type-bias", "position-bias"}
-    from graphformer.catalog import EDGE_TYPES
-    from graphformer.graphs.edge_types import Given
+    with pytest.raises(ConfigError, match="reads hops:2 and role from each sample; one kind at a time$"):
+        parse_edges("bias=role+shaw=hops:2", "enc")
 
-    EDGE_TYPES.register("hops", "shortest-path distance", lambda: Given(4), ["per-sample"], arguments="")
-    with pytest.raises(ConfigError, match="reads hops and role from each sample; one kind at a time$"):
-        parse_edges("bias=role+shaw=hops", "enc")
+
+@pytest.mark.parametrize("spec", ["role", "hops:1", "hops:3", "given:3", "given:2,4"])
+def test_the_pools_ids_fit_the_models_tables(spec):
+    """The model's table has a row for every id the pool gives: the spec's words are the ones the
+    pool parses, and an edge of the length pattern that the sample does not list (given:T's id T),
+    or a pair farther than K hops, has its row too."""
+    from graphformer.graphs import ENC, make_batch
+    from graphformer.graphs.sample_types import parse_derivation
+    from graphformer.model import make_model
+
+    (term,) = parse_edges(f"bias={spec}", "enc")
+    assert parse_derivation(term.types_spec) == term.derivation()
+    model = make_model(20, enc_attention="window:2+edges", enc_edges=f"bias={spec}", d_model=16, heads=4, d_ff=32)
+    rows = model.encoder.layers[0].edges.uses[0].table.shape[0]
+    u, v = torch.tensor([0, 1, 2, 3, 5, 6]), torch.tensor([1, 2, 3, 4, 6, 7])  # a path 0-4, and 5-7 apart
+    width = int(spec.split(",")[1]) if "," in spec else None
+    listed = (u, v, torch.tensor([0, 1, 0, 1, 1, 0])) + ((torch.randn(6, width),) if width else ())
+    batch = make_batch(model.make_pool(), [list(range(4, 12))], [[5, 6]], edges=[listed])
+    ids = batch.relation(ENC).edge_types
+    assert int(ids.max()) == rows - 1  # the last row is used: "other", "> K hops" or "unlisted"
+    assert int(ids.min()) == 0
+    model(batch).sum().backward()
+    assert model.encoder.layers[0].edges.uses[0].table.grad.abs().sum(1).gt(0).tolist() == [
+        bool((ids == t).any()) for t in range(rows)
+    ]  # rows of the ids that occur, and only those, are learned

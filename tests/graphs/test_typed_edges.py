@@ -1,28 +1,19 @@
 """Typed edges files (key-query:type and a names file beside them): read back as written, old files
 still valid, and every bad input refused in one line naming the file and line, through the reader
-and through `train`, which reads edges files before it writes anything.
-
-After w/edgemodel merges (the options that use types, e.g. ``--enc-edges bias=given:3``), add CLI
-tests that: a run with given:T trains on a typed file; an untyped file, or a names file of another
-count than T, is refused in one line; ``role``/``hops:K`` on ``--enc-attention window:1+parse-tree``
-train and evaluate; ``given`` on a relation without ``edges`` is refused before anything is written.
+and through `train`, which reads edges files before it writes anything. The runs that use the
+types (``--enc-edges bias=given:3``) are in tests/cli/test_edges_cli.py.
 """
 
 import pytest
 import torch
-from helpers import TINY_MODEL, small_copy_data, snapshot
+from helpers import TINY_MODEL, TYPE_NAMES, small_copy_data, snapshot, write_typed_edges
 
 from graphformer.cli import main
 from graphformer.errors import UserError
 from graphformer.graphs import ENC, GraphPool, make_batch
 from graphformer.graphs.sample_edges import read_edges_file
 
-NAMES = "self\nnext\nparent\n"
-
-
-def typed_line(n):
-    """Typed pairs over n tokens and </s>: each node reads itself (by name) and its successor reads it (by id 1)."""
-    return " ".join([f"{i}-{i}:self" for i in range(n + 1)] + [f"{i}-{i + 1}:1" for i in range(n)])
+NAMES = TYPE_NAMES
 
 
 def test_a_typed_file_reads_back_as_written_and_types_the_batch(tmp_path):
@@ -92,12 +83,7 @@ def test_a_names_file_of_another_count_than_declared_is_refused(tmp_path):
 
 @pytest.fixture
 def typed_data(tmp_path):
-    data = small_copy_data(tmp_path / "data", n_train=16)
-    (data / "enc.types").write_text(NAMES)
-    for split in ("train", "valid", "test"):
-        lines = (data / f"{split}.src").read_text().splitlines()
-        (data / f"{split}.enc.edges").write_text("".join(typed_line(len(s.split())) + "\n" for s in lines))
-    return data
+    return write_typed_edges(small_copy_data(tmp_path / "data", n_train=16))
 
 
 def train(data, run):

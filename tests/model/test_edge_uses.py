@@ -243,3 +243,95 @@ def test_the_universal_transformer_learns_edge_tables_on_its_shrinking_subgraphs
     (out.log_probs.sum() + out.aux_loss).backward()
     tables = {name: p.grad for name, p in model.named_parameters() if "edges" in name}
     assert len(tables) == 5 and all(g is not None and g.abs().sum() > 0 for g in tables.values())
+
+
+TYPED = [e.name for e in BACKENDS.entries() if e.can("edge-type-bias")]
+
+
+def featured_relation(seed: int, width: int):
+    """Two samples of 6 keys and 5 queries, random edges (every query keeps one), F features per edge."""
+    from graphformer.graphs.relation import Relation
+
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.rand(2, 5, 6, generator=g) < 0.5
+    keep[:, torch.arange(5), torch.randint(6, (5,), generator=g)] = True
+    sample, query, key = keep.nonzero(as_tuple=True)
+    u, v = key + 6 * sample, query + 5 * sample
+    features = torch.randn(len(u), width, generator=g, dtype=torch.float64)
+    types = torch.zeros(len(u), dtype=torch.int64)
+    return Relation.of_edges(
+        u,
+        v,
+        12,
+        10,
+        torch.tensor([6, 6]),
+        torch.tensor([5, 5]),
+        verified=True,
+        edge_types=types,
+        edge_features=features,
+    )
+
+
+@pytest.mark.parametrize("backend", backends(*TYPED, grad=True, float64=True))
+def test_edge_features_join_each_edges_key_and_value_as_a_dense_reference_does(backend):
+    """PyG's edge_dim, query by query: s_e = q_v . (k_u + W^K f_e) / sqrt(d), w = softmax over v's
+    edges, o_v = sum_e w_e (v_u + W^V f_e); values and gradients (q, k, v, W^K, W^V, f) in float64."""
+    from graphformer.model.edge_encoding import EdgeEncoding
+
+    relation = featured_relation(0, width=3)
+    edges = EdgeEncoding(parse_edges("features=given:1,3", "enc"), HEADS, D_HEAD).double()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in edges.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
+    q, k, v = (torch.randn(n, HEADS, D_HEAD, generator=g, dtype=torch.float64) for n in (10, 12, 12))
+    leaves = (q, k, v, relation.edge_features, *edges.parameters())
+    for t in leaves:
+        t.requires_grad_(True)
+    ours = edges.attend(relation, q, k, v, backend, "enc")
+
+    wk, wv = edges.uses[0].keys, edges.uses[0].vals  # (F, H, d)
+    rows = []
+    for query in range(10):
+        into = (relation.v == query).nonzero()[:, 0].tolist()
+        keys = torch.stack([k[relation.u[e]] + torch.einsum("f,fhd->hd", relation.edge_features[e], wk) for e in into])
+        vals = torch.stack([v[relation.u[e]] + torch.einsum("f,fhd->hd", relation.edge_features[e], wv) for e in into])
+        w = torch.softmax((keys * q[query]).sum(-1) / math.sqrt(D_HEAD), dim=0)  # (edges, H)
+        rows.append((w[..., None] * vals).sum(0))
+    theirs = torch.stack(rows)
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+    grad = torch.randn_like(ours)
+    for got, want in zip(torch.autograd.grad(ours, leaves, grad), torch.autograd.grad(theirs, leaves, grad)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_a_features_use_refuses_features_of_another_width_in_one_line():
+    from graphformer.errors import ConfigError
+    from graphformer.model.edge_encoding import EdgeEncoding
+
+    edges = EdgeEncoding(parse_edges("features=given:1,4", "enc"), HEADS, D_HEAD).double()
+    q, kv = torch.zeros(10, HEADS, D_HEAD, dtype=torch.float64), torch.zeros(12, HEADS, D_HEAD, dtype=torch.float64)
+    with pytest.raises(
+        ValueError, match="carries edge features of width 3, but its features use maps 4 per edge"
+    ) as err:
+        edges.attend(featured_relation(0, width=3), q, kv, kv, "torch", "enc")
+    assert "\n" not in str(err.value)
+    for spec in ("features=given:3", "features=relative:2", "features"):
+        with pytest.raises(ConfigError, match="features"):
+            parse_edges(spec, "enc")
+
+
+def test_features_given_from_python_reach_the_model():
+    """given:2,3 from Python: the pool puts each listed edge's features on the relation (zeros for
+    the window's unlisted edges), and both maps, zero at first, learn from them."""
+    from graphformer.model import make_model
+
+    model = make_model(20, enc_attention="window:1+edges", enc_edges="features=given:2,3", d_model=16, heads=4, d_ff=32)
+    u, v = torch.tensor([0, 2, 3]), torch.tensor([2, 0, 1])
+    features = torch.tensor([[1.0, 0, 0], [0, 2.0, 0], [0, 0, 3.0]])
+    batch = make_batch(model.make_pool(), [[5, 6, 7, 8]], [[5, 6]], edges=[(u, v, torch.tensor([0, 1, 1]), features)])
+    carried = batch.relation(ENC).edge_features
+    assert carried.shape[1] == 3 and carried.abs().sum() == features.abs().sum()  # unlisted edges: zeros
+    model(batch).sum().backward()  # from zero maps, both have a gradient
+    use = model.encoder.layers[0].edges.uses[0]
+    assert use.keys.grad.abs().sum() > 0 and use.vals.grad.abs().sum() > 0
