@@ -48,14 +48,19 @@ def timed(fn):
     return result, time.perf_counter() - tic
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=at_least_one, default=20)
     parser.add_argument("--batch-tokens", type=at_least_one, default=8192)
     parser.add_argument("--layers", type=at_least_one, default=12)
     parser.add_argument("--edge-types", nargs="*", default=["role", "hops:4"])
     parser.add_argument("--out", default="benchmarks/results")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def measure(args) -> list[dict]:
+    """One row of seconds per batch: deriving its trees, batching them (and untyped and typed
+    window:1+parse-tree, and window:1 alone), and a training step of the tree model."""
     torch.manual_seed(0)
     pairs = listops.generate_listops(40 * args.batches, random.Random(1))
     words = [s.split() for s, _ in pairs]
@@ -90,11 +95,17 @@ def main() -> int:
             optimizer.step()
 
         _, compute = timed(step)
-        tokens = sum(len(s) for s in batch_src)
         rows.append(
-            {"tokens": tokens, "derive": derive, "batch": building, "window_batch": window, "step": compute}
+            {"tokens": sum(map(len, batch_src)), "derive": derive, "batch": building, "window_batch": window}
+            | {"step": compute}
             | {f"typed_batch {spec}": seconds for spec, seconds in typed.items()}
         )
+    return rows
+
+
+def main() -> int:
+    args = parse_args()
+    rows = measure(args)
     median = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "tokens"}
     whole_step = median["derive"] + median["batch"] + median["step"]
     result = {

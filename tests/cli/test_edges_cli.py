@@ -57,7 +57,6 @@ def copy_data(tmp_path_factory):
         (["--enc-edges", "bias=distance"], "distance has no bound"),
         (["--enc-edges", "shaw"], "shaw needs the edge types it reads, e.g. shaw=relative:16"),
         (["--enc-edges", "alibi+"], "empty term around '+'"),
-        (["--enc-edges", "alibi", "--attention-backend", "padded"], "--attention-backend padded cannot add the edge"),
         (["--model", "encoder", "--dec-edges", "alibi"], "--dec-edges applies to models with a decoder"),
     ],
 )
