@@ -38,7 +38,7 @@ def check_decodable(pool: GraphPool) -> None:
     """Refuse a pool whose decoder or cross attention takes edges given with each sample: a
     target's edges are known only once the whole target is, and decoding makes it a token at a time."""
     if not pool.decodable:
-        targets = [relation[1] for relation in pool.sample_terms if relation != ENC]
+        targets = [etype[1] for etype in pool.sample_terms if etype != ENC]
         raise UserError(
             f"cannot decode with per-sample edges in the {' and '.join(targets)} attention (they need the "
             "whole target); use length patterns there, or score given targets with teacher forcing"

@@ -151,9 +151,9 @@ def make_batch(
 
     ``edges`` gives each sample's own edges where the pool's patterns take them (``parse-tree``,
     ``edges``: `graphformer.graphs.sample_edges`): one entry per sample, each a mapping from
-    relation name ('enc', 'dec', 'cross') to (u, v) tensors, (key, query) pairs or a networkx
-    graph, or those edges alone where one relation takes them; or a function of a sample's
-    source ids that returns such an entry. Where the pool's ``edge_types`` say a relation's types
+    sub-layer name ('enc', 'dec', 'cross') to (u, v) tensors, (key, query) pairs or a networkx
+    graph, or those edges alone where one sub-layer takes them; or a function of a sample's
+    source ids that returns such an entry. Where the pool's ``edge_types`` say a sub-layer's types
     are given, its edges carry them: (u, v, types) or (u, v, types, features) tensors,
     (key, query, type) triples, or networkx edges with ``type`` (and ``features``) attributes
     (`graphformer.graphs.typed_edges`).
@@ -207,7 +207,7 @@ def _check_samples(pool: GraphPool, src: Sequence[Sequence[int]], tgt: Sequence[
 
 
 def per_sample_edges(pool: GraphPool, src: Sequence[Sequence[int]], edges) -> list[dict] | None:
-    """``edges`` as one {relation: edges} per sample (see `make_batch`), or None where none are given
+    """``edges`` as one {etype: edges} per sample (see `make_batch`), or None where none are given
     (or the pool takes none)."""
     if not pool.sample_terms:
         if edges is not None:
@@ -221,17 +221,17 @@ def per_sample_edges(pool: GraphPool, src: Sequence[Sequence[int]], edges) -> li
     per_sample = [edges(s) for s in src] if callable(edges) else list(edges)
     if len(per_sample) != len(src):
         raise ValueError(f"{len(src)} samples but {len(per_sample)} entries of edges; give one per sample")
-    names = {relation[1]: relation for relation in (ENC, DEC, CROSS)}
+    etypes = {etype[1]: etype for etype in (ENC, DEC, CROSS)}
     only = next(iter(pool.sample_terms)) if len(pool.sample_terms) == 1 else None
     entries = []
     for i, entry in enumerate(per_sample):
         if isinstance(entry, Mapping):
-            unknown = [r for r in entry if names.get(r, r) not in pool.sample_terms]
+            unknown = [name for name in entry if etypes.get(name, name) not in pool.sample_terms]
             if unknown:
                 raise ValueError(f"sample {i}: edges for {unknown[0]!r}, which takes none here")
-            entries.append({names.get(r, r): e for r, e in entry.items()})
+            entries.append({etypes.get(name, name): e for name, e in entry.items()})
         elif only is None:
-            raise ValueError(f"sample {i}: several relations take edges; map each name ('enc', ...) to its edges")
+            raise ValueError(f"sample {i}: several sub-layers take edges; map each name ('enc', ...) to its edges")
         else:
             entries.append({only: entry})
     return entries

@@ -3,7 +3,7 @@
 A `HeteroGraph` holds what graph attention needs of a graph and nothing else:
 
     node_counts   {ntype: N}                 nodes of each type ('src', 'tgt')
-    edges_of      {(utype, name, vtype): (u, v)}   (E,) int64 key and query node ids per relation
+    edges_of      {(utype, name, vtype): (u, v)}   (E,) int64 key and query node ids per etype
     pos           {ntype: (N,) int64}         each node's position in its sequence
 
 Batching numbers the nodes sample by sample: sample b's node i of type t becomes
@@ -12,7 +12,7 @@ no edge crosses samples. That is all ``dgl.batch`` does for these graphs, and do
 graphformer whole where DGL cannot be installed (current PyTorch, GPU machines). Where DGL is
 installed, `HeteroGraph.to_dgl` gives the same graph as a DGL heterograph (positions as node data
 ``'pos'``), for DGL's own algorithms and message passing; `HeteroGraph.to_networkx` gives one
-relation as a networkx graph.
+etype as a networkx graph.
 
 The method names follow DGL's (``edges(etype)``, ``num_edges``, ``num_nodes``, ``in_degrees``,
 ``canonical_etypes``), so code written against a DGL heterograph reads these unchanged.
@@ -43,24 +43,24 @@ class HeteroGraph:
         return list(self.edges_of)
 
     def etype(self, etype: Etype | str | None = None) -> Etype:
-        """The canonical (utype, name, vtype) of a relation given by it or by its name ('enc'), or
-        of the graph's only relation."""
+        """The canonical (utype, name, vtype) of an etype given by it or by its name ('enc'), or
+        the graph's only etype."""
         if etype in self.edges_of:
             return etype
         named = [e for e in self.edges_of if etype is None or e[1] == etype]
         if len(named) != 1:
             raise KeyError(
-                f"{'no' if named == [] else 'more than one'} relation {etype or ''} in this graph; it has "
+                f"{'no' if named == [] else 'more than one'} etype {etype or ''} in this graph; it has "
                 f"{', '.join(e[1] for e in self.edges_of)}: name one"
             )
         return named[0]
 
     def edges(self, etype: Etype | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(u, v): (E,) key and query node id of each edge of the relation."""
+        """(u, v): (E,) key and query node id of each edge of the etype."""
         return self.edges_of[self.etype(etype)]
 
     def num_edges(self, etype: Etype | str | None = None) -> int:
-        """Edges of one relation, or of all of them."""
+        """Edges of one etype, or of all of them."""
         if etype is None:
             return sum(len(u) for u, _ in self.edges_of.values())
         return len(self.edges(etype)[0])
@@ -69,7 +69,7 @@ class HeteroGraph:
         return self.node_counts[ntype]
 
     def in_degrees(self, etype: Etype | str | None = None) -> torch.Tensor:
-        """(N_vtype,) number of keys of each query node of the relation."""
+        """(N_vtype,) number of keys of each query node of the etype."""
         _, _, vtype = self.etype(etype)
         return torch.bincount(self.edges(etype)[1], minlength=self.node_counts[vtype])
 
@@ -84,7 +84,7 @@ class HeteroGraph:
         return graph
 
     def to_networkx(self, etype: Etype | str):
-        """One relation as a networkx DiGraph: an edge (u, v) for key u and query v, node ids as here
+        """One etype as a networkx DiGraph: an edge (u, v) for key u and query v, node ids as here
         (the two ends are one node set for self-attention, key and query ids apart otherwise)."""
         import networkx as nx
 

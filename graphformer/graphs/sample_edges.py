@@ -1,16 +1,16 @@
 r"""Attention edges that come with each sample: a parse tree, a file of pairs, any graph.
 
 A length pattern (`graphformer.graphs.patterns`) gives every sample of one length the same edges.
-Here a relation takes each sample's own edges too, named by a *sample term* in its spec:
+Here a sub-layer takes each sample's own edges too, named by a *sample term* in its spec:
 
     parse-tree     derived from the tokens of a bracketed prefix expression (ListOps, LRA's files;
                    `graphformer.graphs.expression_tree`), for the encoder
     operands       derived from a source ``A + B``: target position t reads position t of each
                    operand (addition; `operands`), for the cross-attention
-    edges          given with the data: ``{split}.{relation}.edges`` beside ``{split}.src``
+    edges          given with the data: ``{split}.{sublayer}.edges`` beside ``{split}.src``
                    (`read_edges_file`), or ``make_batch(..., edges=...)`` from Python
 
-A spec may join one sample term to length patterns, ``window:1+parse-tree``: the relation's
+A spec may join one sample term to length patterns, ``window:1+parse-tree``: the sub-layer's
 edges are the union. Sample edges are never cached by length (two samples of one length differ).
 
 Positions. Edges are (key, query) pairs of node positions within one sample, as a batch numbers
@@ -28,7 +28,7 @@ for the encoder's ``{split}.enc.edges``; ``{split}.dec.edges`` pairs decoder pos
 ``{split}.cross.edges`` pairs a source position (key) with a decoder position (query). The file is
 read as the data is (`graphformer.data.text.read_lines`: UTF-8, a byte-order mark dropped), and
 checked whole when it is read, before a run writes anything: a position outside the sample, a
-decoder edge from a later position, or a query that neither the relation's length pattern nor the
+decoder edge from a later position, or a query that neither the sub-layer's length pattern nor the
 line gives a key is refused with the file and the line (`GraphPool.check_sample_edges`). A pair
 may carry a type, ``key-query:type``, named in a names file beside it (`graphformer.graphs.typed_edges`).
 """
@@ -58,7 +58,7 @@ from graphformer.graphs.typed_edges import (
 # The sample terms' names, the entries of graphformer.catalog.SAMPLE_TERMS (live: a plugin's are in them).
 SAMPLE_TERM_NAMES = SAMPLE_TERMS.names()
 PARSE_TREE, OPERANDS = "parse-tree", "operands"  # the package's own
-# The relation each structure derived from the source serves: "enc", "dec" or "cross".
+# The sub-layer each structure derived from the source serves: "enc", "dec" or "cross".
 DERIVED_FOR = SAMPLE_TERMS.detail("serves")
 
 
@@ -123,20 +123,20 @@ def derive(term: str, words: Sequence[str], sample: int | str):
         raise UserError(f"{where} {SAMPLE_TERMS.entry(term).details['fails']} ({term}): {err}") from None
 
 
-def edges_file(data_dir: str | Path, split: str, relation: str) -> Path:
-    """Where the given edges of ``relation`` ('enc', 'dec' or 'cross') for ``split`` are read."""
-    return Path(data_dir) / f"{split}.{relation}.edges"
+def edges_file(data_dir: str | Path, split: str, sublayer: str) -> Path:
+    """Where the given edges of the sub-layer ``sublayer`` ('enc', 'dec' or 'cross') for ``split`` are read."""
+    return Path(data_dir) / f"{split}.{sublayer}.edges"
 
 
-def read_edges_file(path: Path, pool, relation, lengths: Sequence[tuple[int, int] | None]) -> list:
-    """Each line's edges of ``relation``, in the sample's positions: (u, v), or (u, v, types) for a
+def read_edges_file(path: Path, pool, etype, lengths: Sequence[tuple[int, int] | None]) -> list:
+    """Each line's edges of ``etype``, in the sample's positions: (u, v), or (u, v, types) for a
     typed file (`graphformer.graphs.typed_edges`), checked against the sample of the same line
     (``lengths[i]``: its source positions and target nodes as `GraphPool.batch` takes them; None:
     a line no batch will hold, whose pairs are only parsed). A UserError names the file
     (`pool`'s `GraphPool.check_sample_edges` says what a line may hold) and the line of a line
     count unlike the data's, a malformed pair or type, an unknown type or one outside the declared
     types, a position out of range, a decoder edge from a later position or a query left without a
-    key; and a file without types where the pool's relation takes given types."""
+    key; and a file without types where the pool's ``etype`` takes given types."""
     if not path.is_file():
         raise UserError(f"{path} is missing: the attention pattern 'edges' reads each sample's edges from it")
     lines = read_lines(path)
@@ -144,24 +144,24 @@ def read_edges_file(path: Path, pool, relation, lengths: Sequence[tuple[int, int
         raise UserError(
             f"{path} has {len(lines)} lines but its data has {len(lengths)} samples; give one line of edges per sample"
         )
-    derivation = pool.edge_types.get(relation)
+    derivation = pool.edge_types.get(etype)
     declared = getattr(derivation, "declared", None)  # given:T types its edges
     if getattr(derivation, "features", None) is not None:
         raise UserError(
-            f"{path}: edges files carry no features, but the run's {relation[1]} edge types are "
+            f"{path}: edges files carry no features, but the run's {etype[1]} edge types are "
             f"given:{declared},{derivation.features}; drop the features or give the edges from Python"
         )
-    names = read_type_names(names_file(path, relation[1]), declared) if is_typed(lines) else None
+    names = read_type_names(names_file(path, etype[1]), declared) if is_typed(lines) else None
     if names is None and declared is not None:
         raise UserError(
-            f"{path} gives no types, but the run's {relation[1]} edge types are given:{declared}; write key-query:type"
+            f"{path} gives no types, but the run's {etype[1]} edge types are given:{declared}; write key-query:type"
         )
     edges = []
     for i, (line, sample) in enumerate(zip(lines, lengths)):
         try:
             edges.append(parse_pairs(line) if names is None else parse_typed_pairs(line, names))
             if sample is not None:
-                pool.check_sample_edges(relation, *sample, *edges[-1][:2])
+                pool.check_sample_edges(etype, *sample, *edges[-1][:2])
         except ValueError as err:
             raise UserError(f"{line_of(path, i)}: {err}") from None
     return edges
@@ -188,7 +188,7 @@ def check_positions(u: torch.Tensor, v: torch.Tensor, keys: int, queries: int, c
 
 
 class SplitEdges(Sequence):
-    """Each sample's own edges of a split, ``edges[i]``: {relation: (u, v)} for the relations
+    """Each sample's own edges of a split, ``edges[i]``: {etype: (u, v)} for the etypes
     that take them. Derived structures are parsed once here, so a sample that does not parse
     fails before training, and derived again on each use (a parse costs far less than a step, and
     keeping a long split's trees would cost memory); edges files are read once and kept."""
@@ -221,10 +221,10 @@ class SplitEdges(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):  # the first samples of a split (train_limit)
-            given = {relation: listed[i] for relation, listed in self.given.items()}
+            given = {etype: listed[i] for etype, listed in self.given.items()}
             return SplitEdges(self.words[i], self.derived, given, checked=True, lines=self.lines, source=self.source)
-        edges = {relation: derive(term, self.words[i], self.name(i)) for relation, term in self.derived.items()}
-        return edges | {relation: listed[i] for relation, listed in self.given.items()}
+        edges = {etype: derive(term, self.words[i], self.name(i)) for etype, term in self.derived.items()}
+        return edges | {etype: listed[i] for etype, listed in self.given.items()}
 
 
 def attach(split: Split, pool, data_dir: str | Path, name: str) -> Split:
@@ -237,20 +237,20 @@ def attach(split: Split, pool, data_dir: str | Path, name: str) -> Split:
 def split_edges(
     pool, data_dir: str | Path, split: str, src_words: Sequence[Sequence[str]], tgt_words: Sequence
 ) -> SplitEdges | None:
-    """The sample edges of ``split`` for the ``pool``'s ``sample_terms`` ({relation: term}), or None
+    """The sample edges of ``split`` for the ``pool``'s ``sample_terms`` ({etype: term}), or None
     when it has none: structures derived from the source words (`derive`), ``edges`` read from
-    ``{split}.{relation}.edges`` and checked against each sample (`read_edges_file`)."""
+    ``{split}.{sublayer}.edges`` and checked against each sample (`read_edges_file`)."""
     terms = pool.sample_terms
     if not terms:
         return None
     lengths = [(pool.source_positions(len(s)), pool.target_nodes(len(t))) for s, t in zip(src_words, tgt_words)]
     derived, given = {}, {}
-    for relation, term in terms.items():
+    for etype, term in terms.items():
         if is_given(term):
-            path = edges_file(data_dir, split, relation[1])
-            given[relation] = read_edges_file(path, pool, relation, lengths)
+            path = edges_file(data_dir, split, etype[1])
+            given[etype] = read_edges_file(path, pool, etype, lengths)
         else:
-            derived[relation] = term
+            derived[etype] = term
     return SplitEdges(src_words, derived, given, source=Path(data_dir) / f"{split}.src")
 
 
@@ -262,7 +262,7 @@ def edges_of_lines(pool, words: Sequence[Sequence[str]], path: str | Path | None
     or that the edges file is missing. A decoder's or cross edges given with the data are left
     out: decoding refuses them."""
     terms = pool.sample_terms
-    derived = {relation: term for relation, term in terms.items() if not is_given(term)}
+    derived = {etype: term for etype, term in terms.items() if not is_given(term)}
     given_enc = next((r for r, term in terms.items() if r[1] == "enc" and is_given(term)), None)
     if not (derived or given_enc):
         return None

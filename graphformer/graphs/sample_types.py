@@ -3,7 +3,7 @@ types given with its edges.
 
 A positional derivation (`graphformer.graphs.edge_types`) is a function of two positions, which
 attention computes where it runs. These depend on the sample's own graph (its ``parse-tree`` or
-``edges``), so the graph pool computes them once per batch, one id for *every* edge of the relation
+``edges``), so the graph pool computes them once per batch, one id for *every* edge of the etype
 (the union of its length pattern and the sample's edges), and the batch's relation carries them as
 ``edge_types`` (`GraphPool(edge_types={"enc": "role"})`). Each is a `Given`, so attention reads
 them as ids that came with the edges.
@@ -28,7 +28,7 @@ them as ids that came with the edges.
     hops:K     d(key, query), the length of the shortest path between the ends in the sample's own
                edges taken as an undirected graph, clipped: ids 0..K, and K + 1 for farther or
                unreachable (a `<cls>` node or a span node is in no sample's edges). Graphormer's
-               spatial encoding. Self-attention relations (enc, dec) with a sample term only.
+               spatial encoding. Self-attention sub-layers (enc, dec) with a sample term only.
 
     given:T[,F]  ids 0..T-1 listed with the sample's edges (a typed edges file, or Python); an edge
                of the length pattern that the sample does not list gets id T, ``unlisted``. With
@@ -66,7 +66,7 @@ class TypedEdges:
 
 @dataclass(frozen=True)
 class SampleGraph:
-    """What a per-sample derivation reads of one sample, in the sample's node ids: the relation's
+    """What a per-sample derivation reads of one sample, in the sample's node ids: the etype's
     edges (u, v) to type, the sample's ``own`` edges, its ``nodes`` (the key node count) and where
     its `</s>` and `<cls>` nodes are (None: it has none)."""
 
@@ -219,14 +219,14 @@ def parse_derivation(spec: str) -> Given:
     return EDGE_TYPES[name](*values)
 
 
-def check_relation(derivation: Given, spec: str, relation: str, term: str | None) -> None:
-    """A ConfigError where ``relation`` ('enc', 'dec', 'cross'), whose sample term is ``term``,
+def check_sublayer(derivation: Given, spec: str, sublayer: str, term: str | None) -> None:
+    """A ConfigError where the sub-layer ``sublayer`` ('enc', 'dec', 'cross'), whose sample term is ``term``,
     cannot carry the derivation: roles are the encoder's; hops need the sample's own edges between
     nodes of one kind; given types need an ``edges`` term."""
-    where = f"edge_types[{relation!r}]"
-    if isinstance(derivation, Roles) and relation != "enc":
+    where = f"edge_types[{sublayer!r}]"
+    if isinstance(derivation, Roles) and sublayer != "enc":
         raise ConfigError(where, f"{spec!r}: tree roles type the encoder's edges (enc) only")
-    if isinstance(derivation, Hops) and (relation == "cross" or term is None):
+    if isinstance(derivation, Hops) and (sublayer == "cross" or term is None):
         raise ConfigError(
             where, f"{spec!r}: hops count steps in a self-attention's own sample edges; add one, e.g. window:1+edges"
         )
@@ -325,7 +325,7 @@ __all__ = [
     "hops",
     "given",
     "parse_derivation",
-    "check_relation",
+    "check_sublayer",
     "tree_parents",
     "hop_distances",
 ]

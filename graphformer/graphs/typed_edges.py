@@ -2,7 +2,7 @@
 
 A typed edges file extends the ``key-query`` pairs of `graphformer.graphs.sample_edges` with a type
 after a colon, ``key-query:type``, the type a name or an id (0-based) from a *names file* beside
-the edges, ``{relation}.types`` in the same folder (``enc.types`` for ``train.enc.edges``,
+the edges, ``{sublayer}.types`` in the same folder (``enc.types`` for ``train.enc.edges``,
 ``valid.enc.edges`` and ``test.enc.edges``), one name a line::
 
     enc.types         train.enc.edges
@@ -34,9 +34,9 @@ WHOLE = (torch.int8, torch.int16, torch.int32, torch.int64)  # not bool, not flo
 LAST_POSITION = torch.iinfo(torch.int64).max
 
 
-def names_file(edges_path: str | Path, relation: str) -> Path:
-    """Where the type names of ``relation``'s edges files in the folder of ``edges_path`` are."""
-    return Path(edges_path).parent / f"{relation}.types"
+def names_file(edges_path: str | Path, sublayer: str) -> Path:
+    """Where the type names of the sub-layer ``sublayer``'s edges files in the folder of ``edges_path`` are."""
+    return Path(edges_path).parent / f"{sublayer}.types"
 
 
 def read_type_names(path: Path, declared: int | None = None) -> list[str]:

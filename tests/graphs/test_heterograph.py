@@ -120,7 +120,7 @@ def test_batching_offsets_every_relation_by_its_own_node_types():
     assert joined.pos["b"].tolist() == [0, 1, 2, 0]
     nx_graph = joined.to_networkx("x")
     assert sorted(nx_graph.edges) == [(0, 2), (1, 0), (2, 3)]
-    with pytest.raises(KeyError, match="no relation y"):
+    with pytest.raises(KeyError, match="no etype y"):
         joined.edges("y")
 
 

@@ -101,16 +101,16 @@ def test_a_source_that_is_not_one_sum_is_refused_naming_the_sample(words, why):
 
 
 @pytest.mark.parametrize(
-    "relations,option",
+    "patterns,option",
     [
         (dict(enc="operands"), "enc_attention"),
         (dict(dec="causal+operands"), "dec_attention"),
         (dict(cross="parse-tree"), "cross_attention"),
     ],
 )
-def test_a_derived_structure_serves_its_own_relation_only(relations, option):
+def test_a_derived_structure_serves_its_own_sublayer_only(patterns, option):
     with pytest.raises(ConfigError) as err:
-        GraphPool(**relations)
+        GraphPool(**patterns)
     assert option in str(err.value) and "only" in str(err.value)
 
 
@@ -129,7 +129,7 @@ def test_edges_file_lines_are_read_and_checked(tmp_path):
     edges = read_edges_file(path, joined, ENC, [(3, 1), (2, 1), (3, 1)])
     assert [pairs_of(*e) for e in edges] == [{(0, 1), (1, 0)}, set(), {(2, 2)}]
     causal = GraphPool("full", "causal+edges")
-    for text, pool, relation, named in [
+    for text, pool, etype, named in [
         ("0-1\n", joined, ENC, "1 lines but its data has 2 samples"),
         ("0-1\n1_0\n", joined, ENC, "line 2: '1_0' is not a key-query pair"),
         ("0-1\n1-\u00b2\n", joined, ENC, "line 2: '1-\u00b2' is not a key-query pair"),  # a digit, not ASCII
@@ -140,7 +140,7 @@ def test_edges_file_lines_are_read_and_checked(tmp_path):
     ]:
         path.write_text(text)
         with pytest.raises(UserError, match=named) as err:
-            read_edges_file(path, pool, relation, [(3, 3), (3, 3)])  # two samples of two tokens each
+            read_edges_file(path, pool, etype, [(3, 3), (3, 3)])  # two samples of two tokens each
         assert str(path) in str(err.value)
     assert pairs_of(*parse_pairs(" 3-7  0-0 ")) == {(3, 7), (0, 0)}
 
