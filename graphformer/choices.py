@@ -29,9 +29,9 @@ DEFAULT_ALPHA = 0.6
 # (graphformer.graphs.sample_edges): see graphformer.catalog.
 PATTERN_NAMES = PATTERNS.names(ordered=True)
 
-# What graphformer.viz draws: the relations it records, a panel's view, the colour scale, and the
-# files it writes.
-RELATIONS = ("enc", "dec", "cross")
+# What graphformer.viz draws: the attention sub-layers it records (each named as its etype's middle
+# string), a panel's view, the colour scale, and the files it writes.
+SUBLAYERS = ("enc", "dec", "cross")
 VIEWS = ("heatmap", "graph", "both")  # what one panel of a picture shows
 SCALES = ("shared", "per-head")  # one colour scale for all panels, or one each
 ANIMATION_FORMATS = (".gif", ".html")

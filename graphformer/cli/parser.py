@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, fields
 
-from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, RELATIONS, SCALES, VIEWS, pattern_syntax
+from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, SCALES, SUBLAYERS, VIEWS, pattern_syntax
 from graphformer.data.tasks import EVALUATION_SPLITS
 from graphformer.errors import did_you_mean
 from graphformer.invocation import NAME, invoked_as
@@ -227,7 +227,7 @@ def _viz_options(p) -> argparse._MutuallyExclusiveGroup:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
     p.add_argument(
         "--relation",
-        choices=RELATIONS,
+        choices=SUBLAYERS,
         help="enc: source -> source, dec: decoder inputs -> decoder inputs, cross: source -> decoder inputs "
         "(default: cross; enc for an encoder classifier, which has no other)",
     )

@@ -2,6 +2,6 @@
 head grids, animations, ponder plots; `bipartite`: a map as a graph), the HTML animation player
 (`player`), and the maps recorded during training (`recording`)."""
 
-from graphformer.viz.maps import RELATIONS, attention_maps
+from graphformer.viz.maps import SUBLAYERS, attention_maps
 
-__all__ = ["attention_maps", "RELATIONS"]
+__all__ = ["attention_maps", "SUBLAYERS"]

@@ -1,10 +1,10 @@
 """Attention maps recorded during training: ``RUN_DIR/attention/epoch_NNNN.pt``, one per recorded
-epoch (epoch 0: the untrained model), each holding the maps of every relation the model attends
-over (an encoder-decoder's three, an encoder classifier's ``enc``) for the first validation
+epoch (epoch 0: the untrained model), each holding the maps of every attention sub-layer of the
+model (an encoder-decoder's three, an encoder classifier's ``enc``) for the first validation
 sample; and the pictures `graphformer animate` and `graphformer heatmap` draw of them.
 
 Where the model reads its edges' types, a recording also keeps them under ``edge_types``:
-``{relation: [entry per derivation]}``, each entry an `EdgeTypeMap.as_record` (the ids beside the
+``{sublayer: [entry per derivation]}``, each entry an `EdgeTypeMap.as_record` (the ids beside the
 map, a name per id). Recordings made before types were kept have no such key and draw as before.
 """
 
@@ -19,7 +19,7 @@ from graphformer.graphs.typed_edges import names_file, read_type_names
 from graphformer.training import checkpoint
 from graphformer.training.run_dir import RunDir
 from graphformer.viz import plots
-from graphformer.viz.maps import RELATIONS, maps_and_types, recorded_kinds
+from graphformer.viz.maps import SUBLAYERS, maps_and_types, recorded_kinds
 from graphformer.viz.plots import AttentionPicture
 from graphformer.viz.type_labels import EdgeTypeMap, describe
 from graphformer.vocab import EOS, SOS
@@ -95,26 +95,26 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
     else:  # a classifier: its encoder is all it attends with
         record["label"] = tgt_vocab.itos[tgt[0]]
     record["maps"], typed = {}, {}
-    for relation in RELATIONS if pool.targets else ("enc",):
-        record["maps"][relation], types = maps_and_types(model, batch, relation)
+    for sublayer in SUBLAYERS if pool.targets else ("enc",):
+        record["maps"][sublayer], types = maps_and_types(model, batch, sublayer)
         if types:
-            typed[relation] = [
-                describe(derivation, spec, ids.numpy(), given_names(derivation, split, relation)).as_record()
+            typed[sublayer] = [
+                describe(derivation, spec, ids.numpy(), given_names(derivation, split, sublayer)).as_record()
                 for spec, (derivation, ids) in types.items()
             ]
     if typed:  # a run without edge types records what it always did
         record[TYPES_KEY] = typed
-    record["sample_graphs"] = [relation[1] for relation in pool.sample_terms]  # drawn as graphs of their own
+    record["sample_graphs"] = [etype[1] for etype in pool.sample_terms]  # drawn as graphs of their own
     return RunDir(run_dir).save_attention(record, epoch)
 
 
-def given_names(derivation, split, relation: str) -> list[str] | None:
+def given_names(derivation, split, sublayer: str) -> list[str] | None:
     """The names of given types read from a typed edges file: its names file's, then the
     derivation's name for an unlisted edge; None for any other types (they name themselves)."""
     source = getattr(split.edges, "source", None)
-    if not isinstance(derivation, GivenTypes) or source is None or not names_file(source, relation).is_file():
+    if not isinstance(derivation, GivenTypes) or source is None or not names_file(source, sublayer).is_file():
         return None
-    return [*read_type_names(names_file(source, relation), derivation.declared), derivation.names[-1]]
+    return [*read_type_names(names_file(source, sublayer), derivation.declared), derivation.names[-1]]
 
 
 def load_records(run_dir: str | Path) -> list[dict]:
@@ -127,18 +127,18 @@ def load_records(run_dir: str | Path) -> list[dict]:
     return [checkpoint.load(p, advice="delete it, or train again with --viz-every to record it") for p in paths]
 
 
-def picture(record: dict, relation: str | None = None, layer: int = -1, head: int | str = 0) -> AttentionPicture:
+def picture(record: dict, sublayer: str | None = None, layer: int = -1, head: int | str = 0) -> AttentionPicture:
     """One head (``head=N``) or every head (``head='all'``) of one layer of a recorded epoch;
-    ``relation`` defaults to ``cross``, or ``enc`` where that is all the run recorded."""
+    ``sublayer`` defaults to ``cross``, or ``enc`` where that is all the run recorded."""
     recorded = record["maps"]
-    relation = relation or ("cross" if "cross" in recorded else "enc")
-    if relation not in recorded:
+    sublayer = sublayer or ("cross" if "cross" in recorded else "enc")
+    if sublayer not in recorded:
         raise ConfigError(
-            "relation",
-            f"{relation} was not recorded in this run (an encoder classifier attends with "
+            "relation",  # the --relation option
+            f"{sublayer} was not recorded in this run (an encoder classifier attends with "
             f"enc only); choose {' or '.join(recorded)}",
         )
-    maps = recorded[relation]
+    maps = recorded[sublayer]
     layers, heads = maps.shape[:2]
     if not -layers <= layer < layers:
         raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layer{'s' if layers != 1 else ''}")
@@ -151,31 +151,31 @@ def picture(record: dict, relation: str | None = None, layer: int = -1, head: in
         "enc": (record.get(TOKEN_KEYS["enc"], src),) * 2,  # enc: tokens, then any span nodes
         "dec": (tgt, tgt),
         "cross": (src, tgt),
-    }[relation]
+    }[sublayer]
     epoch = record["epoch"]
     when = f"epoch {epoch}" + (" (untrained)" if epoch == 0 else "")
     if "label" in record:
         when += f", label {record['label']}"
     which = "all heads" if head == "all" else f"head {head}"
-    key_axis, query_axis = AXES[relation]
+    key_axis, query_axis = AXES[sublayer]
     return AttentionPicture(
         maps=maps[layer, chosen].numpy(),
         keys=list(keys),
         queries=list(queries),
         panel_titles=[f"head {h}" for h in chosen],
         # counted from 1 (`--layer 0` is "layer 1 of 2"): "layer 1" reads as the first
-        title=f"{relation} layer {layer % layers + 1} of {layers}, {which}, {when}",
+        title=f"{sublayer} layer {layer % layers + 1} of {layers}, {which}, {when}",
         key_axis=key_axis,
         query_axis=query_axis,
-        layout="tree" if relation in record.get("sample_graphs", ()) and relation != "cross" else "bipartite",
-        types=recorded_types(record, relation),
+        layout="tree" if sublayer in record.get("sample_graphs", ()) and sublayer != "cross" else "bipartite",
+        types=recorded_types(record, sublayer),
     )
 
 
-def recorded_types(record: dict, relation: str) -> EdgeTypeMap | None:
-    """The edge types recorded with ``relation``'s map (the first derivation's, where its terms
-    read several), or None for a relation without them or a recording made before they were kept."""
-    entries = record.get(TYPES_KEY, {}).get(relation)
+def recorded_types(record: dict, sublayer: str) -> EdgeTypeMap | None:
+    """The edge types recorded with ``sublayer``'s map (the first derivation's, where its terms
+    read several), or None for a sub-layer without them or a recording made before they were kept."""
+    entries = record.get(TYPES_KEY, {}).get(sublayer)
     return EdgeTypeMap.of_record(entries[0]) if entries else None
 
 
@@ -197,6 +197,6 @@ class AttentionRecorder:
         """Each relation's last layer, every head, of the recording at ``path``, as PNG bytes."""
         record = checkpoint.load(path)
         return {
-            relation: plots.png_bytes(plots.draw(picture(record, relation, layer=-1, head="all")))
-            for relation in record["maps"]
+            sublayer: plots.png_bytes(plots.draw(picture(record, sublayer, layer=-1, head="all")))
+            for sublayer in record["maps"]
         }

@@ -26,8 +26,8 @@ def model_and_batch(**kw):
 
 def test_maps_sum_to_one_over_existing_edges_and_show_the_pattern():
     model, batch, src, tgt = model_and_batch(enc_attention="window:1", cross_attention="window:2+global:1")
-    for relation in ("enc", "dec", "cross"):
-        maps = attention_maps(model, batch, relation, sample=1)
+    for sublayer in ("enc", "dec", "cross"):
+        maps = attention_maps(model, batch, sublayer, sample=1)
         assert maps.shape[:2] == (2, 2)
         totals = torch.nansum(maps, dim=-1)
         torch.testing.assert_close(totals, torch.ones_like(totals))
