@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from functools import partial
 
 from graphformer.catalog import MODELS
+from graphformer.choices import SUBLAYERS
 from graphformer.config_io import AT_LEAST_1, NON_NEGATIVE, PROBABILITY, DictConfig, Range, option
 from graphformer.errors import ConfigError
 from graphformer.model.edge_spec import backend_needs, edges_help, field_of, parse_edges, per_sample_types
@@ -30,7 +31,6 @@ MAX_TABLE_POSITIONS = 2**17
 UNIVERSAL_ONLY = ("max_depth", "act_threshold", "ponder_weight")
 ENCODER_ONLY = ("pooling",)
 DECODER_ONLY = ("dec_attention", "cross_attention", "dec_edges", "cross_edges", "tie")
-RELATIONS = ("enc", "dec", "cross")
 
 
 def model_help() -> str:
@@ -123,36 +123,36 @@ class ModelConfig(DictConfig):
             raise ConfigError("tie", "'all' needs one vocabulary for source and target (equal sizes)")
         self.graph_pool()  # parses and checks the attention patterns and edge specs: fails early, with their own message
 
-    def edge_terms(self, relation: str) -> tuple:
-        """What attention over ``relation`` ('enc', 'dec', 'cross') does with its edges' types
+    def edge_terms(self, sublayer: str) -> tuple:
+        """What the attention sub-layer ``sublayer`` ('enc', 'dec', 'cross') does with its edges' types
         (`graphformer.model.edge_spec.EdgeTerm`s; none for a saved run from before the option)."""
-        spec = getattr(self, f"{relation}_edges")
-        return parse_edges("none" if spec is None else spec, relation)
+        spec = getattr(self, f"{sublayer}_edges")
+        return parse_edges("none" if spec is None else spec, sublayer)
 
     def backend_needs(self) -> set[str]:
         """The `graphformer.catalog.BACKENDS` capabilities the model's edge uses need of a backend."""
-        return set().union(*(backend_needs(self.edge_terms(r)) for r in self._relations()))
+        return set().union(*(backend_needs(self.edge_terms(r)) for r in self._sublayers()))
 
-    def _relations(self) -> tuple[str, ...]:
-        return ("enc",) if self.classifies else RELATIONS
+    def _sublayers(self) -> tuple[str, ...]:
+        return ("enc",) if self.classifies else SUBLAYERS
 
     def graph_pool(self):
         """The `graphformer.graphs.GraphPool` whose batches the model of this config reads: a
         classifier's holds source graphs only (with a `<cls>` node where `cls_node`), a sequence
-        model's the encoder, decoder and cross patterns. Relations whose edge types come with each
+        model's the encoder, decoder and cross patterns. Sub-layers whose edge types come with each
         sample (a parse tree's roles) name them to the pool."""
         from graphformer.graphs.pool import GraphPool  # torch: only once a config is made, never for --help
 
-        typed = per_sample_types({r: self.edge_terms(r) for r in self._relations()})
+        typed = per_sample_types({r: self.edge_terms(r) for r in self._sublayers()})
         try:
             if self.classifies:
                 return GraphPool(self.enc_attention, targets=False, cls_node=self.cls_node, edge_types=typed)
             return GraphPool(self.enc_attention, self.dec_attention, self.cross_attention, edge_types=typed)
-        except ConfigError as err:  # the pool names its edge_types[relation]; the user wrote --{relation}-edges
-            relation = next((r for r in typed if err.name == f"edge_types[{r!r}]"), None)
-            if relation is None:
+        except ConfigError as err:  # the pool names its edge_types[sublayer]; the user wrote --{sublayer}-edges
+            sublayer = next((r for r in typed if err.name == f"edge_types[{r!r}]"), None)
+            if sublayer is None:
                 raise
-            raise ConfigError(field_of(relation), err.problem) from None
+            raise ConfigError(field_of(sublayer), err.problem) from None
 
     def _refuse_changed(self, names: tuple[str, ...], why: str) -> None:
         changed = [

@@ -1,4 +1,4 @@
-r"""What the model does with each relation's edges, as the command line writes it: ``--enc-edges SPEC``.
+r"""What the model does with each attention sub-layer's edges, as the command line writes it: ``--enc-edges SPEC``.
 
 A SPEC is ``none`` or terms joined by ``+``, each ``USE=TYPES``:
 
@@ -12,7 +12,7 @@ A SPEC is ``none`` or terms joined by ``+``, each ``USE=TYPES``:
     bias=t5:32,128          bias=relative:16+shaw=relative:4          alibi   (= alibi=distance)
 
 A use whose entry names its ``types`` (alibi: distance) may leave ``=TYPES`` out. The terms of one
-relation add up: their score biases are summed, their value vectors too.
+sub-layer add up: their score biases are summed, their value vectors too.
 
 This module imports no torch until a spec is read (`parse_edges` builds each term's derivation,
 whose own checks refuse arguments that make no sense, e.g. T5 buckets too few to split): the
@@ -34,13 +34,13 @@ ONE_SIDED = ("dec",)
 
 @dataclass(frozen=True)
 class EdgeTerm:
-    """One ``USE=TYPES`` term of a relation's spec: ``use`` names an EDGE_USES entry, ``types`` an
-    EDGE_TYPES entry taking the integers ``arguments``; ``relation`` is 'enc', 'dec' or 'cross'."""
+    """One ``USE=TYPES`` term of a sub-layer's spec: ``use`` names an EDGE_USES entry, ``types`` an
+    EDGE_TYPES entry taking the integers ``arguments``; ``sublayer`` is 'enc', 'dec' or 'cross'."""
 
     use: str
     types: str
     arguments: tuple[int, ...]
-    relation: str
+    sublayer: str
 
     @property
     def per_sample(self) -> bool:
@@ -55,20 +55,20 @@ class EdgeTerm:
     def derivation(self):
         """The `graphformer.graphs.edge_types` derivation of each edge's type id (imports torch)."""
         build = EDGE_TYPES[self.types]
-        if self.relation in ONE_SIDED and "bidirectional" in inspect.signature(build).parameters:
+        if self.sublayer in ONE_SIDED and "bidirectional" in inspect.signature(build).parameters:
             return build(*self.arguments, bidirectional=False)  # its checks are the one-sided ones
         return build(*self.arguments)
 
 
-def field_of(relation: str) -> str:
-    """The config field of a relation's spec: 'enc' -> 'enc_edges'."""
-    return f"{relation}_edges"
+def field_of(sublayer: str) -> str:
+    """The config field of a sub-layer's spec: 'enc' -> 'enc_edges'."""
+    return f"{sublayer}_edges"
 
 
-def parse_edges(spec: str, relation: str) -> tuple[EdgeTerm, ...]:
-    """The terms of ``spec`` for ``relation`` ('enc', 'dec', 'cross'); () for ``none``. A
-    `graphformer.errors.ConfigError` on the relation's field names what is wrong and how to write it."""
-    field = field_of(relation)
+def parse_edges(spec: str, sublayer: str) -> tuple[EdgeTerm, ...]:
+    """The terms of ``spec`` for ``sublayer`` ('enc', 'dec', 'cross'); () for ``none``. A
+    `graphformer.errors.ConfigError` on the sub-layer's field names what is wrong and how to write it."""
+    field = field_of(sublayer)
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(field, "is empty; give none or USE=TYPES terms joined by +, e.g. bias=relative:16")
     if spec.strip() == NONE:
@@ -76,15 +76,15 @@ def parse_edges(spec: str, relation: str) -> tuple[EdgeTerm, ...]:
     terms = spec.replace(" ", "").split("+")
     if any(not t for t in terms):
         raise ConfigError(field, f"{spec!r} has an empty term around '+'; e.g. bias=relative:16+alibi")
-    parsed = tuple(_parse_term(t, relation) for t in terms)
+    parsed = tuple(_parse_term(t, sublayer) for t in terms)
     kinds = {t.types_spec for t in parsed if t.per_sample}
     if len(kinds) > 1:
         raise ConfigError(field, f"{spec!r} reads {' and '.join(sorted(kinds))} from each sample; one kind at a time")
     return parsed
 
 
-def _parse_term(term: str, relation: str) -> EdgeTerm:
-    field = field_of(relation)
+def _parse_term(term: str, sublayer: str) -> EdgeTerm:
+    field = field_of(sublayer)
     use, _, types = term.partition("=")
     if use not in EDGE_USES:
         raise ConfigError(
@@ -98,7 +98,7 @@ def _parse_term(term: str, relation: str) -> EdgeTerm:
     if name not in EDGE_TYPES:
         hint = did_you_mean(name, EDGE_TYPES)
         raise ConfigError(field, f"term {term!r}: unknown edge type {name!r}{hint}; known: {', '.join(EDGE_TYPES)}")
-    parsed = EdgeTerm(use, name, _arguments(term, name, args, field), relation)
+    parsed = EdgeTerm(use, name, _arguments(term, name, args, field), sublayer)
     _check_fits(parsed, term, field)
     _check_builds(parsed, term, field)
     return parsed
@@ -151,7 +151,7 @@ def _check_builds(term: EdgeTerm, written: str, field: str) -> None:
 
 
 def per_sample_types(terms_of: dict[str, tuple[EdgeTerm, ...]]) -> dict[str, str]:
-    """``{relation: TYPES}`` of the relations whose types come with each sample (for the graph pool)."""
+    """``{sublayer: TYPES}`` of the sub-layers whose types come with each sample (for the graph pool)."""
     return {r: t.types_spec for r, terms in terms_of.items() for t in terms if t.per_sample}
 
 
@@ -160,11 +160,11 @@ def backend_needs(terms: tuple[EdgeTerm, ...]) -> set[str]:
     return {"edge-type-bias" if t.per_sample else "position-bias" for t in terms}
 
 
-def edges_help(relation: str) -> str:
-    """``--{relation}-edges``'s help, from the registries (a plugin's uses and types are in it):
+def edges_help(sublayer: str) -> str:
+    """``--{sublayer}-edges``'s help, from the registries (a plugin's uses and types are in it):
     the encoder's lists them, the others refer to it."""
-    where = {"enc": "encoder self-attention", "dec": "decoder self-attention", "cross": "cross-attention"}[relation]
-    if relation != "enc":
+    where = {"enc": "encoder self-attention", "dec": "decoder self-attention", "cross": "cross-attention"}[sublayer]
+    if sublayer != "enc":
         return f"what {where} does with each edge's type (SPEC as --enc-edges), e.g. bias=t5:32,128"
     uses = "; ".join(f"{e.name}: {e.summary}" for e in EDGE_USES.entries())
     types = ", ".join(

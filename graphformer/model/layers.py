@@ -49,15 +49,17 @@ class Residual(nn.Module):
         """The sub-layer's input: LN(x) with pre-norm, x itself with post-norm."""
         return self.norm(x) if self.norm_first else x
 
-    def leave(self, x: torch.Tensor, sublayer_out: torch.Tensor) -> torch.Tensor:
+    def leave(self, x: torch.Tensor, inner_out: torch.Tensor) -> torch.Tensor:
         """The block's output from its input x and the sub-layer's output."""
         # In eval mode dropout is the identity: not calling it saves incremental decoding, which
         # runs the layers once per token, a module call per block.
-        y = x + (self.dropout(sublayer_out) if self.training else sublayer_out)
+        y = x + (self.dropout(inner_out) if self.training else inner_out)
         return y if self.norm_first else self.norm(y)
 
-    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
-        return self.leave(x, sublayer(self.enter(x)))
+    def forward(self, x: torch.Tensor, inner) -> torch.Tensor:
+        """The block's output around ``inner``, the sub-layer as a function of its input (a
+        `sublayer` elsewhere is the name 'enc', 'dec' or 'cross' of an attention sub-layer)."""
+        return self.leave(x, inner(self.enter(x)))
 
 
 class EncoderLayer(nn.Module):
