@@ -7,7 +7,7 @@ Seven registries (`graphformer.registry.Registry`), each a mapping from name to 
     PATTERNS      attention patterns: a builder ``(*ints) -> pattern``, or, where the entry takes
                   no arguments, the pattern ``(num_keys, num_queries) -> (u, v)`` itself
     SAMPLE_TERMS  each sample's own edges: derived from its source tokens (``words -> (u, v)``
-                  or a pattern of the sample) for one relation, or given beside the data
+                  or a pattern of the sample) for one attention sub-layer, or given beside the data
     EDGE_TYPES    what an edge says: a builder ``(*ints) -> derivation`` of each edge's type id
                   (`graphformer.graphs.edge_types`)
     EDGE_USES     how attention uses an edge's type: an ``nn.Module`` class built as
@@ -85,7 +85,7 @@ SAMPLE_TERMS = Registry(
     "sample term",
     {
         "derived": "derived from the sample's source tokens (details: serves, fails)",
-        "given": "read beside the data, {split}.{relation}.edges",
+        "given": "read beside the data, {split}.{sublayer}.edges",
     },
     requires={"derived": ("serves", "fails")},  # sample_edges reads both
     one_of=("derived", "given"),
@@ -106,7 +106,7 @@ SAMPLE_TERMS.register(
     serves="cross",
     fails="is not two operands joined by '+'",
 )
-SAMPLE_TERMS.register("edges", "{split}.{relation}.edges", None, ["given"])
+SAMPLE_TERMS.register("edges", "{split}.{sublayer}.edges", None, ["given"])
 
 # What an edge says (graphformer.graphs.edge_types): each entry builds a derivation from its
 # integer ``arguments``, as PATTERNS' builders do.
@@ -141,7 +141,7 @@ EDGE_TYPES.register(
 )
 
 # Per-sample ones (graphformer.graphs.sample_types): the graph pool computes them for every edge of
-# a relation as it batches (GraphPool(edge_types={"enc": "role"})); each is a Given.
+# an etype as it batches (GraphPool(edge_types={"enc": "role"})); each is a Given.
 EDGE_TYPES.register(
     "role",
     "the edge's role in the sample's tree: self, parent-child, child-parent, </s> and <cls> links, other",

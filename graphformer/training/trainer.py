@@ -383,8 +383,8 @@ class Trainer:
             self.model, self.splits["valid"], self.pool, self.src_vocab, self.tgt_vocab, self.run_dir, epoch
         )
         if self.board and path is not None:
-            for relation, png in self.recorder.pngs(path).items():
-                self.board.attention(f"attention/{relation}", png, self.progress.step)
+            for sublayer, png in self.recorder.pngs(path).items():
+                self.board.attention(f"attention/{sublayer}", png, self.progress.step)
 
     def _improves(self, metrics: dict) -> bool:
         best, value = self.progress.best, metrics[f"valid_{self.cfg.select_by}"]

@@ -246,7 +246,7 @@ def refused(capsys, argv, folder, *needles):
 
 
 def without_keys(split, line, keep):
-    """A change to ``{split}.{relation}.edges``: line ``line`` (1-based) keeps only the pairs
+    """A change to ``{split}.{sublayer}.edges``: line ``line`` (1-based) keeps only the pairs
     ``keep`` picks."""
 
     def change(lines):
@@ -258,8 +258,8 @@ def without_keys(split, line, keep):
 
 
 @pytest.mark.parametrize(
-    "relation,change,named",
-    [  # (the relation's option, which file changes and how, what the one line names)
+    "sublayer,change,named",
+    [  # (the sub-layer's option, which file changes and how, what the one line names)
         ("enc", without_keys("train", 2, lambda k, q: q != 1), "train.enc.edges: line 2: query 1 has no key"),
         ("enc", without_keys("valid", 3, lambda k, q: False), "valid.enc.edges: line 3: query 0 has no key"),
         ("enc", without_keys("test", 1, lambda k, q: q != 0), "test.enc.edges: line 1: query 0 has no key"),
@@ -267,7 +267,7 @@ def without_keys(split, line, keep):
     ],
 )
 def test_a_query_left_without_keys_is_one_line_naming_file_and_line_and_writes_nothing(
-    tmp_path, capsys, relation, change, named
+    tmp_path, capsys, sublayer, change, named
 ):
     data = small_copy_data(tmp_path / "data", n_train=8)
     for split in ("train", "valid", "test"):
@@ -276,14 +276,14 @@ def test_a_query_left_without_keys_is_one_line_naming_file_and_line_and_writes_n
         # enc: every node reads itself; cross: decoder node t reads every source node
         pairs = [
             [(i, i) for i in range(len(x) + 1)]
-            if relation == "enc"
+            if sublayer == "enc"
             else [(i, t) for i in range(len(x) + 1) for t in range(len(y) + 1)]
             for x, y in zip(sources, targets)
         ]
         lines = [" ".join(f"{k}-{q}" for k, q in p) for p in pairs]
         if split == change[0]:
             lines = change[1](lines)
-        (data / f"{split}.{relation}.edges").write_text("".join(line + "\n" for line in lines))
+        (data / f"{split}.{sublayer}.edges").write_text("".join(line + "\n" for line in lines))
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("an --out folder that holds no run yet\n")
@@ -295,7 +295,7 @@ def test_a_query_left_without_keys_is_one_line_naming_file_and_line_and_writes_n
         str(data),
         "--out",
         str(run),
-        f"--{relation}-attention",
+        f"--{sublayer}-attention",
         "edges",
     ]
     refused(capsys, [*argv, *TINY_MODEL], run, str(data / named.split(":")[0]), named)
