@@ -38,7 +38,7 @@ class AttentionPicture:
         keys: the token (a string) shown for each key (column).
         queries: the token shown for each query (row).
         panel_titles: a title per panel, e.g. ``head 0``.
-        title: the title of the whole picture, e.g. relation, layer and epoch.
+        title: the title of the whole picture, e.g. sub-layer, layer and epoch.
         key_axis: what the keys are, e.g. ``keys: source tokens``.
         query_axis: what the queries are, e.g. ``queries: decoder inputs <s>, y1, ...``.
         layout: how the graph view lays nodes out: ``bipartite`` (keys above, queries below), or

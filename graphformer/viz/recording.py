@@ -29,9 +29,9 @@ CLS_TOKEN = "<cls>"  # a classifier's global node (it carries the <s> token)
 # The keys a recording keeps its tokens under (the strings its axes and nodes show): the names the
 # first recordings gave them, so that every recording, older or newer, reads alike.
 TOKEN_KEYS = {"src": "src_labels", "tgt": "tgt_labels", "enc": "enc_labels"}
-TYPES_KEY = "edge_types"  # each relation's edge types, where the model reads some
+TYPES_KEY = "edge_types"  # each sub-layer's edge types, where the model reads some
 
-# What the rows and columns of each relation's map are (targets enter the decoder shifted right).
+# What the rows and columns of each sub-layer's map are (targets enter the decoder shifted right).
 DECODER_INPUTS = "decoder inputs <s>, y1, ..."
 AXES = {
     "enc": ("keys: source tokens", "queries: source tokens"),
@@ -194,7 +194,7 @@ class AttentionRecorder:
         return record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir, epoch)
 
     def pngs(self, path: Path) -> dict[str, bytes]:
-        """Each relation's last layer, every head, of the recording at ``path``, as PNG bytes."""
+        """Each sub-layer's last layer, every head, of the recording at ``path``, as PNG bytes."""
         record = checkpoint.load(path)
         return {
             sublayer: plots.png_bytes(plots.draw(picture(record, sublayer, layer=-1, head="all")))

@@ -7,7 +7,7 @@ An edge of one type keeps its colour from head to head and from frame to frame o
   being the palette's t-th (past its end, types are ranked by how many edges have them, and the
   rarest share a grey "other types" entry);
 * types that are spans of one quantity (offsets, distances, hops) take a colour ramp along it,
-  spread over the types present (the same in every head and frame: one sample, one relation);
+  spread over the types present (the same in every head and frame: one sample, one sub-layer);
   where more than `MAX_ENTRIES` are present, neighbours join into spans (``offset -16..-9``).
 """
 

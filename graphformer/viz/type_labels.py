@@ -1,6 +1,6 @@
 r"""The edge types of a recorded map: which type each edge of the sample has, and what each type is called.
 
-A relation whose model uses its edges' types (``--enc-edges bias=role``, ``shaw=relative:8``) has
+A sub-layer whose model uses its edges' types (``--enc-edges bias=role``, ``shaw=relative:8``) has
 one type id per edge under each derivation (`graphformer.graphs.edge_types`). A recording keeps,
 per derivation, the ids as a dense (queries, keys) matrix beside the weights (-1: no edge), and a
 name per id for the legend:
