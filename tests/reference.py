@@ -6,6 +6,8 @@ attention; only the embeddings and generator modules are shared with the graph m
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -65,3 +67,20 @@ def dense_log_probs(model, dense: nn.Transformer, src, tgt, masks=None) -> torch
 
 def gold_of(tgt) -> torch.Tensor:
     return torch.tensor([t for y in tgt for t in (*y, EOS)])
+
+
+def t5_bucket(offset: int, buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """T5's bucket of query minus key position ``offset``, scalar by scalar, from the paper's rule."""
+    bucket = 0
+    if bidirectional:
+        buckets //= 2
+        if offset < 0:
+            bucket = buckets
+        n = abs(offset)
+    else:
+        n = max(offset, 0)
+    exact = buckets // 2
+    if n < exact:
+        return bucket + n
+    far = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact))
+    return bucket + min(far, buckets - 1)

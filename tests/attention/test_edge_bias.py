@@ -16,6 +16,7 @@ import math
 
 import pytest
 import torch
+from reference import t5_bucket
 
 from graphformer.attention import BACKENDS, EdgeBias, blocked, flex, graph_attention, padded, unavailable
 from graphformer.errors import UserError
@@ -64,23 +65,6 @@ def random_batch(seed: int, lengths=((5, 4), (7, 7), (3, 6)), density=0.5):
     k = torch.randn(k0, HEADS, D, generator=g, dtype=torch.float64)
     val = torch.randn(k0, HEADS, D, generator=g, dtype=torch.float64)
     return relation, q, k, val
-
-
-def t5_bucket(offset: int, buckets: int, max_distance: int, bidirectional: bool) -> int:
-    """T5's bucket of query minus key position ``offset``, scalar by scalar, from the paper's rule."""
-    bucket = 0
-    if bidirectional:
-        buckets //= 2
-        if offset < 0:
-            bucket = buckets
-        n = abs(offset)
-    else:
-        n = max(offset, 0)
-    exact = buckets // 2
-    if n < exact:
-        return bucket + n
-    far = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact))
-    return bucket + min(far, buckets - 1)
 
 
 def dense_attention(relation: Relation, q, k, v, bias_of):

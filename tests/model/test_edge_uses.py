@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from helpers import backends
+from reference import t5_bucket
 
 from graphformer.catalog import BACKENDS
 from graphformer.graphs import CROSS, DEC, ENC, GraphPool, make_batch
@@ -33,23 +34,6 @@ def test_alibi_slopes_are_the_papers():
     assert alibi_slopes(8) == [1 / 2**i for i in range(1, 9)]
     assert alibi_slopes(6) == [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]
     assert alibi_slopes(4) == [1 / 4, 1 / 16, 1 / 64, 1 / 256]
-
-
-def t5_bucket(offset: int, buckets: int, max_distance: int, bidirectional: bool) -> int:
-    """T5's bucket of n = query position - key position (memory position - context, negated)."""
-    bucket, n = 0, offset
-    if bidirectional:
-        buckets //= 2
-        bucket += buckets if n < 0 else 0
-        n = abs(n)
-    else:
-        n = max(n, 0)
-    exact = buckets // 2
-    if n < exact:
-        return bucket + n
-    return bucket + min(
-        exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact)), buckets - 1
-    )
 
 
 def dense_reference(uses, q, k, v, allowed, scale_q=None):
