@@ -1,4 +1,5 @@
-"""An independent dense reference: graphformer's weights copied into ``torch.nn.Transformer``.
+"""Independent references: graphformer's weights copied into ``torch.nn.Transformer``, and T5's
+relative position buckets computed scalar by scalar from the paper's rule.
 
 The dense side pads every sequence, masks padding and the future, and runs PyTorch's own
 attention; only the embeddings and generator modules are shared with the graph model.
