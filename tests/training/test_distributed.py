@@ -28,6 +28,24 @@ TASKS = {
         small_copy_data,
         ["--task", "parallel", "--model", "universal", "--max-depth", "3", "--ponder-weight", "0.05"],
     ),
+    "transformer with typed and biased edges": (
+        small_copy_data,
+        ["--task", "parallel", "--enc-edges", "bias=t5:8,16+shaw=relative:2", "--dec-edges", "alibi"]
+        + ["--cross-edges", "bias=relative:2"],
+    ),
+    "encoder reading its parse tree's roles": (
+        small_listops_data,
+        [
+            "--task",
+            "listops",
+            "--model",
+            "encoder",
+            "--enc-attention",
+            "window:1+parse-tree",
+            "--enc-edges",
+            "bias=role",
+        ],
+    ),
     "universal-encoder on each sample's parse tree": (
         small_listops_data,
         ["--task", "listops", "--model", "universal-encoder", "--max-depth", "3", "--enc-attention", "parse-tree"],
