@@ -29,6 +29,7 @@ from torch import nn
 
 from graphformer.attention import EdgeBias, graph_attention
 from graphformer.attention.bias import summed
+from graphformer.attention.torch_ops import sum_into_destinations
 from graphformer.catalog import EDGE_USES
 from graphformer.graphs.edge_types import edge_types
 
@@ -105,8 +106,7 @@ class ShawVectors(EdgeUse):
 
     def values(self, relation, weights: torch.Tensor) -> torch.Tensor:
         per_edge = weights * self.vals.to(weights.dtype)[edge_types(relation, self.derivation)]  # (E, H, d)
-        out = per_edge.new_zeros(relation.num_queries, self.heads, self.d_head)
-        return out.index_add_(0, relation.v, per_edge)
+        return sum_into_destinations(relation, per_edge)
 
 
 class FeatureMaps(EdgeUse):
@@ -137,9 +137,7 @@ class FeatureMaps(EdgeUse):
         return EdgeBias(self.derivation, values=(q[relation.v] * keys).sum(-1) / math.sqrt(self.d_head))
 
     def values(self, relation, weights: torch.Tensor) -> torch.Tensor:
-        per_edge = weights * self.mapped(relation, self.vals, weights.dtype)  # (E, H, d)
-        out = per_edge.new_zeros(relation.num_queries, self.heads, self.d_head)
-        return out.index_add_(0, relation.v, per_edge)
+        return sum_into_destinations(relation, weights * self.mapped(relation, self.vals, weights.dtype))
 
 
 class EdgeEncoding(nn.Module):
