@@ -65,11 +65,12 @@ def sgemm_gflops(n=2048, repeats=5) -> float:
     return 2 * n**3 * repeats / (time.perf_counter() - tic) / 1e9
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_batch_options(parser: argparse.ArgumentParser, steps: int) -> None:
+    """The options that choose the configuration, its batches and the timing (``--steps``
+    defaulting to ``steps``), shared with `benchmarks.edge_cost`; `training_batches` reads them."""
     parser.add_argument("--task", choices=sorted(CONFIGS), default="copy")
     parser.add_argument("--data-dir", help="multi30k: a local mirror of the raw files")
-    parser.add_argument("--steps", type=at_least_one, default=20)
+    parser.add_argument("--steps", type=at_least_one, default=steps)
     parser.add_argument("--rounds", type=at_least_one, default=2)
     parser.add_argument("--batch-size", type=at_least_one, default=128, help="copy: sentences per batch")
     parser.add_argument(
@@ -79,7 +80,21 @@ def parse_args() -> argparse.Namespace:
         help="multi30k: tokens per batch (default: the CPU recipe's, %(default)s)",
     )
     parser.add_argument("--out", default="benchmarks/results")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_batch_options(parser, steps=20)
     return parser.parse_args()
+
+
+def rerun_argv(args: argparse.Namespace) -> list[str]:
+    """The options of `add_batch_options` (and any others) that rerun these figures, for the
+    result's command: all but ``--out``, ``--data-dir`` (a path of this machine) and the batch size
+    the task does not read."""
+    unused = ("out", "data_dir", "batch_tokens" if args.task == "copy" else "batch_size")
+    given = {k: v for k, v in vars(args).items() if k not in unused and v is not None}
+    return [f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in given.items()]
 
 
 def training_batches(args) -> tuple[int, list, list, dict]:
@@ -195,8 +210,6 @@ def main():
         f"{100 * batching / step_time:.1f} % of a graph (padded) training step; fixed cost per step "
         f"{1e3 * fixed:.1f} ms = {100 * fixed / step_time:.1f} %"
     )
-    unused = ("out", "data_dir", "batch_tokens" if args.task == "copy" else "batch_size")
-    shown = [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in unused and v is not None]
     result = {
         "config": {**config, **sizing, "task": args.task},
         "steps": args.steps,
@@ -210,7 +223,7 @@ def main():
         "fixed_share_of_step": fixed / step_time,
     }
     name = "training_throughput.json" if args.task == "copy" else f"training_throughput_{args.task}.json"
-    write_result(args.out, name, command("training_throughput", shown), result)
+    write_result(args.out, name, command("training_throughput", rerun_argv(args)), result)
 
 
 if __name__ == "__main__":
