@@ -78,6 +78,8 @@ bench: install
 	$(BIN)/python -m benchmarks.sparse_attention
 	$(BIN)/python -m benchmarks.training_throughput
 	$(BIN)/python -m benchmarks.training_throughput --task multi30k $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
+	$(BIN)/python -m benchmarks.edge_cost
+	$(BIN)/python -m benchmarks.edge_cost --task multi30k --steps 3 $(if $(wildcard $(MULTI30K)),--data-dir $(MULTI30K))
 	$(BIN)/python -m benchmarks.threads
 	$(BIN)/python -m benchmarks.decoding
 	$(BIN)/python -m benchmarks.tile_kernels

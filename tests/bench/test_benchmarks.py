@@ -40,6 +40,8 @@ def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone
         ("decoding", ["--rounds", "0"], "--rounds: must be at least 1"),
         ("decoding", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
         ("training_throughput", ["--steps", "0"], "--steps: must be at least 1"),
+        ("edge_cost", ["--edges", "none", "bias=relative"], "relative takes 1 integer argument"),
+        ("edge_cost", ["--edges", "bias=role"], "reads types given with each sample"),
         ("precision", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
         ("threads", ["--steps", "0"], "--steps: must be at least 1"),
         ("threads", ["--steps", "2", "--skip", "2"], "--skip 2: give 0 to 1"),
@@ -49,6 +51,32 @@ def test_benchmarks_refuse_what_they_cannot_measure(tmp_path, name, argv, messag
     proc = run_benchmark(name, [*argv, "--out", str(tmp_path)], timeout=300)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_the_edge_cost_benchmark_rates_each_spec_against_none_on_each_backend(tmp_path):
+    from graphformer.attention import dgl_ops
+
+    argv = ["--steps", "1", "--rounds", "1", "--batch-size", "2", "--edges", "alibi", "bias=relative:2", "none"]
+    proc = run_benchmark("edge_cost", [*argv, "--out", str(tmp_path)], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "edge_cost.json").read_text())
+    assert result["command"] == "python -m benchmarks.edge_cost --task copy " + " ".join(argv)
+    rows = result["rows"]
+    backends = {"torch", "padded", "blocked"} | (set() if dgl_ops.missing() else {"dgl"})  # flex trains on CUDA only
+    assert list(dict.fromkeys(r["edges"] for r in rows)) == ["none", "alibi", "bias=relative:2"]  # none first, once
+    assert sorted((r["edges"], r["backend"]) for r in rows) == sorted(
+        (spec, b) for spec in ("none", "alibi", "bias=relative:2") for b in backends
+    )
+    none = {r["backend"]: r for r in rows if r["edges"] == "none"}
+    for row in rows:
+        assert row["tokens_per_s"] == result["target_tokens"] / row["seconds"]
+        assert row["ratio_to_none"] == row["tokens_per_s"] / none[row["backend"]]["tokens_per_s"]
+        assert row["positions"] == ("none" if row["edges"] == "alibi" else "sinusoidal")
+        # A bias per head (8) and type (2 x 2 + 1 offsets) on each of the 3 sub-layers; ALiBi learns nothing.
+        added = 3 * 8 * 5 if row["edges"] == "bias=relative:2" else 0
+        assert row["parameters"] == none[row["backend"]]["parameters"] + added
+    assert result["edges_on"] == ["enc", "dec", "cross"] and result["config"]["task"] == "copy"
 
 
 def benchmark(name: str):
