@@ -263,3 +263,20 @@ def test_rollout_rows_of_a_2000_token_parse_tree_reach_the_roots_subtree_within_
     reached = within_hops(edge_maps(model, batch, "enc"), root, 3)
     assert 3 < len(reached) < len(words) // 10  # the tree's top, not the whole input
     assert set(row[0].nonzero()[:, 0].tolist()) == reached
+
+
+def test_the_watch_pages_example_gives_the_shapes_it_states():
+    """The page's Python block, run as written: the rollout through 2 decoder layers leaves each
+    output 1 - 1/4 on the source, and the flow into </s> is one row of 4 source nodes."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "howto" / "watch.md").read_text(encoding="utf-8")
+    section = page[page.index("## Rollout and flow") :]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    namespace = {}
+    exec(compile(block, "watch.md rollout block", "exec"), namespace)
+    shares, paths = namespace["shares"], namespace["paths"]
+    assert shares.shape == (3, 4) and paths.shape == (1, 4)
+    np.testing.assert_allclose(shares.sum(-1).numpy(), 0.75, rtol=0, atol=1e-6)
+    assert (paths > 0).all() and (paths <= 1 + 1e-9).all()
