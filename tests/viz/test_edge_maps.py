@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 from helpers import random_pairs
+from torch.profiler import ProfilerActivity, profile
 
 from graphformer import make_model
 from graphformer.attention import record_attention
@@ -105,6 +106,17 @@ def test_top_edges_are_each_querys_strongest_keys_strongest_first():
     assert (keys[..., -1] == -1).any()  # some node has fewer than 5 keys
 
 
+def recorded_in_edges(model, batch) -> EdgeMaps:
+    """`edge_maps` of the encoder, checking that no step of the forward pass or of the picking
+    allocates even a quarter of a float32 nodes x nodes array (the profiler's per-op sizes,
+    children included)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
+        maps = edge_maps(model, batch, "enc")
+    largest = max(event.cpu_memory_usage for event in profiled.events())
+    assert 0 < largest < maps.n_queries**2  # bytes; float32 nodes x nodes is 4 n^2
+    return maps
+
+
 def assert_kept_as_edges(maps: EdgeMaps, nodes: int, edges: int):
     """Every tensor the maps hold grows with the edges (E), none with nodes x nodes."""
     assert (maps.n_queries, maps.n_keys) == (nodes, nodes)
@@ -123,7 +135,7 @@ def test_a_listops_sample_of_2000_tokens_on_its_parse_tree_is_kept_as_edges():
         pooling="last", **TINY,
     )  # fmt: skip
     batch = make_batch(model.make_pool(), [[4 + i % 16 for i in range(len(words))]], edges=[parse_tree(words)])
-    maps = edge_maps(model, batch, "enc")
+    maps = recorded_in_edges(model, batch)
     assert_kept_as_edges(maps, len(words) + 1, batch.relation(ENC).num_edges)
     totals = torch.zeros(2, 2, maps.n_queries, dtype=maps.weights.dtype).index_add_(2, maps.queries, maps.weights)
     torch.testing.assert_close(totals, torch.ones_like(totals))
@@ -135,7 +147,7 @@ def test_recall_at_4096_on_a_window_is_kept_as_edges():
     torch.manual_seed(0)
     model = make_model(20, 14, model="encoder", enc_attention="window:4", positions="none", max_len=4096, **TINY)
     batch = make_batch(model.make_pool(), [[4 + i % 16 for i in range(4094)]])  # with <cls> and </s>: 4,096 nodes
-    maps = edge_maps(model, batch, "enc")
+    maps = recorded_in_edges(model, batch)
     assert_kept_as_edges(maps, 4096, batch.relation(ENC).num_edges)
     # <cls> reads every node and every node reads it: 2 x 4,096 edges beside the window's 9 per node.
     assert int((maps.queries == 0).sum()) == 4096 and int((maps.keys == 0).sum()) == 4096
