@@ -109,19 +109,25 @@ def edge_maps(model, batch: GraphBatch, sublayer: str = "cross", sample: int = 0
     """The `EdgeMaps` of ``sample`` on ``sublayer`` ('enc', 'dec' or 'cross') from one forward pass
     of ``model`` over ``batch`` (in eval mode), on the CPU. Works for the models whose class
     ``records_maps`` (see `recorded_kinds`); ``batch`` must have targets for 'dec'/'cross'."""
-    check_maps(model, batch, sublayer, sample)
+    return sublayer_maps(model, batch, (sublayer,), sample)[sublayer]
+
+
+@torch.no_grad()
+def sublayer_maps(model, batch: GraphBatch, sublayers, sample: int = 0) -> dict[str, EdgeMaps]:
+    """`edge_maps` of each of ``sublayers``, by name, from the same one forward pass."""
+    for sublayer in sublayers:
+        check_maps(model, batch, sublayer, sample)
     with evaluating(model), record_attention() as records:
         model(batch)
+    return {sublayer: _picked(model, batch, records, sublayer, sample) for sublayer in sublayers}
+
+
+def _picked(model, batch: GraphBatch, records: list, sublayer: str, sample: int) -> EdgeMaps:
+    """The sample's edges of ``sublayer`` out of the batch's ``records`` (`record_attention`'s)."""
     key_first, n_keys, query_first, n_queries = _ranges(batch, sublayer, sample)
-    weights, picked = [], None
-    for name, graph, layer_weights in records:
-        if name != sublayer:
-            continue
-        if picked is None:  # every layer attends over the same edges
-            mine = (graph.v >= query_first) & (graph.v < query_first + n_queries)
-            picked = (graph, mine)
-        weights.append(layer_weights[picked[1], :, 0].T)  # (heads, E)
-    graph, mine = picked
+    layers = [(graph, weights) for name, graph, weights in records if name == sublayer]
+    graph = layers[0][0]  # every layer attends over the same edges
+    mine = (graph.v >= query_first) & (graph.v < query_first + n_queries)
     types = {
         spec: (derivation, edge_types(graph, derivation)[mine].cpu())
         for spec, derivation in _derivations(model, sublayer).items()
@@ -132,7 +138,7 @@ def edge_maps(model, batch: GraphBatch, sublayer: str = "cross", sample: int = 0
         n_keys=n_keys,
         keys=(graph.u[mine] - key_first).cpu(),
         queries=(graph.v[mine] - query_first).cpu(),
-        weights=torch.stack(weights).cpu(),
+        weights=torch.stack([weights[mine, :, 0].T for _, weights in layers]).cpu(),  # (layers, heads, E)
         types=types,
     )
 

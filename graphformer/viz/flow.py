@@ -30,7 +30,7 @@ import torch
 from networkx.algorithms.flow import build_residual_network, edmonds_karp
 
 from graphformer.graphs import GraphBatch
-from graphformer.viz.edge_maps import edge_maps
+from graphformer.viz.edge_maps import edge_maps, sublayer_maps
 from graphformer.viz.rollout import cross_layers, mixed_layers, query_ids
 
 FLOW_LIMIT = 10_000_000  # queries x inputs x layered-graph edges
@@ -111,9 +111,9 @@ def flow(model, batch: GraphBatch, sublayer: str = "enc", sample: int = 0, queri
     nodes) for 'enc' or 'dec', (outputs, source nodes) for 'cross' (the composition through
     cross-attention). ``queries``: ids of the output nodes, None for all (within `FLOW_LIMIT`)."""
     if sublayer == "cross":
-        encoder = mixed_layers(edge_maps(model, batch, "enc", sample))
-        decoder = mixed_layers(edge_maps(model, batch, "dec", sample))
-        cross = cross_layers(edge_maps(model, batch, "cross", sample), encoder[0].shape[0])
+        maps = sublayer_maps(model, batch, ("enc", "dec", "cross"), sample)
+        encoder, decoder = mixed_layers(maps["enc"]), mixed_layers(maps["dec"])
+        cross = cross_layers(maps["cross"], encoder[0].shape[0])
         m = decoder[0].shape[0]
         return cross_flow_rows(encoder, decoder, cross, query_ids(range(m) if queries is None else queries, m))
     layers = mixed_layers(edge_maps(model, batch, sublayer, sample))

@@ -42,7 +42,7 @@ import warnings
 import torch
 
 from graphformer.graphs import GraphBatch
-from graphformer.viz.edge_maps import EdgeMaps, edge_maps
+from graphformer.viz.edge_maps import EdgeMaps, edge_maps, sublayer_maps
 
 
 def mixed_layers(maps: EdgeMaps) -> list[torch.Tensor]:
@@ -161,9 +161,9 @@ def rollout(
     list of query ids for those rows only, dense (S, nodes), O(layers x edges) each.
     """
     if sublayer == "cross":
-        encoder = mixed_layers(edge_maps(model, batch, "enc", sample))
-        decoder = mixed_layers(edge_maps(model, batch, "dec", sample))
-        cross = cross_layers(edge_maps(model, batch, "cross", sample), encoder[0].shape[0])
+        maps = sublayer_maps(model, batch, ("enc", "dec", "cross"), sample)
+        encoder, decoder = mixed_layers(maps["enc"]), mixed_layers(maps["dec"])
+        cross = cross_layers(maps["cross"], encoder[0].shape[0])
         if queries is not None:
             return cross_rollout_rows(encoder, decoder, cross, query_ids(queries, decoder[0].shape[0]))
         result = cross_rollout_matrix(encoder, decoder, cross)
