@@ -280,3 +280,40 @@ def test_the_watch_pages_example_gives_the_shapes_it_states():
     assert shares.shape == (3, 4) and paths.shape == (1, 4)
     np.testing.assert_allclose(shares.sum(-1).numpy(), 0.75, rtol=0, atol=1e-6)
     assert (paths > 0).all() and (paths <= 1 + 1e-9).all()
+
+
+def test_rollout_through_cross_attention_reaches_the_span_nodes_of_a_tree_encoder():
+    """With tree:1 the encoder has span nodes after the tokens; cross-attention reads tokens only,
+    and the composition reaches the span nodes through the encoder's rollout."""
+    torch.manual_seed(0)
+    model = make_model(19, layers=2, d_model=16, heads=2, d_ff=32, dropout=0.0, enc_attention="tree:1").double()
+    batch = make_batch(model.make_pool(), [[4, 5, 6, 7, 8, 9, 10]], [[5, 6, 7]])
+    enc, dec, cross = (model_maps(model, batch, s, 0) for s in ("enc", "dec", "cross"))
+    nodes, tokens = enc.shape[-1], cross.shape[-1]
+    assert nodes > tokens == 8
+    padded = np.concatenate([cross, np.zeros((*cross.shape[:-1], nodes - tokens))], axis=-1)
+    expected = dense_cross_rollout(enc, dec, padded)
+    shares = rollout(model, batch, "cross", 0)
+    assert shares.shape == (4, nodes)
+    np.testing.assert_allclose(shares.numpy(), expected, rtol=0, atol=1e-12)
+    assert (shares[:, tokens:] > 0).all()
+
+
+def test_flow_and_rollout_reach_the_same_nodes_of_a_parse_tree():
+    """Both are positive exactly where a path of the layered graph joins the input to the query:
+    on a tree of 3 layers, the nodes within 3 edges of it."""
+    from graphformer.graphs.expression_tree import parse_tree
+    from graphformer.viz import edge_maps
+
+    words = "[MAX 1 [MIN 2 [SM 3 4 [MED 5 6 ] ] 7 ] 8 [MIN 9 0 ] ]".split()
+    torch.manual_seed(0)
+    model = make_model(
+        20, 14, model="encoder", layers=3, d_model=16, heads=2, d_ff=32, dropout=0.0, pooling="last",
+        enc_attention="parse-tree",
+    ).double()  # fmt: skip
+    batch = make_batch(model.make_pool(), [[4 + i % 16 for i in range(len(words))]], edges=[parse_tree(words)])
+    root, maps = len(words), edge_maps(model, batch, "enc")
+    reached = within_hops(maps, root, 3)
+    assert 3 < len(reached) < len(words)
+    for row in (flow(model, batch, "enc", queries=[root]), rollout(model, batch, "enc", queries=[root])):
+        assert set(row[0].nonzero()[:, 0].tolist()) == reached
