@@ -1,8 +1,7 @@
-"""Attention rollout and flow (`graphformer.viz.rollout`, `graphformer.viz.flow`) against dense
+"""Attention rollout and flow (`graphformer.viz.attention_rollout`, `graphformer.viz.attention_flow`) against dense
 implementations written here: matrix products in numpy, and a max-flow of our own (Edmonds-Karp
 on a dense capacity matrix), on random sparse graphs with random weights, in float64."""
 
-import importlib
 from collections import deque
 
 import numpy as np
@@ -11,9 +10,9 @@ import torch
 
 from graphformer import make_model
 from graphformer.graphs import make_batch
-from graphformer.viz import EdgeMaps, attention_maps, flow, rollout
-from graphformer.viz.flow import cross_flow_rows, flow_rows, flows_into, layered_graph
-from graphformer.viz.rollout import (
+from graphformer.viz import EdgeMaps, attention_flow, attention_maps, flow, rollout
+from graphformer.viz.attention_flow import cross_flow_rows, flow_rows, flows_into, layered_graph
+from graphformer.viz.attention_rollout import (
     cross_layers,
     cross_rollout_matrix,
     cross_rollout_rows,
@@ -224,8 +223,7 @@ def test_flow_of_a_model_and_its_limit(monkeypatch):
     np.testing.assert_allclose(flow(model, batch, "cross", 1, queries=[2, 0]).numpy(), expected, rtol=0, atol=1e-9)
     graph = layered_graph(mixed_layers(EdgeMaps("enc", 2, 2, torch.tensor([0, 1]), torch.tensor([0, 1]),
                                                 torch.ones(3, 1, 2, dtype=torch.float64))))  # fmt: skip
-    # graphformer.viz.flow is the function; the module is imported by its full name.
-    monkeypatch.setattr(importlib.import_module("graphformer.viz.flow"), "FLOW_LIMIT", 3 * 2 * 6 - 1)
+    monkeypatch.setattr(attention_flow, "FLOW_LIMIT", 3 * 2 * 6 - 1)
     with pytest.raises(ValueError, match=r"^attention flow for 3 output\(s\) from 2 inputs over 6 edges is 36 units"):
         flows_into(graph, [(0, 0), (0, 1)], [(3, 0), (3, 1), (3, 0)])
     assert flows_into(graph, [(0, 0), (0, 1)], [(3, 0), (3, 1)]).tolist() == [[1.0, 0.0], [0.0, 1.0]]

@@ -1,6 +1,6 @@
 r"""Attention flow (Abnar and Zuidema, 2020): max-flow through the layered graph of a stack.
 
-Where rollout sums every path from input token j to node i (`graphformer.viz.rollout`), flow asks
+Where rollout sums every path from input token j to node i (`graphformer.viz.attention_rollout`), flow asks
 how much can pass at once when each edge carries at most its weight. The layered graph of L
 layers over N nodes has a node (l, i) per layer l = 0..L and token i, and an edge
 
@@ -13,7 +13,7 @@ Flow[q, j] is the value of a maximum flow from (0, j) to (L, q): one max-flow pr
 Through cross-attention the layered graph is the encoder's, then per decoder layer a
 self-attention step (decoder nodes to a middle copy, S'_l) and a cross step into the layer's
 output: its own middle node at capacity 0.5 (the residual) and every encoder top node j at
-0.5 C_l[i, j], the composition `graphformer.viz.rollout` defines. Flow runs from each source
+0.5 C_l[i, j], the composition `graphformer.viz.attention_rollout` defines. Flow runs from each source
 token at the encoder's bottom to a decoder output.
 
 Cost. Edmonds-Karp is O(V E^2) per problem in the worst case; on these layered graphs, whose
@@ -30,8 +30,8 @@ import torch
 from networkx.algorithms.flow import build_residual_network, edmonds_karp
 
 from graphformer.graphs import GraphBatch
+from graphformer.viz.attention_rollout import cross_layers, mixed_layers, query_ids
 from graphformer.viz.edge_maps import edge_maps, sublayer_maps
-from graphformer.viz.rollout import cross_layers, mixed_layers, query_ids
 
 FLOW_LIMIT = 10_000_000  # queries x inputs x layered-graph edges
 
