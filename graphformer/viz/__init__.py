@@ -1,7 +1,19 @@
 """Visualisation: attention maps as dense arrays (`maps`), their pictures (`plots`: heatmaps,
 head grids, animations, ponder plots; `bipartite`: a map as a graph), the HTML animation player
-(`player`), and the maps recorded during training (`recording`)."""
+(`player`), the maps recorded during training (`recording`), and attention on any input from a
+trained run (`on_demand` computes it; `attend_views` draws it, `attend_page` as an HTML page):
+``graphformer.viz.attend(run_dir, ["a b c"], out="runs/x.png")``."""
 
 from graphformer.viz.maps import SUBLAYERS, attention_maps
 
-__all__ = ["attention_maps", "SUBLAYERS"]
+
+def __getattr__(name):
+    """``attend`` loads on first use: it draws with matplotlib, which the maps alone do not need."""
+    if name == "attend":
+        from graphformer.viz.attend_views import attend
+
+        return attend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["attention_maps", "attend", "SUBLAYERS"]
