@@ -39,7 +39,7 @@ def cmd_attend(args) -> int:
     source, edges = encode_inputs(run, input_lines(args), args.edges)
     _warn_about_input(source, source_limit(run.model, run.model.make_pool()))  # unknown tokens, as translate
     results = attend_lines(run, source, edges, sublayers, decoding.beam, decoding.alpha)
-    with interrupts_between_steps():  # a Ctrl-C while drawing or writing ends the command before a file is half done
+    with interrupts_between_steps():  # a Ctrl-C while drawing or writing waits for whole files, then stops
         written = [] if args.output is None else write(results, args.output, args.layer, args.head)
         if args.save_maps is not None:
             save_maps(results, args.save_maps)

@@ -26,7 +26,7 @@ import torch
 from graphformer.choices import SUBLAYERS
 from graphformer.decoding import translate_ids
 from graphformer.decoding.inputs import SourceLines, encode_lines, source_limit
-from graphformer.errors import UserError
+from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import make_batch
 from graphformer.graphs.sample_edges import edges_of_lines
 from graphformer.running.loaded import LoadedRun
@@ -40,7 +40,7 @@ class Attended:
     """One input line and the maps its model attended with.
 
     Attributes:
-        line: the input as given.
+        line: the input's tokens, joined by spaces (as the model reads it).
         maps: {sub-layer: (layers, heads, queries, keys) float tensor}, NaN where there is no edge.
         tokens: {sub-layer: (query tokens, key tokens)}, the strings each map's rows and columns show.
         output: the decoded line (detokenized, as ``translate`` writes it), or a classifier's label.
@@ -107,11 +107,11 @@ def check_choice(run: LoadedRun, sublayer: str | None, layer: int | None, head: 
     if sublayer is not None and sublayer not in has:
         why = "an encoder classifier attends with enc only" if cfg.classifies else f"choose one of {', '.join(has)}"
         raise UserError(f"the model has no {sublayer} attention: {why}")
-    layers = cfg.layers
+    layers = cfg.layers  # a ConfigError: the command line names the option, --layer, --head
     if layer is not None and not -layers <= layer < layers:
-        raise UserError(f"--layer {layer} is out of range: the model has {layers} layer{'s' * (layers != 1)}")
+        raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layer{'s' * (layers != 1)}")
     if head is not None and not 0 <= head < cfg.heads:
-        raise UserError(f"--head {head} is out of range: the model has {cfg.heads} heads (0 to {cfg.heads - 1})")
+        raise ConfigError("head", f"{head} is out of range: the model has {cfg.heads} heads (0 to {cfg.heads - 1})")
     return has if sublayer is None else (sublayer,)
 
 

@@ -165,6 +165,8 @@ def test_a_run_with_sample_edges_attends_along_the_edges_given(edges_run, tmp_pa
     for key, query in mirrored(3):
         expected[query, key] = True
     assert torch.equal(drawn, expected)
+    capsys.readouterr()
+    refused(capsys, ["--input", "a b c"], edges_run, tmp_path / "no-edges.png", "give --edges FILE")
 
 
 def _shown(driver):
