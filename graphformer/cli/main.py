@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from graphformer.cli.attend import cmd_attend
 from graphformer.cli.average import cmd_average
 from graphformer.cli.decode import cmd_evaluate, cmd_translate
 from graphformer.cli.draw import cmd_animate, cmd_heatmap
@@ -23,10 +24,11 @@ COMMANDS = {
     "average": cmd_average,
     "animate": cmd_animate,
     "heatmap": cmd_heatmap,
+    "attend": cmd_attend,
 }
 # Commands that decode with a trained model: torch's threads as training's (`graphformer.training.threads`)
 # chooses them; train sets its own, from --threads.
-DECODING = ("evaluate", "translate")
+DECODING = ("evaluate", "translate", "attend")
 
 
 def main(argv=None) -> int:
@@ -41,6 +43,7 @@ def main(argv=None) -> int:
     args.argv = argv  # the command `train --processes` runs in each process
     try:
         _check_output_folder(getattr(args, "output", None))
+        _check_output_folder(getattr(args, "save_maps", None), "--save-maps")
         if args.command in DECODING:
             use_threads(None)
         return COMMANDS[args.command](args)
@@ -57,12 +60,12 @@ def plugins_named(argv: list[str]) -> list[str]:
     return named + [arg.removeprefix("--plugin=") for arg in argv if arg.startswith("--plugin=")]
 
 
-def _check_output_folder(output: str | None) -> None:
+def _check_output_folder(output: str | None, flag: str = "-o") -> None:
     if output is None:
         return
     if Path(output).is_dir():
-        raise UserError(f"-o {output} is a folder; give the name of the file to write")
+        raise UserError(f"{flag} {output} is a folder; give the name of the file to write")
     parent = Path(output).resolve().parent
     if not parent.is_dir():
         what = "is a file, not a folder" if parent.exists() else "does not exist; create it first"
-        raise UserError(f"-o {output}: {Path(output).parent} {what}")
+        raise UserError(f"{flag} {output}: {Path(output).parent} {what}")

@@ -171,15 +171,15 @@ def _translate_parser(sub):
     _decoding_options(p)
 
 
+CHECKPOINT_HELP = (
+    "best, last, averaged (see graphformer average) or a checkpoint file; best and last "
+    "stand in for each other while a run has only one of them"
+)
+
+
 def _decoding_options(p):
     add_config_options(p, DecodeConfig)
-    p.add_argument(
-        "--checkpoint",
-        default="best",
-        metavar="WHICH",
-        help="best, last, averaged (see graphformer average) or a checkpoint file; best and last "
-        "stand in for each other while a run has only one of them",
-    )
+    p.add_argument("--checkpoint", default="best", metavar="WHICH", help=CHECKPOINT_HELP)
     p.add_argument("--device", default="cpu", help=DEVICES)
     add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
 
@@ -273,6 +273,39 @@ def _heatmap_parser(sub):
     view.add_argument("--graph", dest="view", action="store_const", const="graph", help="same as --view graph")
 
 
+def _attend_parser(sub):
+    p = sub.add_parser(
+        "attend",
+        help="draw the attention of a trained model on input lines",
+        description="Decode each input line with a run's model and draw the maps of every sub-layer, layer and "
+        "head it attended with: a picture per line (a grid of layers by heads per sub-layer; several "
+        "lines write -o with the line's index before the suffix, x.0.png, x.1.png) or an offline HTML page with "
+        "an overview of every head and a head view. A classifier's title shows its label, a translation's "
+        "the output it attended with.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--input", action="append", metavar="TEXT", help="an input line (repeatable)")
+    given.add_argument("--input-file", metavar="FILE", help="a text file of input lines, one per line")
+    p.add_argument(
+        "--edges",
+        metavar="FILE",
+        help="each input line's own encoder edges, one line of key-query pairs per input line "
+        "(for a run trained with --enc-attention ...edges)",
+    )
+    p.add_argument("--sublayer", choices=SUBLAYERS, help="draw this sub-layer only (default: every one the model has)")
+    p.add_argument(
+        "--layer", type=int, metavar="N", help="draw this layer only (from 0; negative counts from the last)"
+    )
+    p.add_argument("--head", type=int, metavar="N", help="draw this head only (from 0)")
+    p.add_argument("-o", "--output", help=f"picture ({', '.join(IMAGE_FORMATS)}) or page (.html) to write")
+    p.add_argument("--save-maps", metavar="FILE.pt", help="also save the maps, tokens and outputs with torch.save")
+    add_config_options(p, DecodeConfig, skip=["batch_tokens", "precision"])
+    p.add_argument("--checkpoint", default="best", metavar="WHICH", help=CHECKPOINT_HELP)
+    p.add_argument("--device", default="cpu", help=DEVICES)
+    add_config_options(p, TrainConfig, skip=[f.name for f in fields(TrainConfig) if f.name != "attention_backend"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; ``args.command`` names the subcommand parsed."""
     return _build()[0]
@@ -308,7 +341,15 @@ def _build() -> tuple[argparse.ArgumentParser, dict]:
     """The parser, and the parser of each subcommand by name."""
     parser = _Parser(prog=NAME, description="The Transformer as message passing on graphs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    for add in (_train_parser, _eval_parser, _translate_parser, _average_parser, _animate_parser, _heatmap_parser):
+    for add in (
+        _train_parser,
+        _eval_parser,
+        _translate_parser,
+        _average_parser,
+        _animate_parser,
+        _heatmap_parser,
+        _attend_parser,
+    ):
         add(sub)
     for command in sub.choices.values():
         command.add_argument(

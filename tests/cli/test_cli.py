@@ -262,7 +262,7 @@ def test_translate_reports_truncation_of_long_lines(trained, tmp_path, capsys):
 
 
 def test_help_of_every_subcommand():
-    for cmd in ("train", "evaluate", "translate", "animate", "heatmap"):
+    for cmd in ("train", "evaluate", "translate", "animate", "heatmap", "attend"):
         proc = subprocess.run([sys.executable, "-m", "graphformer", cmd, "--help"], capture_output=True, text=True)
         assert proc.returncode == 0 and "usage: graphformer " + cmd in proc.stdout
         text = " ".join(proc.stdout.split())  # argparse wraps lines
@@ -270,7 +270,7 @@ def test_help_of_every_subcommand():
         for option in re.findall(r"\n  (--[a-z-]+)", proc.stdout):  # each option's default shown once at most
             entry = text.split(option, 2)[-1].split(" --", 1)[0]
             assert entry.count("default") <= 1, (cmd, option, entry)
-        if cmd in ("evaluate", "translate"):
+        if cmd in ("evaluate", "translate", "attend"):
             assert "beam size (1 = greedy) (default: 5)" in text and "(default: 0.6)" in text
         if cmd == "heatmap":  # options outside the configs show their defaults too
             assert "one panel per head (default: 0)" in text and "(default: last)" in text

@@ -1,0 +1,50 @@
+"""``graphformer attend``: the attention maps of a trained run on input lines the user gives."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from graphformer.cli.signals import interrupts_between_steps
+from graphformer.errors import UserError
+
+
+def input_lines(args) -> list[str]:
+    """The lines of every ``--input TEXT``, or of ``--input-file FILE``."""
+    from graphformer.cli.decode import read_input
+
+    if args.input_file is None:
+        return list(args.input)
+    if not Path(args.input_file).is_file():
+        what = "a directory" if Path(args.input_file).is_dir() else "not found"
+        raise UserError(f"--input-file {args.input_file}: {what}; give a text file with one input per line")
+    return read_input(args.input_file)
+
+
+def cmd_attend(args) -> int:
+    from graphformer.cli.decode import _load_run, _warn_about_input
+    from graphformer.decoding.inputs import source_limit
+    from graphformer.viz.attend_views import check_maps_path, check_output, save_maps, write
+    from graphformer.viz.on_demand import attend_lines, check_choice, check_drawable, encode_inputs
+
+    if args.output is None and args.save_maps is None:
+        raise UserError("nothing to write; give -o FILE (a picture or .html page) or --save-maps FILE.pt")
+    if args.output is not None:
+        check_output(args.output)  # before the model loads: a wrong suffix is said at once
+    if args.save_maps is not None:
+        check_maps_path(args.save_maps)
+    run, decoding = _load_run(args)
+    check_drawable(run)
+    sublayers = check_choice(run, args.sublayer, args.layer, args.head)
+    source, edges = encode_inputs(run, input_lines(args), args.edges)
+    _warn_about_input(source, source_limit(run.model, run.model.make_pool()))  # unknown tokens, as translate
+    results = attend_lines(run, source, edges, sublayers, decoding.beam, decoding.alpha)
+    with interrupts_between_steps():  # a Ctrl-C while drawing or writing waits for whole files, then stops
+        written = [] if args.output is None else write(results, args.output, args.layer, args.head)
+        if args.save_maps is not None:
+            save_maps(results, args.save_maps)
+            written.append(Path(args.save_maps))
+    for attended in results:
+        print(f"{attended.line}\t{attended.title}")
+    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+    return 0

@@ -1,0 +1,159 @@
+"""What `graphformer.viz.attend` writes: for each input line, a picture of every chosen sub-layer
+as a grid of layers (rows) by heads (columns), or the offline HTML page of `attend_page`; and the
+maps themselves, as a torch file, for a notebook or a test to read back.
+
+File names: one input writes ``out`` itself; several write ``out`` with the input's index (from 0)
+before the suffix, ``runs/x.png`` -> ``runs/x.0.png``, ``runs/x.1.png``. Every file is drawn before
+the first is written, and each is written atomically, so a refused input writes nothing.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphformer.choices import IMAGE_FORMATS
+from graphformer.errors import UserError
+from graphformer.files import write_atomic
+from graphformer.running.loaded import LoadedRun
+from graphformer.viz import plots
+from graphformer.viz.attend_page import attend_page
+from graphformer.viz.on_demand import Attended, attend_lines, check_choice, check_drawable, chosen, encode_inputs, load
+
+PAGE_FORMAT = ".html"
+FORMATS = (*IMAGE_FORMATS, PAGE_FORMAT)
+MAPS_FORMAT = ".pt"
+
+# A grid too wide for readable token labels at plots.MIN_INCH_PER_TOKEN shrinks its panels, without
+# labels, to stay within this many inches a side: 19,200 pixels at save_figure's 120 dpi, under
+# the 65,536 that matplotlib's Agg canvas draws at most.
+MAX_FIGURE_INCHES = 160.0
+PANEL_MARGIN = (1.4, 1.1)  # inches around each panel for its ticks, axis names and title
+MIN_ROW = 2.6  # inches: a short map's row still holds its query axis's name beside it
+
+
+def check_output(path: str | Path) -> Path:
+    """``path``, if its suffix is a picture's or the page's; else a one-line UserError."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        found = f"{path.suffix} is not a format attend writes" if path.suffix else "the name has no suffix"
+        raise UserError(f"cannot write the maps to {path}: {found}; use {', '.join(FORMATS)}")
+    return path
+
+
+def check_maps_path(path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix != MAPS_FORMAT:
+        raise UserError(f"--save-maps {path}: the maps are saved with torch.save; give a name ending in {MAPS_FORMAT}")
+    return path
+
+
+def output_paths(out: str | Path, count: int) -> list[Path]:
+    """The file of each of ``count`` inputs (see the module's docstring)."""
+    out = Path(out)
+    return [out] if count == 1 else [out.with_name(f"{out.stem}.{i}{out.suffix}") for i in range(count)]
+
+
+def grid_size(attended, blocks: list) -> tuple[float, float, list[float]]:
+    """(token spacing, figure width, height of each block) in inches for `draw_grid`'s ``blocks``:
+    `plots.INCH_PER_TOKEN` between tokens where the figure fits `MAX_FIGURE_INCHES`, closer where
+    it would not; a row of panels is at least `MIN_ROW` tall, room for its query axis's name."""
+    widest = max(len(attended.tokens[s][1]) * len(heads) for s, _, _, heads in blocks)
+    tallest = sum(len(attended.tokens[s][0]) * len(layers) for s, _, layers, _ in blocks)
+    cols = max(len(heads) for *_, heads in blocks)
+    rows = sum(len(layers) for _, _, layers, _ in blocks)
+    room = min(
+        (MAX_FIGURE_INCHES - cols * PANEL_MARGIN[0]) / widest, (MAX_FIGURE_INCHES - rows * PANEL_MARGIN[1]) / tallest
+    )
+    spacing = min(plots.INCH_PER_TOKEN, room)
+    width = widest * spacing + cols * PANEL_MARGIN[0] + plots.COLORBAR_WIDTH
+    row = [max(MIN_ROW, len(attended.tokens[s][0]) * spacing + PANEL_MARGIN[1]) for s, *_ in blocks]
+    return spacing, width, [height * len(layers) + 0.4 for height, (_, _, layers, _) in zip(row, blocks)]
+
+
+def draw_grid(attended, layer: int | None = None, head: int | None = None):
+    """A figure of each sub-layer of ``attended`` (an `Attended`): a block per sub-layer, in it a
+    row per layer and a column per head, all on one colour scale from 0 to 1."""
+    blocks = [(s, *chosen(maps, layer, head)) for s, maps in attended.maps.items()]
+    spacing, width, heights = grid_size(attended, blocks)
+    figure = plots.new_figure(width, sum(heights) + 0.8)  # and the title's two lines
+    subfigures = np.atleast_1d(figure.subfigures(len(blocks), 1, height_ratios=heights))
+    for subfigure, (sublayer, maps, layers, heads) in zip(subfigures, blocks):
+        queries, keys = attended.tokens[sublayer]
+        key_axis, query_axis = attended.axes[sublayer]
+        axes = subfigure.subplots(len(layers), len(heads), squeeze=False)
+        for (r, c), ax in np.ndenumerate(axes):
+            title = f"layer {layers[r]}, head {heads[c]}"
+            image = plots.heatmap(ax, maps[r, c], keys, queries, title, 1.0, key_axis, query_axis)
+            if spacing < plots.MIN_INCH_PER_TOKEN:  # too close for text: the pattern alone
+                ax.set_xticks([]), ax.set_yticks([])
+            if c:
+                ax.set_ylabel("")  # the first panel of a row names the queries, the last row the keys
+            if r < len(layers) - 1:
+                ax.set_xlabel("")
+        subfigure.colorbar(image, ax=axes, fraction=0.03, label="weight")
+        subfigure.suptitle(f"{sublayer} attention", fontsize=10)
+    figure.suptitle(f"{attended.line}\n{attended.title}", fontsize=11)
+    return figure
+
+
+def render(attended, suffix: str, layer: int | None = None, head: int | None = None) -> bytes:
+    """The bytes of ``attended``'s file in the format of ``suffix``."""
+    if suffix == PAGE_FORMAT:
+        return attend_page(attended, layer, head).encode("utf-8")
+    figure = draw_grid(attended, layer, head)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=suffix[1:], dpi=120)
+    return buffer.getvalue()
+
+
+def write(results: list, out: str | Path, layer: int | None = None, head: int | None = None) -> list[Path]:
+    """Write each of ``results`` (`Attended`) to its `output_paths` file; returns the paths. Every
+    file is drawn first (a page over `attend_page.MAX_PAGE_CELLS` is refused before any is written)."""
+    suffix = check_output(out).suffix.lower()
+    contents = [render(attended, suffix, layer, head) for attended in results]
+    paths = output_paths(out, len(results))
+    for path, content in zip(paths, contents):
+        write_atomic(path, lambda f, content=content: f.write(content))
+    return paths
+
+
+def save_maps(results: list, path: str | Path) -> None:
+    """Write ``results`` as a torch file: a list of {line, output, probability, maps, tokens} per input."""
+    path = check_maps_path(path)
+    saved = [
+        {"line": a.line, "output": a.output, "probability": a.probability, "maps": a.maps, "tokens": a.tokens}
+        for a in results
+    ]
+    write_atomic(path, lambda f: torch.save(saved, f))
+
+
+def attend(
+    run: str | Path | LoadedRun,
+    lines: list[str],
+    out: str | Path | None = None,
+    *,
+    edges: str | Path | None = None,
+    sublayer: str | None = None,
+    layer: int | None = None,
+    head: int | None = None,
+    beam: int = 5,
+    checkpoint: str = "best",
+) -> list[Attended]:
+    """The maps of every sub-layer, layer and head the run's model attends with on each of
+    ``lines`` (one call: load, decode, map, and with ``out`` write a picture or HTML page per
+    line, see `write`). ``run`` is a run directory or a `LoadedRun`;
+    ``edges`` an edges file, one line per input line, for a run whose encoder reads them."""
+    if out is not None:
+        check_output(out)
+    run = load(run, checkpoint)
+    check_drawable(run)
+    sublayers = check_choice(run, sublayer, layer, head)
+    source, sample_edges = encode_inputs(run, list(lines), edges)
+    results = attend_lines(run, source, sample_edges, sublayers, beam)
+    if out is not None:
+        write(results, out, layer=layer, head=head)
+    return results

@@ -1,0 +1,171 @@
+"""Attention on demand: the maps a trained model attends with on any input line.
+
+    run = load("runs/copy")
+    source, edges = encode_inputs(run, ["a b c"])
+    results = attend_lines(run, source, edges)
+    results[0].maps["cross"]          # (layers, heads, queries, keys), NaN where there is no edge
+
+(`graphformer.viz.attend` does all of it, and writes the pictures, in one call.)
+
+Each line is decoded as ``translate`` decodes it (a classifier's label is its argmax), then run
+through the model once more, teacher-forced on what it decoded: a decoder's queries are its
+inputs ``<s>, y1, ..., ym``, the decoded tokens shifted right, so the maps are those the model
+attended with while it wrote that output. `sublayer_maps` is the one place the maps are computed
+(dense for now; an edge-based computation can replace it without touching anything else).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphformer.choices import SUBLAYERS
+from graphformer.decoding import translate_ids
+from graphformer.decoding.inputs import SourceLines, encode_lines, source_limit
+from graphformer.errors import ConfigError, UserError
+from graphformer.graphs import make_batch
+from graphformer.graphs.sample_edges import edges_of_lines
+from graphformer.running.loaded import LoadedRun
+from graphformer.viz.maps import maps_and_types, recorded_kinds
+from graphformer.viz.recording import AXES, CLS_TOKEN, span_tokens
+from graphformer.vocab import EOS, SOS
+
+
+@dataclass
+class Attended:
+    """One input line and the maps its model attended with.
+
+    Attributes:
+        line: the input's tokens, joined by spaces (as the model reads it).
+        maps: {sub-layer: (layers, heads, queries, keys) float tensor}, NaN where there is no edge.
+        tokens: {sub-layer: (query tokens, key tokens)}, the strings each map's rows and columns show.
+        output: the decoded line (detokenized, as ``translate`` writes it), or a classifier's label.
+        probability: a classifier's probability of its label; None for a translation.
+    """
+
+    line: str
+    maps: dict[str, torch.Tensor]
+    tokens: dict[str, tuple[list[str], list[str]]]
+    output: str
+    probability: float | None = None
+    axes: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(AXES))  # (key axis, query axis)
+
+    @property
+    def title(self) -> str:
+        """What the picture's title says the model made of the line."""
+        if self.probability is not None:
+            return f"predicted label {self.output} (probability {self.probability:.2f})"
+        return f"output: {self.output or '(empty: the model ended it at once)'}"
+
+
+def load(run: str | Path | LoadedRun, checkpoint: str = "best") -> LoadedRun:
+    """``run`` itself, or the run directory it names loaded with its ``checkpoint``."""
+    return run if isinstance(run, LoadedRun) else LoadedRun(run, checkpoint)
+
+
+def check_drawable(run: LoadedRun) -> None:
+    """Refuse a model whose attention is not one map per layer (the universal ones, for now)."""
+    if not run.model.records_maps:
+        raise UserError(
+            f"{run.run_dir} holds a {run.model.cfg.model} model, whose attention comes per ACT step; attend draws "
+            f"the {' and '.join(recorded_kinds())} models only (per-step maps are not done yet)"
+        )
+
+
+def encode_inputs(run: LoadedRun, lines: list[str], edges: str | Path | None = None):
+    """(`SourceLines`, each line's sample edges or None) of ``lines``: every line must be non-empty
+    and fit the model's positional table (unlike ``translate``, which cuts a long line: a map of
+    part of the input would mislead). Tokens outside the vocabulary read as ``<unk>`` and are
+    counted in ``SourceLines.unknown`` for the caller to warn of."""
+    if not lines:
+        raise UserError("no input to attend on; give --input TEXT or --input-file FILE")
+    pool = run.model.make_pool()
+    tokenize, _ = run.pipelines()
+    limit = source_limit(run.model, pool)
+    source = encode_lines(lines, tokenize, run.src_vocab, limit)
+    for number, words in enumerate(source.words, 1):
+        if not words:
+            raise UserError(f"input line {number} is empty; give text to attend on")
+    if source.truncated:
+        number, length = source.truncated[0]
+        raise UserError(
+            f"input line {number} has {length} tokens, more than the {limit} the model's positional table "
+            f"(max_len {run.model.cfg.max_len}) holds; shorten it"
+        )
+    return source, edges_of_lines(pool, source.words, edges)
+
+
+def check_choice(run: LoadedRun, sublayer: str | None, layer: int | None, head: int | None) -> tuple[str, ...]:
+    """The sub-layers to map: ``sublayer``, or all the model has; a one-line UserError for a
+    sub-layer, layer or head the model does not have."""
+    cfg = run.model.cfg
+    has = ("enc",) if cfg.classifies else SUBLAYERS
+    if sublayer is not None and sublayer not in has:
+        why = "an encoder classifier attends with enc only" if cfg.classifies else f"choose one of {', '.join(has)}"
+        raise UserError(f"the model has no {sublayer} attention: {why}")
+    layers = cfg.layers  # a ConfigError: the command line names the option, --layer, --head
+    if layer is not None and not -layers <= layer < layers:
+        raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layer{'s' * (layers != 1)}")
+    if head is not None and not 0 <= head < cfg.heads:
+        raise ConfigError("head", f"{head} is out of range: the model has {cfg.heads} heads (0 to {cfg.heads - 1})")
+    return has if sublayer is None else (sublayer,)
+
+
+def sublayer_maps(model, batch, sublayers: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """{sub-layer: (layers, heads, queries, keys)} of the batch's one sample: the one function
+    that computes maps for `attend` (dense, from `maps_and_types`; fine up to a few hundred nodes)."""
+    return {sublayer: maps_and_types(model, batch, sublayer)[0] for sublayer in sublayers}
+
+
+def attend_lines(
+    run: LoadedRun,
+    source: SourceLines,
+    edges=None,
+    sublayers: tuple[str, ...] = SUBLAYERS,
+    beam: int = 5,
+    alpha: float | None = None,
+) -> list[Attended]:
+    """Decode each encoded line and map the attention it was decoded with (see the module's
+    docstring); results in input order."""
+    pool = run.model.make_pool()
+    searched = {} if alpha is None else {"alpha": alpha}
+    hyps = translate_ids(run.model, source.ids, beam=beam, pool=pool, edges=edges, **searched)
+    _, detokenize = run.pipelines()
+    device = next(run.model.parameters()).device
+    results = []
+    for i, (line_ids, hyp) in enumerate(zip(source.ids, hyps)):
+        given = None if edges is None else [edges[i]]
+        batch = make_batch(pool, [line_ids], [hyp.tokens], given).to(device)
+        decoded = [run.tgt_vocab.itos[t] for t in (SOS, *hyp.tokens)]
+        tokens = axis_tokens(pool, [*source.words[i], run.src_vocab.itos[EOS]], decoded)
+        if run.model.cfg.classifies:
+            label, probability = run.tgt_vocab.itos[hyp.tokens[0]], math.exp(hyp.log_prob)
+        else:
+            label, probability = detokenize(run.tgt_vocab.decode(hyp.tokens)), None
+        maps = sublayer_maps(run.model, batch, sublayers)
+        results.append(Attended(" ".join(source.words[i]), maps, {s: tokens[s] for s in sublayers}, label, probability))
+    return results
+
+
+def axis_tokens(pool, source: list[str], decoder_inputs: list[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """{sub-layer: (query tokens, key tokens)} from the ``source`` tokens (ending in ``</s>``)
+    and the ``decoder_inputs`` ``<s>, y1, ..., ym`` (the decoded tokens shifted right): the source
+    as the graph holds it, a classifier's ``<cls>`` first and a tree pattern's span nodes after it
+    on enc."""
+    src = [CLS_TOKEN] * pool.cls_node + source
+    enc = src + (span_tokens(len(src)) if pool.span_nodes(len(src)) else [])
+    tgt = decoder_inputs
+    return {"enc": (enc, enc), "dec": (tgt, tgt), "cross": (tgt, src)}
+
+
+def chosen(maps: torch.Tensor, layer: int | None, head: int | None) -> tuple[np.ndarray, list[int], list[int]]:
+    """(layers, heads, queries, keys) of ``maps`` at the chosen ``layer`` and ``head`` (every one
+    where None), and the numbers of the layers (from 1) and of the heads it holds."""
+    layers, heads = range(maps.shape[0]), range(maps.shape[1])
+    layers = list(layers) if layer is None else [layers[layer]]
+    heads = list(heads) if head is None else [head]
+    return maps[layers][:, heads].numpy(), [n + 1 for n in layers], heads
