@@ -117,7 +117,7 @@ class UniversalTransformer(SequenceModel):
     (``model='universal'``)."""
 
     kind = "universal"
-    records_maps = False  # its steps attend on subgraphs of the active nodes: see ponder maps instead
+    records_maps = False  # its steps attend on subgraphs of the active nodes: see graphformer.viz.step_maps
 
     def __init__(self, cfg: ModelConfig, attention_backend: str = DEFAULT_BACKEND):
         super().__init__(cfg, attention_backend)

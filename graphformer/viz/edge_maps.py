@@ -146,7 +146,7 @@ def _picked(model, batch: GraphBatch, records: list, sublayer: str, sample: int)
 def recorded_kinds() -> tuple[str, ...]:
     """The kinds of model drawn with one map per layer (their classes' ``records_maps``). The
     universal ones attend on shrinking subgraphs of their still-active nodes at every step; those
-    are drawn as ponder maps instead (`graphformer.viz.plots.ponder_map`)."""
+    are mapped per step instead (`graphformer.viz.step_maps`)."""
     return tuple(kind for kind, cls in MODELS.items() if cls.records_maps)
 
 
@@ -176,8 +176,14 @@ def check_maps(model, batch: GraphBatch, sublayer: str, sample: int) -> None:
         raise ValueError(
             f"attention maps are drawn for the {' and '.join(recorded_kinds())} models, not model "
             f"{model.cfg.model!r}, whose steps attend on subgraphs of their active nodes; draw its "
-            "ponder map instead (graphformer.viz.plots.ponder_map)"
+            "step maps instead (graphformer.viz.step_maps)"
         )
+    check_sample(model, batch, sublayer, sample)
+
+
+def check_sample(model, batch: GraphBatch, sublayer: str, sample: int) -> None:
+    """A ValueError for an unknown sub-layer, one the batch has no targets for, or a sample
+    outside the batch."""
     if sublayer not in SUBLAYERS:
         raise ValueError(f"unknown sub-layer {sublayer!r}; choose one of {SUBLAYERS}")
     if sublayer != "enc" and (model.cfg.classifies or batch.num_tgt_tokens == 0):

@@ -563,7 +563,7 @@ def test_attention_maps_refuse_the_universal_transformer():
     """Its steps attend on subgraphs of the still-active nodes: no map per layer to draw."""
     model = make_model(20, model="universal", d_model=16, heads=2, d_ff=16, max_depth=4, act_threshold=0.5)
     batch = make_batch(model.make_pool(), [[5, 6, 7, 8, 9], [5, 6]], [[5, 6, 7], [8]])
-    with pytest.raises(ValueError, match="ponder map"):
+    with pytest.raises(ValueError, match="step maps instead"):
         attention_maps(model, batch, "enc", sample=0)
 
 
