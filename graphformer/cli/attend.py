@@ -25,7 +25,7 @@ def cmd_attend(args) -> int:
     from graphformer.cli.decode import _load_run, _warn_about_input
     from graphformer.decoding.inputs import source_limit
     from graphformer.viz.attend_views import check_maps_path, check_output, save_maps, write
-    from graphformer.viz.on_demand import attend_lines, check_choice, check_drawable, encode_inputs
+    from graphformer.viz.on_demand import attend_lines, check_choice, check_steps, encode_inputs
 
     if args.output is None and args.save_maps is None:
         raise UserError("nothing to write; give -o FILE (a picture or .html page) or --save-maps FILE.pt")
@@ -34,11 +34,11 @@ def cmd_attend(args) -> int:
     if args.save_maps is not None:
         check_maps_path(args.save_maps)
     run, decoding = _load_run(args)
-    check_drawable(run)
     sublayers = check_choice(run, args.sublayer, args.layer, args.head)
     source, edges = encode_inputs(run, input_lines(args), args.edges)
     _warn_about_input(source, source_limit(run.model, run.model.make_pool()))  # unknown tokens, as translate
     results = attend_lines(run, source, edges, sublayers, decoding.beam, decoding.alpha)
+    check_steps(results, args.layer)  # a universal model's step past where an input's tokens all halted
     with interrupts_between_steps():  # a Ctrl-C while drawing or writing waits for whole files, then stops
         written = [] if args.output is None else write(results, args.output, args.layer, args.head)
         if args.save_maps is not None:

@@ -295,7 +295,10 @@ def _attend_parser(sub):
     )
     p.add_argument("--sublayer", choices=SUBLAYERS, help="draw this sub-layer only (default: every one the model has)")
     p.add_argument(
-        "--layer", type=int, metavar="N", help="draw this layer only (from 0; negative counts from the last)"
+        "--layer",
+        type=int,
+        metavar="N",
+        help="draw this layer only, or a universal model's ACT step (from 0; negative counts from the last)",
     )
     p.add_argument("--head", type=int, metavar="N", help="draw this head only (from 0)")
     p.add_argument("-o", "--output", help=f"picture ({', '.join(IMAGE_FORMATS)}) or page (.html) to write")

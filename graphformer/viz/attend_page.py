@@ -7,6 +7,10 @@ The page is self-contained, like `graphformer.viz.player`'s: the weights are inl
 draws them on canvases, and nothing is loaded from the network. Each sub-layer's maps travel as
 one base64 string of little-endian float32, (layers, heads, queries, keys) in C order, NaN where
 there is no edge: exact, and a third the size of the same numbers in JSON.
+
+A universal model's layers axis is its ACT steps: the page says "step" where it says "layer",
+each query's label carries the steps it pondered, and a query's row is grey at the steps after it
+halted (``ponder``: those steps per query; empty for a Transformer).
 """
 
 from __future__ import annotations
@@ -47,9 +51,10 @@ def page_data(attended, layer: int | None = None, head: int | None = None) -> di
                 "keyAxis": key_axis,
                 "queryAxis": query_axis,
                 "weights": base64.b64encode(raw).decode("ascii"),
+                "ponder": attended.ponder.get(sublayer, []),
             }
         )
-    return {"line": attended.line, "title": attended.title, "sublayers": blocks}
+    return {"line": attended.line, "title": attended.title, "unit": attended.unit, "sublayers": blocks}
 
 
 def check_page_size(attended, layer: int | None, head: int | None) -> None:
@@ -94,12 +99,12 @@ PAGE = """<!DOCTYPE html>
 <h3>Head view</h3>
 <div class="head">
   <label>sub-layer <select class="sublayer"></select></label>
-  <label>layer <select class="layer"></select></label>
+  <label><span class="unit">layer</span> <select class="layer"></select></label>
   <label>head <select class="headnum"></select></label>
   <span class="readout"></span>
   <div><canvas class="big"></canvas></div>
 </div>
-<h3>Model view: every layer (rows) and head (columns)</h3>
+<h3>Model view: every <span class="unit">layer</span> (rows) and head (columns)</h3>
 <div class="overview"></div>
 </div>
 <script>
@@ -115,7 +120,8 @@ SCRIPT = """(function () {
   const data = DATA;
   const root = document.getElementById("UID");
   const $ = s => root.querySelector(s);
-  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], halted = [200, 200, 200];
+  const unit = data.unit;
   function colour(w) {
     if (Number.isNaN(w)) return [255, 255, 255];
     const x = Math.min(Math.max(w, 0), 1) * (stops.length - 1), i = Math.min(Math.floor(x), stops.length - 2), f = x - i;
@@ -130,16 +136,18 @@ SCRIPT = """(function () {
     const at = (l * s.heads.length + h) * s.size;
     return s.values.subarray(at, at + s.size);
   }
-  function paint(canvas, s, weights) {
+  // A universal model's query that pondered fewer steps than this map's is grey: it had halted.
+  const stopped = (s, l, q) => s.ponder.length > 0 && s.ponder[q] < s.layers[l];
+  function paint(canvas, s, weights, l) {
     canvas.width = s.keys.length; canvas.height = s.queries.length;
     const context = canvas.getContext("2d"), image = context.createImageData(canvas.width, canvas.height);
-    weights.forEach((w, i) => { image.data.set([...colour(w), 255], 4 * i); });
+    weights.forEach((w, i) => { image.data.set([...(stopped(s, l, Math.floor(i / s.keys.length)) ? halted : colour(w)), 255], 4 * i); });
     context.putImageData(image, 0, 0);
   }
   const chosen = {s: 0, l: 0, h: 0};
   function showHead() {
     const s = data.sublayers[chosen.s], weights = map(s, chosen.l, chosen.h), cell = Math.max(2, Math.min(24, Math.floor(640 / Math.max(s.keys.length, s.queries.length))));
-    const small = document.createElement("canvas"); paint(small, s, weights);
+    const small = document.createElement("canvas"); paint(small, s, weights, chosen.l);
     const big = $(".big"), labels = cell >= 8 ? 90 : 0;
     big.width = labels + cell * s.keys.length; big.height = labels + cell * s.queries.length;
     const context = big.getContext("2d");
@@ -147,17 +155,18 @@ SCRIPT = """(function () {
     context.drawImage(small, labels, labels, cell * s.keys.length, cell * s.queries.length);
     if (labels) {
       context.font = Math.min(12, cell) + "px sans-serif"; context.fillStyle = "#000"; context.textAlign = "right";
-      s.queries.forEach((t, i) => context.fillText(t, labels - 4, labels + cell * (i + 0.75)));
+      s.queries.forEach((t, i) => context.fillText(s.ponder.length ? t + " (" + s.ponder[i] + ")" : t, labels - 4, labels + cell * (i + 0.75)));
       s.keys.forEach((t, j) => { context.save(); context.translate(labels + cell * (j + 0.75), labels - 4); context.rotate(-Math.PI / 2); context.textAlign = "left"; context.fillText(t, 0, 0); context.restore(); });
     }
     big.onmousemove = e => {
       const j = Math.floor((e.offsetX - labels) / cell), i = Math.floor((e.offsetY - labels) / cell);
       if (i < 0 || j < 0 || i >= s.queries.length || j >= s.keys.length) return;
       const w = weights[i * s.keys.length + j];
-      $(".readout").textContent = s.queries[i] + " \\u2192 " + s.keys[j] + ": " + (Number.isNaN(w) ? "no edge" : w.toFixed(3));
+      const none = stopped(s, chosen.l, i) ? "halted" : "no edge";
+      $(".readout").textContent = s.queries[i] + " \\u2192 " + s.keys[j] + ": " + (Number.isNaN(w) ? none : w.toFixed(3));
     };
     root.querySelectorAll(".thumb").forEach(t => t.classList.toggle("chosen", t.dataset.at === [chosen.s, chosen.l, chosen.h].join(",")));
-    $(".readout").textContent = s.name + " layer " + s.layers[chosen.l] + ", head " + s.heads[chosen.h] + " (" + s.queryAxis + " by " + s.keyAxis + ")";
+    $(".readout").textContent = s.name + " " + unit + " " + s.layers[chosen.l] + ", head " + s.heads[chosen.h] + " (" + s.queryAxis + " by " + s.keyAxis + ")";
   }
   function options(select, labels, value) {
     select.innerHTML = ""; labels.forEach((t, i) => select.add(new Option(t, i)));
@@ -175,17 +184,18 @@ SCRIPT = """(function () {
   $(".layer").onchange = e => choose(chosen.s, Number(e.target.value), chosen.h);
   $(".headnum").onchange = e => choose(chosen.s, chosen.l, Number(e.target.value));
   $(".line").textContent = data.line; $(".title").textContent = data.title;
+  root.querySelectorAll(".unit").forEach(e => { e.textContent = unit; });
   data.sublayers.forEach((s, si) => {
     const heading = document.createElement("h4"); heading.textContent = s.name + " attention";
     const table = document.createElement("table"), top = table.insertRow();
     top.insertCell().textContent = "";
     s.heads.forEach(h => { top.insertCell().textContent = "head " + h; });
     s.layers.forEach((layer, l) => {
-      const row = table.insertRow(); row.insertCell().textContent = "layer " + layer;
+      const row = table.insertRow(); row.insertCell().textContent = unit + " " + layer;
       s.heads.forEach((_, h) => {
         const canvas = document.createElement("canvas"); canvas.className = "thumb"; canvas.dataset.at = [si, l, h].join(",");
-        canvas.title = s.name + " layer " + layer + ", head " + s.heads[h];
-        paint(canvas, s, map(s, l, h)); canvas.onclick = () => choose(si, l, h);
+        canvas.title = s.name + " " + unit + " " + layer + ", head " + s.heads[h];
+        paint(canvas, s, map(s, l, h), l); canvas.onclick = () => choose(si, l, h);
         row.insertCell().appendChild(canvas);
       });
     });

@@ -1,6 +1,7 @@
 """What `graphformer.viz.attend` writes: for each input line, a picture of every chosen sub-layer
 as a grid of layers (rows) by heads (columns), or the offline HTML page of `attend_page`; and the
-maps themselves, as a torch file, for a notebook or a test to read back.
+maps themselves, as a torch file, for a notebook or a test to read back. A universal model's rows
+are its ACT steps, its halted queries hatched (see `step_views`).
 
 File names: one input writes ``out`` itself; several write ``out`` with the input's index (from 0)
 before the suffix, ``runs/x.png`` -> ``runs/x.0.png``, ``runs/x.1.png``. Every file is drawn before
@@ -21,7 +22,8 @@ from graphformer.files import write_atomic
 from graphformer.running.loaded import LoadedRun
 from graphformer.viz import plots
 from graphformer.viz.attend_page import attend_page
-from graphformer.viz.on_demand import Attended, attend_lines, check_choice, check_drawable, chosen, encode_inputs, load
+from graphformer.viz.on_demand import Attended, attend_lines, check_choice, check_steps, chosen, encode_inputs, load
+from graphformer.viz.step_views import LEGEND, mark_halted, ponder_labels
 
 PAGE_FORMAT = ".html"
 FORMATS = (*IMAGE_FORMATS, PAGE_FORMAT)
@@ -79,15 +81,20 @@ def draw_grid(attended, layer: int | None = None, head: int | None = None):
     row per layer and a column per head, all on one colour scale from 0 to 1."""
     blocks = [(s, *chosen(maps, layer, head)) for s, maps in attended.maps.items()]
     spacing, width, heights = grid_size(attended, blocks)
-    figure = plots.new_figure(width, sum(heights) + 0.8)  # and the title's two lines
+    figure = plots.new_figure(width, sum(heights) + 0.8 + 0.3 * bool(attended.ponder))  # and the title's lines
     subfigures = np.atleast_1d(figure.subfigures(len(blocks), 1, height_ratios=heights))
     for subfigure, (sublayer, maps, layers, heads) in zip(subfigures, blocks):
         queries, keys = attended.tokens[sublayer]
         key_axis, query_axis = attended.axes[sublayer]
+        ponder = attended.ponder.get(sublayer)
+        if ponder:
+            queries = ponder_labels(queries, ponder)
         axes = subfigure.subplots(len(layers), len(heads), squeeze=False)
         for (r, c), ax in np.ndenumerate(axes):
-            title = f"layer {layers[r]}, head {heads[c]}"
+            title = f"{attended.unit} {layers[r]}, head {heads[c]}"
             image = plots.heatmap(ax, maps[r, c], keys, queries, title, 1.0, key_axis, query_axis)
+            if ponder:
+                mark_halted(ax, ponder, layers[r])
             if spacing < plots.MIN_INCH_PER_TOKEN:  # too close for text: the pattern alone
                 ax.set_xticks([]), ax.set_yticks([])
             if c:
@@ -96,7 +103,8 @@ def draw_grid(attended, layer: int | None = None, head: int | None = None):
                 ax.set_xlabel("")
         subfigure.colorbar(image, ax=axes, fraction=0.03, label="weight")
         subfigure.suptitle(f"{sublayer} attention", fontsize=10)
-    figure.suptitle(f"{attended.line}\n{attended.title}", fontsize=11)
+    legend = f"\n{LEGEND}" if attended.ponder else ""
+    figure.suptitle(f"{attended.line}\n{attended.title}{legend}", fontsize=11)
     return figure
 
 
@@ -122,10 +130,18 @@ def write(results: list, out: str | Path, layer: int | None = None, head: int | 
 
 
 def save_maps(results: list, path: str | Path) -> None:
-    """Write ``results`` as a torch file: a list of {line, output, probability, maps, tokens} per input."""
+    """Write ``results`` as a torch file: a list of {line, output, probability, maps, tokens,
+    ponder} per input (ponder: a universal model's steps per query, by sub-layer; else empty)."""
     path = check_maps_path(path)
     saved = [
-        {"line": a.line, "output": a.output, "probability": a.probability, "maps": a.maps, "tokens": a.tokens}
+        {
+            "line": a.line,
+            "output": a.output,
+            "probability": a.probability,
+            "maps": a.maps,
+            "tokens": a.tokens,
+            "ponder": a.ponder,
+        }
         for a in results
     ]
     write_atomic(path, lambda f: torch.save(saved, f))
@@ -145,15 +161,16 @@ def attend(
 ) -> list[Attended]:
     """The maps of every sub-layer, layer and head the run's model attends with on each of
     ``lines`` (one call: load, decode, map, and with ``out`` write a picture or HTML page per
-    line, see `write`). ``run`` is a run directory or a `LoadedRun`;
+    line, see `write`); for a universal model ``layer`` picks an ACT step. ``run`` is a run
+    directory or a `LoadedRun`;
     ``edges`` an edges file, one line per input line, for a run whose encoder reads them."""
     if out is not None:
         check_output(out)
     run = load(run, checkpoint)
-    check_drawable(run)
     sublayers = check_choice(run, sublayer, layer, head)
     source, sample_edges = encode_inputs(run, list(lines), edges)
     results = attend_lines(run, source, sample_edges, sublayers, beam)
+    check_steps(results, layer)
     if out is not None:
         write(results, out, layer=layer, head=head)
     return results

@@ -12,6 +12,10 @@ through the model once more, teacher-forced on what it decoded: a decoder's quer
 inputs ``<s>, y1, ..., ym``, the decoded tokens shifted right, so the maps are those the model
 attended with while it wrote that output. `sublayer_maps` is the one place the maps are computed
 (dense for now; an edge-based computation can replace it without touching anything else).
+
+A universal model has ACT steps where a Transformer has layers: its maps' layers axis is the steps
+axis (`graphformer.viz.step_maps`), a row is blank (NaN) at the steps after its query halted,
+``Attended.ponder`` holds the steps each query took, and ``--layer`` picks a step.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import make_batch
 from graphformer.graphs.sample_edges import edges_of_lines
 from graphformer.running.loaded import LoadedRun
-from graphformer.viz.maps import maps_and_types, recorded_kinds
+from graphformer.viz.maps import maps_and_types
 from graphformer.viz.recording import AXES, CLS_TOKEN, span_tokens
+from graphformer.viz.step_maps import sublayer_step_maps
 from graphformer.vocab import EOS, SOS
 
 
@@ -53,6 +58,12 @@ class Attended:
     output: str
     probability: float | None = None
     axes: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(AXES))  # (key axis, query axis)
+    ponder: dict[str, list[int]] = field(default_factory=dict)  # a universal model's steps per query node
+
+    @property
+    def unit(self) -> str:
+        """What the maps' first axis counts: a universal model's ACT steps, or layers."""
+        return "step" if self.ponder else "layer"
 
     @property
     def title(self) -> str:
@@ -65,15 +76,6 @@ class Attended:
 def load(run: str | Path | LoadedRun, checkpoint: str = "best") -> LoadedRun:
     """``run`` itself, or the run directory it names loaded with its ``checkpoint``."""
     return run if isinstance(run, LoadedRun) else LoadedRun(run, checkpoint)
-
-
-def check_drawable(run: LoadedRun) -> None:
-    """Refuse a model whose attention is not one map per layer (the universal ones, for now)."""
-    if not run.model.records_maps:
-        raise UserError(
-            f"{run.run_dir} holds a {run.model.cfg.model} model, whose attention comes per ACT step; attend draws "
-            f"the {' and '.join(recorded_kinds())} models only (per-step maps are not done yet)"
-        )
 
 
 def encode_inputs(run: LoadedRun, lines: list[str], edges: str | Path | None = None):
@@ -107,18 +109,29 @@ def check_choice(run: LoadedRun, sublayer: str | None, layer: int | None, head: 
     if sublayer is not None and sublayer not in has:
         why = "an encoder classifier attends with enc only" if cfg.classifies else f"choose one of {', '.join(has)}"
         raise UserError(f"the model has no {sublayer} attention: {why}")
-    layers = cfg.layers  # a ConfigError: the command line names the option, --layer, --head
+    # A ConfigError: the command line names the option, --layer, --head.
+    if run.model.records_maps:
+        layers, has_layers = cfg.layers, f"the model has {cfg.layers} layer{'s' * (cfg.layers != 1)}"
+    else:  # a universal model's --layer picks an ACT step
+        layers, has_layers = (
+            cfg.max_depth,
+            f"a step (from 0) of the universal model, which runs at most {cfg.max_depth}",
+        )
     if layer is not None and not -layers <= layer < layers:
-        raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layer{'s' * (layers != 1)}")
+        raise ConfigError("layer", f"{layer} is out of range: {has_layers}")
     if head is not None and not 0 <= head < cfg.heads:
         raise ConfigError("head", f"{head} is out of range: the model has {cfg.heads} heads (0 to {cfg.heads - 1})")
     return has if sublayer is None else (sublayer,)
 
 
-def sublayer_maps(model, batch, sublayers: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """{sub-layer: (layers, heads, queries, keys)} of the batch's one sample: the one function
-    that computes maps for `attend` (dense, from `maps_and_types`; fine up to a few hundred nodes)."""
-    return {sublayer: maps_and_types(model, batch, sublayer)[0] for sublayer in sublayers}
+def sublayer_maps(model, batch, sublayers: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], dict[str, list[int]]]:
+    """{sub-layer: (layers, heads, queries, keys)} of the batch's one sample, and for a universal
+    model {sub-layer: steps each query took} (its maps' first axis is the steps): the one function
+    that computes maps for `attend` (dense; fine up to a few hundred nodes)."""
+    if model.records_maps:
+        return {sublayer: maps_and_types(model, batch, sublayer)[0] for sublayer in sublayers}, {}
+    stepped = sublayer_step_maps(model, batch, sublayers)
+    return {s: m.dense() for s, m in stepped.items()}, {s: m.ponder.tolist() for s, m in stepped.items()}
 
 
 def attend_lines(
@@ -146,9 +159,25 @@ def attend_lines(
             label, probability = run.tgt_vocab.itos[hyp.tokens[0]], math.exp(hyp.log_prob)
         else:
             label, probability = detokenize(run.tgt_vocab.decode(hyp.tokens)), None
-        maps = sublayer_maps(run.model, batch, sublayers)
-        results.append(Attended(" ".join(source.words[i]), maps, {s: tokens[s] for s in sublayers}, label, probability))
+        maps, ponder = sublayer_maps(run.model, batch, sublayers)
+        shown = {s: tokens[s] for s in sublayers}
+        results.append(Attended(" ".join(source.words[i]), maps, shown, label, probability, ponder=ponder))
     return results
+
+
+def check_steps(results: list[Attended], layer: int | None) -> None:
+    """A one-line UserError where a universal model's chosen step (``layer``) is past the steps
+    an input's queries pondered on a sub-layer: all had halted, and there is no map to draw."""
+    if layer is None:
+        return
+    for number, attended in enumerate(results, 1):
+        for sublayer, maps in attended.maps.items():
+            ran = len(maps)
+            if attended.ponder and not -ran <= layer < ran:
+                raise UserError(
+                    f"--layer {layer}: every {sublayer} query of input line {number} halted within {ran} ACT "
+                    f"step{'s' * (ran != 1)}, so step {layer} has no map there; choose a step from 0 to {ran - 1}"
+                )
 
 
 def axis_tokens(pool, source: list[str], decoder_inputs: list[str]) -> dict[str, tuple[list[str], list[str]]]:

@@ -1,6 +1,6 @@
 """``graphformer attend``: the maps a trained run attends with on any input, as pictures, as the
 offline HTML page (opened in the headless browser of test_player), and from Python; and its
-one-line refusals of bad input, which write nothing."""
+one-line refusals of bad input, which write nothing (the universal models: test_attend_steps)."""
 
 import base64
 import json
@@ -246,15 +246,12 @@ def test_bad_input_is_one_line_and_writes_nothing(copy_run, classifier_run, tmp_
     assert "nothing to write; give -o FILE" in capsys.readouterr().err
 
 
-def test_a_run_without_a_checkpoint_or_a_universal_model_is_refused(copy_run, tmp_path, capsys):
-    run, data = copy_run
+def test_a_run_without_a_checkpoint_is_refused(copy_run, tmp_path, capsys):
+    run, _ = copy_run
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_bytes((run / "config.json").read_bytes())
     refused(capsys, ["--input", "a b"], empty, tmp_path / "out.png", f"no checkpoint in {empty}")
-    universal = train(data, tmp_path / "universal", "--task", "parallel", "--model", "universal", "--epochs", "1")
-    capsys.readouterr()  # training's own warnings
-    refused(capsys, ["--input", "a b"], universal, tmp_path / "out.png", "universal", "per ACT step", "not done yet")
 
 
 def test_tokens_outside_the_vocabulary_are_a_warning_counted_as_translate_counts_them(copy_run, tmp_path, capsys):
