@@ -8,6 +8,7 @@ import torch
 from helpers import TINY_MODEL, small_copy_data, small_recall_data
 from matplotlib.patches import Rectangle
 from test_attend import page_maps, refused
+from test_player import browser  # noqa: F401  (a fixture: the headless Chromium)
 
 from graphformer.cli import main
 from graphformer.decoding import translate_ids
@@ -130,3 +131,27 @@ def test_a_universal_classifier_has_enc_steps_and_its_label(classifier_run, tmp_
     assert enc.shape[0] == max(attended["ponder"]["enc"]) <= MAX_DEPTH
     halted = torch.arange(enc.shape[0])[:, None] >= torch.tensor(attended["ponder"]["enc"])[None, :]
     assert torch.equal(enc[:, 0].isnan().all(-1), halted)  # a row is blank exactly after its query halted
+
+
+def test_the_page_says_step_and_greys_a_halted_row(universal_run, tmp_path, browser):  # noqa: F811
+    run, data = universal_run
+    page = tmp_path / "page.html"
+    varied = halting(run, tmp_path / "varied.pt", weight_std=3.0, bias=0.0)
+    argv = ["attend", str(run), "--input", line_of(data), "--beam", "1", "--sublayer", "enc"]
+    assert main([*argv, "--checkpoint", str(varied), "-o", str(page)]) == 0
+    maps, data_of_page = page_maps(page.read_text())
+    ponder, steps = data_of_page["sublayers"][0]["ponder"], maps["enc"].shape[0]
+    browser.get(page.as_uri())
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('.overview tr td:first-child')].map(c => c.textContent)"
+    )
+    assert rows[1:] == [f"step {s}" for s in range(1, steps + 1)]  # the first row names the heads
+    query = next(q for q, p in enumerate(ponder) if p < steps)  # halted before the last step
+    pixel = browser.execute_script(
+        "const c = [...document.querySelectorAll('canvas.thumb')].find(t => t.dataset.at === arguments[0]);"
+        "return [...c.getContext('2d').getImageData(0, arguments[1], 1, 1).data];",
+        f"0,{steps - 1},0",
+        query,
+    )
+    assert pixel == [200, 200, 200, 255]  # grey: this query had halted
+    assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
