@@ -34,9 +34,8 @@ from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import make_batch
 from graphformer.graphs.sample_edges import edges_of_lines
 from graphformer.running.loaded import LoadedRun
-from graphformer.viz.maps import maps_and_types
 from graphformer.viz.recording import AXES, CLS_TOKEN, span_tokens
-from graphformer.viz.step_maps import sublayer_step_maps
+from graphformer.viz.step_maps import any_model_maps
 from graphformer.vocab import EOS, SOS
 
 
@@ -128,10 +127,8 @@ def sublayer_maps(model, batch, sublayers: tuple[str, ...]) -> tuple[dict[str, t
     """{sub-layer: (layers, heads, queries, keys)} of the batch's one sample, and for a universal
     model {sub-layer: steps each query took} (its maps' first axis is the steps): the one function
     that computes maps for `attend` (dense; fine up to a few hundred nodes)."""
-    if model.records_maps:
-        return {sublayer: maps_and_types(model, batch, sublayer)[0] for sublayer in sublayers}, {}
-    stepped = sublayer_step_maps(model, batch, sublayers)
-    return {s: m.dense() for s, m in stepped.items()}, {s: m.ponder.tolist() for s, m in stepped.items()}
+    maps, ponder = any_model_maps(model, batch, sublayers)
+    return {s: m.dense() for s, m in maps.items()}, {s: p.tolist() for s, p in ponder.items()}
 
 
 def attend_lines(

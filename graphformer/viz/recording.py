@@ -3,6 +3,11 @@ epoch (epoch 0: the untrained model), each holding the maps of every attention s
 model (an encoder-decoder's three, an encoder classifier's ``enc``) for the first validation
 sample; and the pictures `graphformer animate` and `graphformer heatmap` draw of them.
 
+A universal model's recording holds its maps per ACT step where a Transformer's holds them per
+layer (`graphformer.viz.step_maps`), padded with blank steps to ``max_depth`` so every epoch has
+the same, and under ``ponder`` the steps each query took; its pictures draw every step as a panel
+(`graphformer.viz.step_views.step_picture`).
+
 Where the model reads its edges' types, a recording also keeps them under ``edge_types``:
 ``{sublayer: [entry per derivation]}``, each entry an `EdgeTypeMap.as_record` (the ids beside the
 map, a name per id). Recordings made before types were kept have no such key and draw as before.
@@ -19,8 +24,10 @@ from graphformer.graphs.typed_edges import names_file, read_type_names
 from graphformer.training import checkpoint
 from graphformer.training.run_dir import RunDir
 from graphformer.viz import plots
-from graphformer.viz.maps import SUBLAYERS, maps_and_types, recorded_kinds
+from graphformer.viz.maps import SUBLAYERS
 from graphformer.viz.plots import AttentionPicture
+from graphformer.viz.step_maps import any_model_maps, pad_steps
+from graphformer.viz.step_views import step_picture
 from graphformer.viz.type_labels import EdgeTypeMap, describe
 from graphformer.vocab import EOS, SOS
 
@@ -30,6 +37,7 @@ CLS_TOKEN = "<cls>"  # a classifier's global node (it carries the <s> token)
 # first recordings gave them, so that every recording, older or newer, reads alike.
 TOKEN_KEYS = {"src": "src_labels", "tgt": "tgt_labels", "enc": "enc_labels"}
 TYPES_KEY = "edge_types"  # each sub-layer's edge types, where the model reads some
+PONDER_KEY = "ponder"  # a universal model's steps per query node, by sub-layer
 
 # What the rows and columns of each sub-layer's map are (targets enter the decoder shifted right).
 DECODER_INPUTS = "decoder inputs <s>, y1, ..."
@@ -43,17 +51,6 @@ AXES = {
 # The most nodes a side of a recorded map may have: maps are stored dense and drawn with a token
 # per row and column.
 MAX_MAP_NODES = 128
-
-
-def check_recordable(model_kind: str, viz_every: int | None) -> None:
-    """Refuse ``viz_every`` for a kind of model whose class does not record maps (before one is built)."""
-    if viz_every and model_kind not in recorded_kinds():
-        raise ConfigError(
-            "viz_every",
-            f"records the attention of the {' and '.join(recorded_kinds())} models only, "
-            f"not of model {model_kind!r}; leave it out (notebook 03 draws the Universal "
-            "Transformer's ponder steps)",
-        )
 
 
 def check_map_size(split, pool, viz_every: int | None) -> None:
@@ -82,8 +79,6 @@ def span_tokens(n: int) -> list[str]:
 
 def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch: int) -> Path | None:
     """Write the maps of the first sample of ``split`` to ``run_dir/attention/epoch_NNNN.pt``."""
-    if not model.records_maps:
-        return None
     src, tgt = split.src[0], split.tgt[0]
     batch = make_batch(pool, [src], [tgt], split.edges_of([0])).to(next(model.parameters()).device)
     src_tokens = [CLS_TOKEN] * pool.cls_node + [src_vocab.itos[i] for i in src] + [src_vocab.itos[EOS]]
@@ -94,14 +89,19 @@ def record_epoch(model, split, pool, src_vocab, tgt_vocab, run_dir: Path, epoch:
         record[TOKEN_KEYS["tgt"]] = [tgt_vocab.itos[SOS]] + [tgt_vocab.itos[i] for i in tgt]
     else:  # a classifier: its encoder is all it attends with
         record["label"] = tgt_vocab.itos[tgt[0]]
+    maps, ponder = any_model_maps(model, batch, SUBLAYERS if pool.targets else ("enc",))
     record["maps"], typed = {}, {}
-    for sublayer in SUBLAYERS if pool.targets else ("enc",):
-        record["maps"][sublayer], types = maps_and_types(model, batch, sublayer)
+    for sublayer, edges in maps.items():
+        record["maps"][sublayer], types = edges.dense(), edges.dense_types()
+        if ponder:  # a universal model: its steps, as many in every epoch
+            record["maps"][sublayer] = pad_steps(record["maps"][sublayer], model.cfg.max_depth)
         if types:
             typed[sublayer] = [
                 describe(derivation, spec, ids.numpy(), given_names(derivation, split, sublayer)).as_record()
                 for spec, (derivation, ids) in types.items()
             ]
+    if ponder:
+        record[PONDER_KEY] = {sublayer: steps.tolist() for sublayer, steps in ponder.items()}
     if typed:  # a run without edge types records what it always did
         record[TYPES_KEY] = typed
     record["sample_graphs"] = [etype[1] for etype in pool.sample_terms]  # drawn as graphs of their own
@@ -140,6 +140,11 @@ def picture(record: dict, sublayer: str | None = None, layer: int = -1, head: in
         )
     maps = recorded[sublayer]
     layers, heads = maps.shape[:2]
+    stepped = PONDER_KEY in record  # a universal model's: every ACT step is a panel
+    if stepped and layer != -1:
+        raise ConfigError(
+            "layer", f"{layer}: a universal run's recordings draw every ACT step as a panel; leave it out"
+        )
     if not -layers <= layer < layers:
         raise ConfigError("layer", f"{layer} is out of range: the model has {layers} layer{'s' if layers != 1 else ''}")
     if head != "all" and not 0 <= head < heads:
@@ -158,7 +163,7 @@ def picture(record: dict, sublayer: str | None = None, layer: int = -1, head: in
         when += f", label {record['label']}"
     which = "all heads" if head == "all" else f"head {head}"
     key_axis, query_axis = AXES[sublayer]
-    return AttentionPicture(
+    drawn = AttentionPicture(
         maps=maps[layer, chosen].numpy(),
         keys=list(keys),
         queries=list(queries),
@@ -170,6 +175,10 @@ def picture(record: dict, sublayer: str | None = None, layer: int = -1, head: in
         layout="tree" if sublayer in record.get("sample_graphs", ()) and sublayer != "cross" else "bipartite",
         types=recorded_types(record, sublayer),
     )
+    if stepped:
+        title = f"{sublayer} attention per ACT step, {which}, {when}"
+        return step_picture(drawn, maps[:, chosen].numpy(), chosen, record[PONDER_KEY][sublayer], title)
+    return drawn
 
 
 def recorded_types(record: dict, sublayer: str) -> EdgeTypeMap | None:
@@ -185,7 +194,7 @@ class AttentionRecorder:
     and calls these methods."""
 
     def check_model(self, model_kind: str, viz_every: int) -> None:
-        check_recordable(model_kind, viz_every)
+        """Every kind of model records its maps (a universal one per ACT step): nothing to refuse."""
 
     def check_split(self, split, pool, viz_every: int) -> None:
         check_map_size(split, pool, viz_every)

@@ -24,7 +24,7 @@ import torch
 from graphformer.attention import record_attention
 from graphformer.graphs import GraphBatch
 from graphformer.model.modes import evaluating
-from graphformer.viz.edge_maps import EdgeMaps, _picked, _ranges, check_sample
+from graphformer.viz.edge_maps import EdgeMaps, _picked, _ranges, check_sample, sublayer_maps
 
 SIDE = {"enc": "src", "dec": "tgt", "cross": "tgt"}  # whose ACT statistics a sub-layer's queries are
 
@@ -118,3 +118,21 @@ def check_universal(model) -> None:
             f"model {model.cfg.model!r} has layers, not ACT steps; step_maps maps the universal models, "
             "edge_maps this one"
         )
+
+
+@torch.no_grad()
+def any_model_maps(model, batch: GraphBatch, sublayers, sample: int = 0):
+    """({sub-layer: `EdgeMaps`}, {sub-layer: (queries,) ponder steps}) of ``sample`` from one
+    forward pass of any model: a layer per map for a Transformer (no ponder steps), a step per map
+    for a universal model (`StepMaps.maps` and `StepMaps.ponder`)."""
+    if model.records_maps:
+        return sublayer_maps(model, batch, sublayers, sample), {}
+    stepped = sublayer_step_maps(model, batch, sublayers, sample)
+    return {s: m.maps for s, m in stepped.items()}, {s: m.ponder for s, m in stepped.items()}
+
+
+def pad_steps(maps: torch.Tensor, depth: int) -> torch.Tensor:
+    """(depth, heads, queries, keys): ``maps`` of the steps a sample ran, then NaN (every query
+    halted) up to ``depth``, so that recordings of every epoch have the same steps."""
+    blank = maps.new_full((depth - len(maps), *maps.shape[1:]), float("nan"))
+    return torch.cat([maps, blank])

@@ -2,10 +2,18 @@
 query is labelled with the steps it pondered, and at a step after a query halted its row (blank:
 no attention) is hatched grey, so a halted token reads apart from a sparse pattern's gaps.
 
-Used by `graphformer.viz.attend_views.draw_grid` on an `Attended` whose ``ponder`` is set.
+Used by `graphformer.viz.attend_views.draw_grid` on an `Attended` whose ``ponder`` is set, and
+by `graphformer.viz.recording.picture` on a universal run's recording (`step_picture`), whose
+panels are the steps: one frame of ``graphformer animate`` per epoch shows every step.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from graphformer.viz.plots import AttentionPicture
 
 HALTED_COLOUR = "0.85"  # light grey under the hatching: lighter than any viridis colour
 HALTED_HATCH = "////"
@@ -26,3 +34,19 @@ def mark_halted(ax, ponder: list[int], step: int) -> None:
     """Hatch, across the whole map on ``ax``, the row of each query halted before ``step``."""
     for row in halted_rows(ponder, step):
         ax.axhspan(row - 0.5, row + 0.5, facecolor=HALTED_COLOUR, hatch=HALTED_HATCH, edgecolor="0.6", linewidth=0)
+
+
+def step_picture(
+    picture: AttentionPicture, maps: np.ndarray, heads: list[int], ponder: list[int], title: str
+) -> AttentionPicture:
+    """``picture`` with a panel per ACT step and head of ``maps`` ((steps, heads, queries, keys),
+    NaN where a query had halted: its row is blank), each query labelled with the steps it pondered."""
+    steps, _, queries, keys = maps.shape
+    titles = [f"step {s}" + (f", head {h}" if len(heads) > 1 else "") for s in range(1, steps + 1) for h in heads]
+    return replace(
+        picture,
+        maps=maps.reshape(steps * len(heads), queries, keys),
+        queries=ponder_labels(picture.queries, ponder),
+        panel_titles=titles,
+        title=f"{title}; (n): steps pondered, blank row: halted",
+    )

@@ -395,37 +395,6 @@ def test_tree_span_tokens_name_their_level():
     assert span_tokens(6) == ["L1[0:2)", "L1[2:4)", "L1[4:6)", "L2[0:4)", "L2[4:6)"]
 
 
-def test_viz_every_with_the_universal_transformer_is_refused(tmp_path, capsys):
-    data = small_copy_data(tmp_path / "data", n_train=20)
-    run = tmp_path / "run"
-    assert (
-        main(
-            [
-                "train",
-                "--task",
-                "parallel",
-                "--data-dir",
-                str(data),
-                "--out",
-                str(run),
-                "--model",
-                "universal",
-                "--viz-every",
-                "1",
-                *TINY_MODEL,
-            ]
-        )
-        == 2
-    )
-    err = capsys.readouterr().err.strip()
-    assert (
-        len(err.splitlines()) == 1
-        and "--viz-every records the attention of the transformer and encoder models only" in err
-        and "universal" in err
-    )
-    assert not run.exists()
-
-
 @pytest.fixture(scope="module")
 def recorded_classifier(tmp_path_factory):
     """An encoder classifier (recall, <cls> pooling, window:1) trained 1 epoch with --viz-every 1."""
