@@ -141,7 +141,10 @@ SCRIPT = """(function () {
   function paint(canvas, s, weights, l) {
     canvas.width = s.keys.length; canvas.height = s.queries.length;
     const context = canvas.getContext("2d"), image = context.createImageData(canvas.width, canvas.height);
-    weights.forEach((w, i) => { image.data.set([...(stopped(s, l, Math.floor(i / s.keys.length)) ? halted : colour(w)), 255], 4 * i); });
+    weights.forEach((w, i) => {
+      const rgb = stopped(s, l, Math.floor(i / s.keys.length)) ? halted : colour(w);
+      image.data.set([...rgb, 255], 4 * i);
+    });
     context.putImageData(image, 0, 0);
   }
   const chosen = {s: 0, l: 0, h: 0};
