@@ -16,15 +16,16 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
-FONT_SIZE = 8
+from graphformer.viz import text_sizes
+
+FONT_SIZE = text_sizes.TOKEN
 EDGE_RGB = (0.12, 0.3, 0.6)
 NEUTRAL_RGB = (0.3, 0.3, 0.3)  # the width legend's, where colour tells an edge's type
 LEGEND_SHARES = (1.0, 0.5, 0.1)  # of a panel's largest weight: the edges the legend shows
 GAP = 0.07  # inches from a marker's centre to its token: clear of the marker
 PAD = 0.03  # inches from the outermost text to the panel's edge
-# Room a panel needs besides its positions, in inches, before `fit` measures the texts: a
-# character of 8-point text, and the space of the row of markers between the rows of tokens.
-INCH_PER_CHAR = 0.065
+# Room a panel needs besides its positions and texts, in inches, before `fit` measures the
+# texts: the space between the row of keys and the row of queries, where the edges run.
 ROW_GAP = 1.8
 
 
@@ -62,8 +63,8 @@ def width_legend(target, vmax: float, colour=EDGE_RGB, **placement):
         handles,
         entries,
         title="edge width: weight",
-        fontsize=FONT_SIZE - 1,
-        title_fontsize=FONT_SIZE - 1,
+        fontsize=text_sizes.LEGEND,
+        title_fontsize=text_sizes.LEGEND,
         frameon=False,
         **placement,
     )
@@ -98,8 +99,8 @@ def bipartite(
     ax.scatter(key_x, np.ones(n_keys), s=30, color="tab:blue", zorder=2)
     ax.scatter(query_x, np.zeros(n_queries), s=30, color="tab:orange", zorder=2)
 
-    def text(x, y, string, **style):
-        made = ax.text(x, y, string, fontsize=FONT_SIZE, **style)
+    def text(x, y, string, fontsize=FONT_SIZE, **style):
+        made = ax.text(x, y, string, fontsize=fontsize, **style)
         made.set_in_layout(False)  # `fit` keeps it inside the panel
         return made
 
@@ -107,14 +108,14 @@ def bipartite(
         [text(x, 1.1, token, rotation=90, ha="center", va="bottom") for x, token in zip(key_x, key_tokens)],
         [text(x, -0.1, token, rotation=90, ha="center", va="top") for x, token in zip(query_x, query_tokens)],
         [
-            text(-0.5, y, name.replace(": ", ":\n", 1), ha="right", va="center", color=colour)
+            text(-0.5, y, text_sizes.break_name(name), text_sizes.LABEL, ha="right", va="center", color=colour)
             for y, name, colour in ((1.0, key_axis, "tab:blue"), (0.0, query_axis, "tab:orange"))
         ],
         positions,
     )
     ax.set_xlim(-3, positions - 0.5)  # until `fit`
     ax.set_ylim(-0.6, 1.6)
-    ax.set_title(title, fontsize=FONT_SIZE + 1)
+    ax.set_title(title, fontsize=text_sizes.PANEL_TITLE)
     ax.axis("off")
     return texts
 
@@ -123,12 +124,10 @@ def size(key_tokens, query_tokens, key_axis: str, query_axis: str, inch_per_posi
     """The (width, height) in inches a bipartite panel wants, title included, estimated from
     how long its texts are."""
 
-    def longest(strings):
-        return INCH_PER_CHAR * max((len(str(string)) for string in strings), default=0)
-
-    name = max(longest(n.split(": ", 1)) for n in (key_axis, query_axis))
+    name = text_sizes.longest([text_sizes.break_name(n) for n in (key_axis, query_axis)], text_sizes.LABEL)
     width = inch_per_position * max(len(key_tokens), len(query_tokens)) + name + 0.4
-    return width, ROW_GAP + longest(key_tokens) + longest(query_tokens) + 2 * GAP + 0.5
+    title = text_sizes.line_height(text_sizes.PANEL_TITLE)
+    return width, ROW_GAP + text_sizes.longest(key_tokens) + text_sizes.longest(query_tokens) + 2 * GAP + title
 
 
 def fit(ax, texts: GraphTexts, renderer) -> None:

@@ -5,16 +5,34 @@ the last node (`</s>`, which a parse tree joins to the root), so a parse tree re
 the root under `</s>`, each operator's arguments in the row below it. Attention goes both ways
 along an edge, so each edge is drawn in two halves: the half next to a node is as wide as the
 weight that node puts on the node at the other end. A node's weight on itself colours its marker.
+
+The panel is as wide as its nodes and as tall as its rows: each row has room for the longest
+token hanging below its node and for the edges down to the next row (`size`); once the figure
+is laid out, `fit` spreads the rows over the panel's height.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 from matplotlib.collections import LineCollection
 
-from graphformer.viz.bipartite import FONT_SIZE, edge_colours, edge_style
+from graphformer.viz import text_sizes
+from graphformer.viz.bipartite import GAP, PAD, edge_colours, edge_style
+
+# Inches from one row of the tree to the next, besides the tokens that hang below the upper row:
+# room for the edges' slopes to read.
+ROW_INCH = 0.35
+MARKER = 0.05  # inches: a node's marker reaches this far above its row
+
+
+class TreeTexts(NamedTuple):
+    """The tokens of one tree panel, for `fit` to place below their nodes."""
+
+    tokens: list  # a text per node, in node order
+    y: np.ndarray  # (N,) the row of each node: 1 for the last node, 0 for the deepest
 
 
 def depths(weights: np.ndarray) -> np.ndarray:
@@ -36,6 +54,16 @@ def depths(weights: np.ndarray) -> np.ndarray:
     return depth
 
 
+def size(weights, tokens, inch_per_position: float) -> tuple[float, float]:
+    """The (width, height) in inches a tree panel of the (N, N) map ``weights`` wants, title
+    included: a position per node, and per row of the tree the longest token (each hangs below
+    its node, above the next row) and `ROW_INCH` for the edges."""
+    rows = max(int(depths(np.asarray(weights, dtype=float)).max()), 1)
+    hanging = text_sizes.longest(tokens) + GAP
+    title = text_sizes.line_height(text_sizes.PANEL_TITLE)
+    return inch_per_position * len(tokens) + 0.3, rows * (ROW_INCH + hanging) + hanging + MARKER + 2 * PAD + title
+
+
 def layered(
     ax,
     weights,
@@ -46,11 +74,11 @@ def layered(
     *_axes,
     threshold: float = 0.02,
     colours: np.ndarray | None = None,
-):
+) -> TreeTexts:
     """One (N, N) self-attention map drawn as its graph on ``ax``, with the signature of
-    `graphformer.viz.bipartite.bipartite`, which it stands in for; it sets its own limits (the
-    tokens hang below their nodes, in every row), so it needs no `fit`. Each half edge takes the
-    colour of its own edge's type (``colours``, (N, N, 3)): a parent's half and a child's differ."""
+    `graphformer.viz.bipartite.bipartite`, which it stands in for. Each half edge takes the
+    colour of its own edge's type (``colours``, (N, N, 3)): a parent's half and a child's differ.
+    Returns its texts: call `fit` once the figure is laid out."""
     w = np.asarray(weights, dtype=float)
     n = len(tokens)
     depth = depths(w)
@@ -67,9 +95,28 @@ def layered(
     )
     self_weight = np.clip(np.nan_to_num(np.diag(w), nan=0.0) / vmax, 0, 1)
     ax.scatter(x, y, s=30, c=self_weight, cmap="Oranges", vmin=0, vmax=1, edgecolors="tab:orange", zorder=2)
-    for xi, yi, token in zip(x, y, tokens):
-        ax.text(xi, yi - 0.04, token, fontsize=FONT_SIZE, rotation=90, ha="center", va="top", clip_on=False)
-    ax.set_xlim(-1, n)
-    ax.set_ylim(-0.6, 1.2)
-    ax.set_title(title, fontsize=FONT_SIZE + 1)
+    texts = [
+        ax.text(xi, yi, token, fontsize=text_sizes.TOKEN, rotation=90, ha="center", va="top", zorder=3)
+        for xi, yi, token in zip(x, y, tokens)
+    ]
+    for text in texts:
+        text.set_in_layout(False)  # `fit` keeps it inside the panel
+    ax.set_xlim(-0.6, n - 0.4)
+    ax.set_ylim(-0.6, 1.1)  # until `fit`
+    ax.set_title(title, fontsize=text_sizes.PANEL_TITLE)
     ax.axis("off")
+    return TreeTexts(texts, y)
+
+
+def fit(ax, texts: TreeTexts, renderer) -> None:
+    """Set the limits of a laid-out tree panel so that the deepest row's tokens end at its bottom
+    edge and the top row's markers at its top: the rows take the room the tokens leave."""
+    dpi = ax.figure.dpi
+    box_height = ax.get_window_extent(renderer).height / dpi
+    deepest = max(t.get_window_extent(renderer).height for t, y in zip(texts.tokens, texts.y) if y == 0) / dpi
+    per_y = max(
+        box_height - deepest - GAP - MARKER - 2 * PAD, 0.2
+    )  # inches from the top row (y = 1) to the deepest (0)
+    for token, y in zip(texts.tokens, texts.y):
+        token.set_y(y - GAP / per_y)
+    ax.set_ylim(-(GAP + deepest + PAD) / per_y, 1 + (MARKER + PAD) / per_y)

@@ -2,17 +2,17 @@
 bipartite drawings (`viz.bipartite` draws one), animations across epochs (as a GIF, or the HTML
 player of `viz.player`), and the Universal Transformer's ponder steps.
 
-Every function here builds its own `matplotlib.figure.Figure` and draws it with the Agg canvas,
-so importing this module never touches pyplot's global backend: a notebook keeps its inline
-figures, a script without a screen still writes files.
+`viz.panel_layout` sizes a picture from its tokens and text (`viz.text_sizes`), in inches, so
+that its text stays readable however many tokens it has. Every function here builds its own
+`matplotlib.figure.Figure` and draws it with the Agg canvas, so importing this module never
+touches pyplot's global backend: a notebook keeps its inline figures, a script without a screen
+still writes files.
 """
 
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,39 +23,11 @@ from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, SCALES, VIEWS
 from graphformer.errors import UserError
 from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
-from graphformer.viz import bipartite, layered
+from graphformer.viz import bipartite, layered, text_sizes
+from graphformer.viz.panel_layout import layout
+from graphformer.viz.picture import AttentionPicture
 from graphformer.viz.player import player_page
-from graphformer.viz.type_colours import TypeColours, legend_width, type_colours, type_legend, type_matrix
-from graphformer.viz.type_labels import EdgeTypeMap
-
-
-@dataclass
-class AttentionPicture:
-    """One or more attention maps of one sample, with everything needed to draw their axes.
-
-    Attributes:
-        maps: (panels, queries, keys) weights, NaN where there is no edge; one panel per head.
-        keys: the token (a string) shown for each key (column).
-        queries: the token shown for each query (row).
-        panel_titles: a title per panel, e.g. ``head 0``.
-        title: the title of the whole picture, e.g. sub-layer, layer and epoch.
-        key_axis: what the keys are, e.g. ``keys: source tokens``.
-        query_axis: what the queries are, e.g. ``queries: decoder inputs <s>, y1, ...``.
-        layout: how the graph view lays nodes out: ``bipartite`` (keys above, queries below), or
-            ``tree`` for self-attention over each sample's own graph (`graphformer.viz.layered`).
-        types: the type of each edge (`graphformer.viz.type_labels.EdgeTypeMap`), or None: the
-            graph view colours edges by it, and the heatmap view adds a panel of the types.
-    """
-
-    maps: np.ndarray
-    keys: list
-    queries: list
-    panel_titles: list
-    title: str = ""
-    key_axis: str = "keys"
-    query_axis: str = "queries"
-    layout: str = "bipartite"
-    types: EdgeTypeMap | None = None
+from graphformer.viz.type_colours import type_colours, type_legend, type_matrix
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -83,74 +55,24 @@ def heatmap(
     query_axis: str = "queries",
 ):
     """One (queries, keys) map on ``ax``, each column and row ticked with its token; NaN (no edge)
-    cells stay blank. Returns the image."""
-    image = ax.imshow(np.ma.masked_invalid(np.asarray(weights, dtype=float)), cmap="viridis", vmin=0, vmax=vmax)
-    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=8)
-    ax.set_xlabel(key_axis, fontsize=8)
-    ax.set_ylabel(query_axis, fontsize=8)
-    ax.set_title(title, fontsize=9)
+    cells stay blank. Returns the image.
+
+    The cells fill the panel (``aspect="auto"``) rather than keeping square: `layout` sizes the
+    panel so that they come out square, and a fixed aspect would let matplotlib's constrained
+    layout shrink the panel after it has placed the axis names, which then fall off the figure.
+    """
+    image = ax.imshow(
+        np.ma.masked_invalid(np.asarray(weights, dtype=float)), cmap="viridis", vmin=0, vmax=vmax, aspect="auto"
+    )
+    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=text_sizes.TOKEN)
+    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=text_sizes.TOKEN)
+    ax.set_xlabel(key_axis, fontsize=text_sizes.LABEL)
+    ax.set_ylabel(query_axis, fontsize=text_sizes.LABEL)
+    ax.set_title(title, fontsize=text_sizes.PANEL_TITLE)
     return image
 
 
 # ---- whole pictures -------------------------------------------------------------------------
-# A picture is laid out in inches, so its tokens' text keeps its size; its panels take the widest
-# token spacing, and the grid of them the rows, that keep it within MAX_WIDTH by MAX_HEIGHT,
-# which a screen shows without shrinking the text.
-MAX_WIDTH = 16.5  # inches: about 2,000 px at save_figure's dpi
-MAX_HEIGHT = 11.0
-ASPECT = 1.5  # the width over height a grid of panels comes closest to
-INCH_PER_TOKEN = 0.32  # between the rows, columns or positions of a panel
-MIN_INCH_PER_TOKEN = 0.16  # still room for a token's text: a picture too big at this spacing stays bigger
-COLORBAR_WIDTH = 0.9
-LEGEND_WIDTH = 1.2
-LEGEND_HEIGHT = 0.6
-
-
-def panel_sizes(picture: AttentionPicture, kinds: list[str], scale: str, spacing: float) -> list[tuple[float, float]]:
-    """The (width, height) in inches of each kind of panel of one head, tokens ``spacing`` apart."""
-    own = scale == "per-head"  # then each panel carries its own colour bar or legend
-    graph_w, graph_h = bipartite.size(picture.keys, picture.queries, picture.key_axis, picture.query_axis, spacing)
-    return [
-        (spacing * len(picture.keys) + 2.0 + own * COLORBAR_WIDTH, spacing * len(picture.queries) + 1.8)
-        if kind == "heatmap"
-        else (graph_w + own * LEGEND_WIDTH, graph_h)
-        for kind in kinds
-    ]
-
-
-def grid_shape(panels: int, width: float, height: float, room: float = MAX_WIDTH) -> tuple[int, int]:
-    """(rows, columns) for ``panels`` panels of ``width`` by ``height`` inches: of the grids
-    within ``room`` inches (one column, if a panel alone is wider), the one closest to `ASPECT`."""
-    fitting = [c for c in range(1, panels + 1) if c * width <= room] or [1]
-
-    def misfit(cols):
-        return abs(math.log(cols * width / (math.ceil(panels / cols) * height) / ASPECT))
-
-    rows = math.ceil(panels / min(fitting, key=misfit))
-    return rows, math.ceil(panels / rows)  # as few columns as the rows need: no empty row end
-
-
-def layout(
-    picture: AttentionPicture, kinds: list[str], scale: str, panels: int, colours: TypeColours | None = None
-) -> tuple[list, int, int, tuple]:
-    """The panel sizes of one head (`panel_sizes`), the (rows, columns) of ``panels`` heads (and
-    the panel of types) and the figure's (width, height), at the widest token spacing from
-    `INCH_PER_TOKEN` down to `MIN_INCH_PER_TOKEN` whose figure fits `MAX_WIDTH` by `MAX_HEIGHT`
-    (the narrowest, if none does); a legend of edge ``colours`` stands right of them all."""
-    shared = scale == "shared"  # then one colour bar and one legend serve the whole figure
-    extra_width = (shared and "heatmap" in kinds) * COLORBAR_WIDTH + (colours is not None and legend_width(colours))
-    extra_height = 0.6 + (shared and "graph" in kinds) * LEGEND_HEIGHT  # and the title
-    for spacing in np.linspace(INCH_PER_TOKEN, MIN_INCH_PER_TOKEN, 9):
-        sizes = panel_sizes(picture, kinds, scale, spacing)
-        width, height = sum(w for w, _ in sizes), max(h for _, h in sizes)
-        rows, cols = grid_shape(panels, width, height, MAX_WIDTH - extra_width)
-        figure_size = (cols * width + extra_width, rows * height + extra_height)
-        if figure_size[0] <= MAX_WIDTH and figure_size[1] <= MAX_HEIGHT:
-            break
-    return sizes, rows, cols, figure_size
-
-
 def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared") -> Figure:
     """A figure of every panel of ``picture`` in a grid: heatmaps (``view='heatmap'``), bipartite
     graphs (``'graph'``), or per head a heatmap and its graph side by side (``'both'``).
@@ -158,8 +80,9 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     ``scale='shared'`` gives all panels one colour scale, 0 to 1 (weights are probabilities, so
     heads and epochs compare directly); ``'per-head'`` stretches each panel from 0 to its own
     largest weight, with its own colour bar or legend. With edge types, graphs colour each edge by
-    its type, the heatmap view adds a panel of the types, and a legend names them. In a notebook,
-    show it with ``IPython.display.Image(png_bytes(figure))``.
+    its type, the heatmap view adds a panel of the types, and a legend names them. The figure
+    has one title (``picture.title``), each panel a short one of its own. In a notebook, show it
+    with ``IPython.display.Image(png_bytes(figure))``.
     """
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
@@ -173,7 +96,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     sizes, rows, cols, figure_size = layout(picture, kinds, scale, panels, colours)
     figure = new_figure(*figure_size)
     axes = figure.subplots(rows, cols * len(kinds), squeeze=False, width_ratios=[w for w, _ in sizes] * cols)
-    heatmap_axes, graphs = [], []
+    heatmap_axes, fitters = [], []
     edge_rgb = None if colours is None else colours.of_edges(picture.types.ids)
     for p, weights in enumerate(picture.maps):
         vmax = 1.0 if shared else max(float(np.nanmax(weights)), 1e-6)
@@ -182,10 +105,9 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
             args = (ax, weights, picture.keys, picture.queries, picture.panel_titles[p], vmax)
             args += (picture.key_axis, picture.query_axis)
             if kind == "graph":
-                graphs += _graph_panel(args, picture.layout, edge_rgb, None if shared else vmax)
+                fitters.append(_graph_panel(args, picture.layout, edge_rgb, None if shared else vmax))
                 continue
             image = heatmap(*args)
-            ax.set_anchor("N")  # its top level with the graph's beside it, and so their titles
             heatmap_axes.append(ax)
             if p % cols:
                 ax.set_ylabel("")  # the first panel of a row names the queries
@@ -194,7 +116,9 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     if panels > len(picture.maps):
         ax = axes[(panels - 1) // cols, (panels - 1) % cols]
         type_matrix(ax, picture.types, colours, picture.keys, picture.queries, picture.key_axis, picture.query_axis)
-        ax.set_anchor("N")
+        named = heatmap_axes + [ax]
+    else:
+        named = heatmap_axes
     for ax in axes.flat[panels * len(kinds) :]:
         ax.remove()
     if shared and heatmap_axes:
@@ -204,32 +128,42 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
         bipartite.width_legend(figure, 1.0, neutral, loc="outside lower center", ncols=len(bipartite.LEGEND_SHARES))
     if colours is not None:
         type_legend(figure, colours, loc="outside right upper")
-    figure.suptitle(picture.title, fontsize=10)
-    _fit_graphs(figure, graphs)
+    figure.suptitle(picture.title, fontsize=text_sizes.FIGURE_TITLE)
+    _fit_texts(figure, named, fitters)
     return figure
 
 
-def _graph_panel(args: tuple, layout_name: str, edge_rgb, own_vmax: float | None) -> list:
+def _graph_panel(args: tuple, layout_name: str, edge_rgb, own_vmax: float | None) -> Callable:
     """One graph panel from `draw`'s panel ``args``, laid out as ``layout_name`` says, its edges in
     ``edge_rgb`` (or the one edge colour); with ``own_vmax``, a legend of its own widths. Returns
-    the (axes, texts) of a bipartite panel for `_fit_graphs`, [] for a tree (it fits itself)."""
+    what fits its texts to it once the figure is laid out: ``fit(renderer)``."""
     ax = args[0]
     colour = bipartite.EDGE_RGB if edge_rgb is None else bipartite.NEUTRAL_RGB
     if own_vmax is not None:
         bipartite.width_legend(ax, own_vmax, colour, loc="upper left", bbox_to_anchor=(1, 1))
-    if layout_name == "tree":
-        layered.layered(*args, colours=edge_rgb)
-        return []
-    return [(ax, bipartite.bipartite(*args, colours=edge_rgb))]
+    draw_graph, fit = (layered.layered, layered.fit) if layout_name == "tree" else (bipartite.bipartite, bipartite.fit)
+    texts = draw_graph(*args, colours=edge_rgb)
+    return lambda renderer: fit(ax, texts, renderer)
 
 
-def _fit_graphs(figure: Figure, graphs: list) -> None:
-    """Lay ``figure`` out, then fit each (axes, texts) bipartite panel of ``graphs`` to its texts."""
-    if graphs:
+def _fit_texts(figure: Figure, named_axes: list, fitters: list) -> None:
+    """Lay ``figure`` out, then break each query name of ``named_axes`` (heatmaps) that is taller
+    than its panel onto two lines, and fit each graph panel to its texts (``fitters``, from
+    `_graph_panel`)."""
+    figure.draw_without_rendering()
+    renderer = figure.canvas.get_renderer()
+    labels = [ax.yaxis.label for ax in named_axes]
+    tall = [
+        label
+        for ax, label in zip(named_axes, labels)
+        if label.get_window_extent(renderer).height > ax.get_window_extent(renderer).height
+    ]
+    for label in tall:
+        label.set_text(text_sizes.break_name(label.get_text()))
+    if tall:  # constrained layout settles a change over two passes: this one, and the one that draws it
         figure.draw_without_rendering()
-        renderer = figure.canvas.get_renderer()
-        for ax, texts in graphs:
-            bipartite.fit(ax, texts, renderer)
+    for fit in fitters:
+        fit(renderer)
 
 
 def _output_path(path: str | Path, formats: tuple[str, ...], what: str) -> Path:

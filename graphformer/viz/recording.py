@@ -161,15 +161,15 @@ def picture(record: dict, sublayer: str | None = None, layer: int = -1, head: in
     when = f"epoch {epoch}" + (" (untrained)" if epoch == 0 else "")
     if "label" in record:
         when += f", label {record['label']}"
-    which = "all heads" if head == "all" else f"head {head}"
     key_axis, query_axis = AXES[sublayer]
     drawn = AttentionPicture(
         maps=maps[layer, chosen].numpy(),
         keys=list(keys),
         queries=list(queries),
         panel_titles=[f"head {h}" for h in chosen],
-        # counted from 1 (`--layer 0` is "layer 1 of 2"): "layer 1" reads as the first
-        title=f"{sublayer} layer {layer % layers + 1} of {layers}, {which}, {when}",
+        # counted from 1 (`--layer 0` is "layer 1 of 2"): "layer 1" reads as the first; the
+        # panels name their heads
+        title=f"{sublayer} layer {layer % layers + 1} of {layers}, {when}",
         key_axis=key_axis,
         query_axis=query_axis,
         layout="tree" if sublayer in record.get("sample_graphs", ()) and sublayer != "cross" else "bipartite",

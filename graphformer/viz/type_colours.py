@@ -20,6 +20,7 @@ from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from matplotlib.lines import Line2D
 
+from graphformer.viz import text_sizes
 from graphformer.viz.type_labels import EdgeTypeMap, span_name
 
 MAX_ENTRIES = 8  # legend entries: more than this are read by hunting, not at a glance
@@ -29,7 +30,6 @@ PALETTE = [to_rgb(colormaps["tab10"].colors[i]) for i in (2, 3, 4, 5, 6, 8, 9, 7
 OTHER_RGB = (0.6, 0.6, 0.6)
 # The ramp of ordered types, stopped short of its pale end: an edge of the last type stays visible on white.
 RAMP, RAMP_END = colormaps["plasma"], 0.85
-FONT_SIZE = 7
 
 
 @dataclass
@@ -95,8 +95,8 @@ def type_legend(target, colours: TypeColours, **placement):
         handles,
         [name for name, _ in colours.entries],
         title=colours.title,
-        fontsize=FONT_SIZE,
-        title_fontsize=FONT_SIZE,
+        fontsize=text_sizes.LEGEND,
+        title_fontsize=text_sizes.LEGEND,
         frameon=False,
         **placement,
     )
@@ -104,19 +104,19 @@ def type_legend(target, colours: TypeColours, **placement):
 
 def legend_width(colours: TypeColours) -> float:
     """Inches a `type_legend` takes beside the panels: its longest line, and the line of colour."""
-    longest = max([len(colours.title)] + [len(name) for name, _ in colours.entries])
-    return 0.06 * longest + 0.6
+    lines = [colours.title] + [name for name, _ in colours.entries]
+    return text_sizes.longest(lines, text_sizes.LEGEND) + 0.6
 
 
 def type_matrix(ax, types: EdgeTypeMap, colours: TypeColours, key_tokens, query_tokens, key_axis, query_axis):
     """The (queries, keys) matrix of edge types on ``ax``, each cell in its type's colour (no
     edge: blank), ticked as a heatmap is: the heatmap view's key to the graph view's colours."""
-    ax.imshow(colours.of_edges(types.ids))
-    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=8)
-    ax.set_xlabel(key_axis, fontsize=8)
-    ax.set_ylabel(query_axis, fontsize=8)
-    ax.set_title(f"edge types: {types.spec}", fontsize=9)
+    ax.imshow(colours.of_edges(types.ids), aspect="auto")  # square cells: `plots.layout` sizes the panel
+    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=text_sizes.TOKEN)
+    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=text_sizes.TOKEN)
+    ax.set_xlabel(key_axis, fontsize=text_sizes.LABEL)
+    ax.set_ylabel(query_axis, fontsize=text_sizes.LABEL)
+    ax.set_title(f"edge types: {types.spec}", fontsize=text_sizes.PANEL_TITLE)
 
 
 __all__ = ["TypeColours", "type_colours", "type_legend", "legend_width", "type_matrix", "MAX_ENTRIES"]

@@ -98,7 +98,7 @@ def test_html_player_is_a_self_contained_page(recorded_run, tmp_path):
     assert main(["animate", str(recorded_run), "--relation", "enc", "--head", "all", "-o", str(page)]) == 0
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "<html" in text and "</html>" in text
-    assert re.search(r"<title>enc layer 1 of 1, all heads</title>", text)
+    assert re.search(r"<title>enc layer 1 of 1</title>", text)
     assert not re.search(r"https?://", text), "the page must not load anything from the network"
     frames = json.loads(re.search(r"const frames = (\[.*?\]);", text).group(1))
     captions = json.loads(re.search(r"const captions = (\[.*?\]);", text).group(1))
@@ -170,7 +170,7 @@ def _copy_like_picture(heads, n=12, seed=0):
         [f"w{i}" for i in range(n - 1)] + ["</s>"],
         ["<s>"] + [f"w{i}" for i in range(n - 1)],
         [f"head {h}" for h in range(heads)],
-        "cross layer 2 of 2, all heads, epoch 8",
+        "cross layer 2 of 2, epoch 8",
         "keys: source tokens",
         "queries: decoder inputs <s>, y1, ...",
     )
@@ -264,8 +264,8 @@ def test_titles_number_layers_from_one_out_of_all():
         "tgt_labels": ["<s>", "a", "b"],
         "maps": {"cross": torch.rand(2, 4, 3, 3)},
     }
-    assert picture(record, "cross", -1, 0).title == "cross layer 2 of 2, head 0, epoch 3"
-    assert picture(record, "cross", 0, "all").title == "cross layer 1 of 2, all heads, epoch 3"
+    assert picture(record, "cross", -1, 0).title == "cross layer 2 of 2, epoch 3"
+    assert picture(record, "cross", 0, "all").title == "cross layer 1 of 2, epoch 3"
 
 
 def test_heatmap_command_draws_any_recorded_epoch(recorded_run, tmp_path, capsys):
