@@ -176,7 +176,7 @@ def picture(record: dict, sublayer: str | None = None, layer: int = -1, head: in
         types=recorded_types(record, sublayer),
     )
     if stepped:
-        title = f"{sublayer} attention per ACT step, {which}, {when}"
+        title = f"{sublayer} attention per ACT step, {when}"  # the panels name step and head
         return step_picture(drawn, maps[:, chosen].numpy(), chosen, record[PONDER_KEY][sublayer], title)
     return drawn
 
