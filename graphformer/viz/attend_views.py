@@ -20,7 +20,7 @@ from graphformer.choices import IMAGE_FORMATS
 from graphformer.errors import UserError
 from graphformer.files import write_atomic
 from graphformer.running.loaded import LoadedRun
-from graphformer.viz import plots
+from graphformer.viz import panel_layout, plots
 from graphformer.viz.attend_page import attend_page
 from graphformer.viz.on_demand import Attended, attend_lines, check_choice, check_steps, chosen, encode_inputs, load
 from graphformer.viz.step_views import LEGEND, mark_halted, ponder_labels
@@ -29,7 +29,7 @@ PAGE_FORMAT = ".html"
 FORMATS = (*IMAGE_FORMATS, PAGE_FORMAT)
 MAPS_FORMAT = ".pt"
 
-# A grid too wide for readable token labels at plots.MIN_INCH_PER_TOKEN shrinks its panels, without
+# A grid too wide for readable token labels at panel_layout.MIN_INCH_PER_TOKEN shrinks its panels, without
 # labels, to stay within this many inches a side: 19,200 pixels at save_figure's 120 dpi, under
 # the 65,536 that matplotlib's Agg canvas draws at most.
 MAX_FIGURE_INCHES = 160.0
@@ -61,7 +61,7 @@ def output_paths(out: str | Path, count: int) -> list[Path]:
 
 def grid_size(attended, blocks: list) -> tuple[float, float, list[float]]:
     """(token spacing, figure width, height of each block) in inches for `draw_grid`'s ``blocks``:
-    `plots.INCH_PER_TOKEN` between tokens where the figure fits `MAX_FIGURE_INCHES`, closer where
+    `panel_layout.INCH_PER_TOKEN` between tokens where the figure fits `MAX_FIGURE_INCHES`, closer where
     it would not; a row of panels is at least `MIN_ROW` tall, room for its query axis's name."""
     widest = max(len(attended.tokens[s][1]) * len(heads) for s, _, _, heads in blocks)
     tallest = sum(len(attended.tokens[s][0]) * len(layers) for s, _, layers, _ in blocks)
@@ -70,8 +70,8 @@ def grid_size(attended, blocks: list) -> tuple[float, float, list[float]]:
     room = min(
         (MAX_FIGURE_INCHES - cols * PANEL_MARGIN[0]) / widest, (MAX_FIGURE_INCHES - rows * PANEL_MARGIN[1]) / tallest
     )
-    spacing = min(plots.INCH_PER_TOKEN, room)
-    width = widest * spacing + cols * PANEL_MARGIN[0] + plots.COLORBAR_WIDTH
+    spacing = min(panel_layout.INCH_PER_TOKEN, room)
+    width = widest * spacing + cols * PANEL_MARGIN[0] + panel_layout.COLORBAR_WIDTH
     row = [max(MIN_ROW, len(attended.tokens[s][0]) * spacing + PANEL_MARGIN[1]) for s, *_ in blocks]
     return spacing, width, [height * len(layers) + 0.4 for height, (_, _, layers, _) in zip(row, blocks)]
 
@@ -95,7 +95,7 @@ def draw_grid(attended, layer: int | None = None, head: int | None = None):
             image = plots.heatmap(ax, maps[r, c], keys, queries, title, 1.0, key_axis, query_axis)
             if ponder:
                 mark_halted(ax, ponder, layers[r])
-            if spacing < plots.MIN_INCH_PER_TOKEN:  # too close for text: the pattern alone
+            if spacing < panel_layout.MIN_INCH_PER_TOKEN:  # too close for text: the pattern alone
                 ax.set_xticks([]), ax.set_yticks([])
             if c:
                 ax.set_ylabel("")  # the first panel of a row names the queries, the last row the keys
