@@ -161,12 +161,7 @@ def _translate_parser(sub):
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--input", metavar="FILE", help="file to read instead of standard input")
-    p.add_argument(
-        "--edges",
-        metavar="FILE",
-        help="each input line's own encoder edges, one line of key-query pairs per input line "
-        "(for a run trained with --enc-attention ...edges; parse-tree is derived from the input)",
-    )
+    _edges_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar and no throughput line (warnings stay)")
     _decoding_options(p)
 
@@ -175,6 +170,15 @@ CHECKPOINT_HELP = (
     "best, last, averaged (see graphformer average) or a checkpoint file; best and last "
     "stand in for each other while a run has only one of them"
 )
+
+
+def _edges_option(p):
+    p.add_argument(
+        "--edges",
+        metavar="FILE",
+        help="each input line's own encoder edges, one line of key-query pairs per input line "
+        "(for a run trained with --enc-attention ...edges; parse-tree is derived from the input)",
+    )
 
 
 def _decoding_options(p):
@@ -287,12 +291,7 @@ def _attend_parser(sub):
     given = p.add_mutually_exclusive_group(required=True)
     given.add_argument("--input", action="append", metavar="TEXT", help="an input line (repeatable)")
     given.add_argument("--input-file", metavar="FILE", help="a text file of input lines, one per line")
-    p.add_argument(
-        "--edges",
-        metavar="FILE",
-        help="each input line's own encoder edges, one line of key-query pairs per input line "
-        "(for a run trained with --enc-attention ...edges)",
-    )
+    _edges_option(p)
     p.add_argument("--sublayer", choices=SUBLAYERS, help="draw this sub-layer only (default: every one the model has)")
     p.add_argument(
         "--layer",

@@ -39,11 +39,7 @@ MIN_ROW = 2.6  # inches: a short map's row still holds its query axis's name bes
 
 def check_output(path: str | Path) -> Path:
     """``path``, if its suffix is a picture's or the page's; else a one-line UserError."""
-    path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        found = f"{path.suffix} is not a format attend writes" if path.suffix else "the name has no suffix"
-        raise UserError(f"cannot write the maps to {path}: {found}; use {', '.join(FORMATS)}")
-    return path
+    return plots.output_path(path, FORMATS, "the maps")
 
 
 def check_maps_path(path: str | Path) -> Path:

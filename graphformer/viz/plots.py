@@ -166,7 +166,7 @@ def _fit_texts(figure: Figure, named_axes: list, fitters: list) -> None:
         fit(renderer)
 
 
-def _output_path(path: str | Path, formats: tuple[str, ...], what: str) -> Path:
+def output_path(path: str | Path, formats: tuple[str, ...], what: str) -> Path:
     """``path`` as a Path, if its extension is one of ``formats``; else a one-line UserError."""
     path = Path(path)
     if path.suffix.lower() not in formats:
@@ -177,7 +177,7 @@ def _output_path(path: str | Path, formats: tuple[str, ...], what: str) -> Path:
 
 def check_image_path(path: str | Path) -> Path:
     """The output path of a picture, if its format is one matplotlib writes by itself."""
-    return _output_path(path, IMAGE_FORMATS, "a picture")
+    return output_path(path, IMAGE_FORMATS, "a picture")
 
 
 def save(picture: AttentionPicture, path: str | Path, view: str = "heatmap", scale: str = "shared") -> None:
@@ -193,7 +193,7 @@ def save_figure(figure: Figure, path: str | Path, dpi: int = 120) -> None:
 
 def check_animation_path(path: str | Path) -> Path:
     """The output path of an animation, if its extension is one we write."""
-    return _output_path(path, ANIMATION_FORMATS, "an animation")
+    return output_path(path, ANIMATION_FORMATS, "an animation")
 
 
 def animate(

@@ -231,7 +231,7 @@ def test_bad_input_is_one_line_and_writes_nothing(copy_run, classifier_run, tmp_
     refused(capsys, ["--input", line, "--sublayer", "self"], run, out, "invalid choice: 'self'")
     refused(capsys, ["--input", line, "--layer", "2"], run, out, "--layer 2 is out of range: the model has 2 layers")
     refused(capsys, ["--input", line, "--head", "4"], run, out, "--head 4 is out of range: the model has 4 heads")
-    refused(capsys, ["--input", line], run, tmp_path / "out.gif", ".gif is not a format attend writes", ".html")
+    refused(capsys, ["--input", line], run, tmp_path / "out.gif", ".gif is not a format written here", ".html")
     refused(capsys, ["--input-file", str(tmp_path / "none.txt")], run, out, "--input-file", "not found")
     refused(capsys, ["--input", line, "--save-maps", str(tmp_path / "m.npy")], run, out, "ending in .pt")
     classifier, _ = classifier_run
