@@ -12,6 +12,16 @@ def random_pairs(n_samples, vocab, max_len=40, seed=0):
 TINY_MODEL = ["--layers", "1", "--d-model", "32", "--heads", "4", "--d-ff", "64", "--quiet"]
 
 
+def train_tiny(data, run, *options, layers=True):
+    """``run``, trained by the command line on ``data`` with `TINY_MODEL` (without ``--layers`` where
+    ``layers`` is False: a universal model has steps instead) and ``options``."""
+    from graphformer.cli import main
+
+    model = TINY_MODEL if layers else TINY_MODEL[2:]
+    assert main(["train", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", *model, *options]) == 0
+    return run
+
+
 def small_copy_data(path, n_train=240, seed=1):
     from graphformer.data import synthetic
 

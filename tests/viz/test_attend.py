@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, small_copy_data, small_recall_data, snapshot
+from helpers import small_copy_data, small_recall_data, snapshot, train_tiny
 from PIL import Image
 from test_player import browser  # noqa: F401  (a fixture: the headless Chromium)
 
@@ -24,9 +24,7 @@ from graphformer.vocab import EOS
 
 
 def train(data, run, *options):
-    argv = ["train", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", *TINY_MODEL, *options]
-    assert main(argv) == 0
-    return run
+    return train_tiny(data, run, *options)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ axis labelled "step", and a step the model or the input does not have refused in
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, small_copy_data, small_recall_data
+from helpers import small_copy_data, small_recall_data, train_tiny
 from matplotlib.patches import Rectangle
 from test_attend import page_maps, refused
 from test_player import browser  # noqa: F401  (a fixture: the headless Chromium)
@@ -24,10 +24,7 @@ MAX_DEPTH = 3
 
 
 def train(data, run, *options):
-    argv = ["train", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", *TINY_MODEL[2:]]  # no --layers
-    argv += ["--max-depth", str(MAX_DEPTH), "--epochs", "1", *options]
-    assert main(argv) == 0
-    return run
+    return train_tiny(data, run, "--max-depth", str(MAX_DEPTH), "--epochs", "1", *options, layers=False)
 
 
 @pytest.fixture(scope="module")

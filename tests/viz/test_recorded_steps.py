@@ -4,7 +4,7 @@ validation sample (padded to max_depth), the steps each query pondered; ``animat
 
 import pytest
 import torch
-from helpers import TINY_MODEL, small_copy_data, small_recall_data, snapshot
+from helpers import small_copy_data, small_recall_data, snapshot, train_tiny
 from PIL import Image
 
 from graphformer.cli import main
@@ -17,9 +17,7 @@ MAX_DEPTH = 3
 
 
 def train(data, run, *options):
-    argv = ["train", "--data-dir", str(data), "--out", str(run), "--batch-size", "16", *TINY_MODEL[2:]]
-    assert main([*argv, "--max-depth", str(MAX_DEPTH), "--viz-every", "1", *options]) == 0
-    return run
+    return train_tiny(data, run, "--max-depth", str(MAX_DEPTH), "--viz-every", "1", *options, layers=False)
 
 
 @pytest.fixture(scope="module")
