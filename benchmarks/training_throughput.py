@@ -8,8 +8,11 @@ batches through a model too small to compute anything), sgemm GFLOP/s and model 
 Two configurations: ``--task copy`` (1 layer, d_model 512, 8 heads, d_ff 2048, batches of 128
 sentences) and ``--task multi30k`` (the model and batch size of the CPU recipe,
 ``examples/multi30k/cpu.yaml``; needs the raw files, from ``--data-dir MIRROR`` or the download cache).
+``--precision float32,bfloat16`` times every system in each precision (bfloat16: the forward pass
+under autocast, as ``train --precision bfloat16`` runs it); each row's ratio is to the dense peer
+in the same precision, and a bfloat16 row's ``ratio_to_float32`` to the same system in float32.
 
-    python -m benchmarks.training_throughput [--task copy] [--steps 20] [--rounds 2] [--out benchmarks/results]
+    python -m benchmarks.training_throughput [--task copy] [--steps 20] [--rounds 2] [--precision float32]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from graphformer.data.batching import plan_batches
 from graphformer.data.corpus import build_vocabs, read_split
 from graphformer.evaluation.loss import label_smoothed_nll
 from graphformer.graphs import make_batch
+from graphformer.precision import autocast
 from graphformer.training.schedule import make_optimizer
 
 CONFIGS = {
@@ -56,13 +60,26 @@ def graph_loss(model, pool, src, tgt, device=None):
     return label_smoothed_nll(model(batch), batch.gold, 0.1), len(batch.gold)
 
 
-def sgemm_gflops(n=2048, repeats=5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def sgemm_gflops(n=2048, repeats=5, dtype: torch.dtype = torch.float32) -> float:
+    """GFLOP/s of an n x n matrix product in ``dtype`` (the machine's peak for the MFU). Where the
+    CPU emulates ``dtype`` (bfloat16 without AVX512-BF16 or AMX: about 1 GFLOP/s), n is halved
+    until one product takes under a second, so the figure comes in seconds, not minutes."""
+    while n > 256 and _product_seconds(max(n // 8, 64), dtype) * 512 > 1.0:  # (n/8)^3 is n^3 / 512
+        n //= 2
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
     tic = time.perf_counter()
     for _ in range(repeats):
         a @ b
     return 2 * n**3 * repeats / (time.perf_counter() - tic) / 1e9
+
+
+def _product_seconds(n: int, dtype: torch.dtype) -> float:
+    a = torch.randn(n, n, dtype=dtype)
+    a @ a  # warm-up
+    tic = time.perf_counter()
+    a @ a
+    return time.perf_counter() - tic
 
 
 def add_batch_options(parser: argparse.ArgumentParser, steps: int) -> None:
@@ -82,9 +99,23 @@ def add_batch_options(parser: argparse.ArgumentParser, steps: int) -> None:
     parser.add_argument("--out", default="benchmarks/results")
 
 
+TIMED_PRECISIONS = ("float32", "bfloat16")  # what a CPU trains in (float16 is emulated there)
+
+
+def precisions(text: str) -> str:
+    """``--precision``'s comma-separated list, checked and put in `TIMED_PRECISIONS`' order."""
+    names = {name.strip() for name in text.split(",")}
+    if not names <= set(TIMED_PRECISIONS):
+        raise argparse.ArgumentTypeError(f"{text!r}: give float32, bfloat16 or float32,bfloat16")
+    return ",".join(name for name in TIMED_PRECISIONS if name in names)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_batch_options(parser, steps=20)
+    parser.add_argument(
+        "--precision", type=precisions, default="float32", help="float32 (default), bfloat16 or float32,bfloat16"
+    )
     return parser.parse_args()
 
 
@@ -136,23 +167,32 @@ def train_seconds(step, model_optimizer, steps: int) -> float:
     return time.perf_counter() - tic
 
 
-def system_seconds(config: dict, vocab: int, batches, steps: int, rounds: int):
-    """({system: [seconds of each round]}, the graph model, its pool): every graph backend that
-    trains here (not auto, which picks one of them) and the dense peer, in turn each round."""
+def system_seconds(config: dict, vocab: int, batches, steps: int, rounds: int, precisions: list[str]):
+    """({(system, precision): [seconds of each round]}, the graph model, its pool): every graph
+    backend that trains here (not auto, which picks one of them) and the dense peer, in each of
+    ``precisions``, in turn each round."""
     src_b, tgt_b = batches
     graph, dense = make_model(vocab, **config), DensePeer(vocab, **config)
     backends = [name for name in BACKENDS if name != "auto" and trains_here(name)]
     models = {**{f"graph ({name})": graph for name in backends}, "dense nn.Transformer": dense}
-    optimizers = {name: make_optimizer(m.parameters(), config["d_model"], 400, 1.0) for name, m in models.items()}
+    systems = [(name, precision) for precision in precisions for name in models]
+    optimizers = {key: make_optimizer(models[key[0]].parameters(), config["d_model"], 400, 1.0) for key in systems}
     pool = graph.make_pool()
 
-    def run(name):
-        graph.attention_backend = name[len("graph (") : -1] if name.startswith("graph") else "auto"
+    def loss(name, i):
         if name.startswith("dense"):
-            return train_seconds(lambda i: dense_loss(dense, src_b[i], tgt_b[i], vocab), optimizers[name], steps)
-        return train_seconds(lambda i: graph_loss(graph, pool, src_b[i], tgt_b[i]), optimizers[name], steps)
+            return dense_loss(dense, src_b[i], tgt_b[i], vocab)
+        graph.attention_backend = name[len("graph (") : -1]
+        return graph_loss(graph, pool, src_b[i], tgt_b[i])
 
-    runs = {name: (lambda name=name: run(name)) for name in models}
+    def run(name, precision):
+        def step(i):
+            with autocast(precision, "cpu"):  # the forward pass, as training runs it
+                return loss(name, i)
+
+        return train_seconds(step, optimizers[name, precision], steps)
+
+    runs = {key: (lambda key=key: run(*key)) for key in systems}
     return interleaved(runs, rounds, measure=reported), graph, pool  # each run times its steps only
 
 
@@ -181,34 +221,53 @@ def model_flops(graph, config: dict, batches) -> float:
     return 6 * matmul_params * tokens / 2 + attention
 
 
+def throughput_rows(seconds: dict, tokens: int, flops: float, peaks: dict) -> list[dict]:
+    """A row per (system, precision): target tokens/s, MFU against ``peaks[precision]`` (GFLOP/s
+    of a matrix product in that dtype), the ratio to the dense peer in the same precision and, for
+    a bfloat16 row, to the same system in float32."""
+    rows = []
+    for (system, precision), t in seconds.items():
+        rate = tokens / min(t)
+        mfu = flops / min(t) / (peaks[precision] * 1e9)
+        rows.append({"system": system, "precision": precision, "tokens_per_s": rate, "seconds": min(t), "mfu": mfu})
+    rate = {(r["system"], r["precision"]): r["tokens_per_s"] for r in rows}
+    for r in rows:
+        r["ratio_to_dense"] = r["tokens_per_s"] / rate["dense nn.Transformer", r["precision"]]
+        if r["precision"] != "float32" and (r["system"], "float32") in rate:
+            r["ratio_to_float32"] = r["tokens_per_s"] / rate[r["system"], "float32"]
+    return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    for r in rows:
+        against = f"  x{r['ratio_to_float32']:.2f} of float32" if "ratio_to_float32" in r else ""
+        print(
+            f"{r['system']:22s} {r['precision']:9s} {r['tokens_per_s']:9.0f} target tokens/s  "
+            f"x{r['ratio_to_dense']:.2f} of dense  MFU {100 * r['mfu']:.1f} %{against}"
+        )
+
+
 def main():
     args = parse_args()
     torch.manual_seed(0)
-    config = CONFIGS[args.task]
+    config, precisions = CONFIGS[args.task], args.precision.split(",")
     vocab, src_b, tgt_b, sizing = training_batches(args)
-    seconds, graph, pool = system_seconds(config, vocab, (src_b, tgt_b), args.steps, args.rounds)
+    seconds, graph, pool = system_seconds(config, vocab, (src_b, tgt_b), args.steps, args.rounds, precisions)
     tic = time.perf_counter()
     for i in range(args.steps):
         make_batch(pool, src_b[i], tgt_b[i])
     batching = (time.perf_counter() - tic) / args.steps
     fixed = fixed_step_seconds(config["layers"], pool, (src_b, tgt_b), args.steps)
-    peak, flops = sgemm_gflops(), model_flops(graph, config, (src_b, tgt_b))
+    peaks = {precision: sgemm_gflops(dtype=getattr(torch, precision)) for precision in precisions}
+    flops = model_flops(graph, config, (src_b, tgt_b))
     tokens = sum(len(t) + 1 for b in tgt_b for t in b)
-    rows = [
-        {"system": name, "tokens_per_s": tokens / min(t), "seconds": min(t), "mfu": flops / min(t) / (peak * 1e9)}
-        for name, t in seconds.items()
-    ]
-    for r in rows:
-        r["ratio_to_dense"] = r["tokens_per_s"] / rows[-1]["tokens_per_s"]
-        print(
-            f"{r['system']:22s} {r['tokens_per_s']:9.0f} target tokens/s  x{r['ratio_to_dense']:.2f} of dense  "
-            f"MFU {100 * r['mfu']:.1f} %"
-        )
-    step_time = min(seconds["graph (padded)"]) / args.steps
+    rows = throughput_rows(seconds, tokens, flops, peaks)
+    print_rows(rows)
+    step_time = min(seconds["graph (padded)", precisions[0]]) / args.steps
     print(
-        f"sgemm peak {peak:.1f} GFLOP/s; graph building + batching {1e3 * batching:.1f} ms per batch = "
-        f"{100 * batching / step_time:.1f} % of a graph (padded) training step; fixed cost per step "
-        f"{1e3 * fixed:.1f} ms = {100 * fixed / step_time:.1f} %"
+        f"matrix product peak {', '.join(f'{p} {g:.1f}' for p, g in peaks.items())} GFLOP/s; graph building + "
+        f"batching {1e3 * batching:.1f} ms per batch = {100 * batching / step_time:.1f} % of a graph (padded) "
+        f"training step; fixed cost per step {1e3 * fixed:.1f} ms = {100 * fixed / step_time:.1f} %"
     )
     result = {
         "config": {**config, **sizing, "task": args.task},
@@ -216,7 +275,8 @@ def main():
         "rounds": args.rounds,
         "target_tokens": tokens,
         "rows": rows,
-        "sgemm_gflops": peak,
+        "sgemm_gflops": peaks.get("float32"),
+        "matmul_gflops": peaks,
         "batching_seconds_per_batch": batching,
         "batching_share_of_step": batching / step_time,
         "fixed_seconds_per_step": fixed,

@@ -40,6 +40,7 @@ def test_sparse_attention_measures_every_method_and_leaves_the_docs_figure_alone
         ("decoding", ["--rounds", "0"], "--rounds: must be at least 1"),
         ("decoding", ["--mirror", "/nonexistent"], "no Multi30k files in /nonexistent"),
         ("training_throughput", ["--steps", "0"], "--steps: must be at least 1"),
+        ("training_throughput", ["--precision", "float16"], "'float16': give float32, bfloat16 or float32,bfloat16"),
         ("edge_cost", ["--edges", "none", "bias=relative"], "relative takes 1 integer argument"),
         ("edge_cost", ["--edges", "bias=role"], "reads types given with each sample"),
         ("precision", ["--run", "/nonexistent"], "--run: run directory /nonexistent does not exist"),
@@ -163,3 +164,24 @@ def test_the_inline_step_bound_computes_what_the_graph_step_computes(beam):
                     stepper.reorder(parents)
     with pytest.raises(ValueError, match="sources of one length"):
         inline_step.InlineStepGraphStepper(model, make_batch(pool, [[5, 6], [5, 6, 7]]), 1, 8, pool)
+
+
+@pytest.mark.slow
+def test_the_training_benchmark_times_each_system_in_each_precision(tmp_path):
+    argv = ["--steps", "1", "--rounds", "1", "--batch-size", "2", "--precision", "bfloat16,float32"]
+    proc = run_benchmark("training_throughput", [*argv, "--out", str(tmp_path)], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "training_throughput.json").read_text())
+    assert result["command"].endswith("--precision float32,bfloat16")  # put in order: float32 first
+    rows = {(r["system"], r["precision"]): r for r in result["rows"]}
+    systems = {system for system, _ in rows}
+    assert "dense nn.Transformer" in systems and "graph (padded)" in systems
+    assert set(rows) == {(system, p) for system in systems for p in ("float32", "bfloat16")}
+    for (system, precision), row in rows.items():
+        assert row["tokens_per_s"] == result["target_tokens"] / row["seconds"]
+        assert row["ratio_to_dense"] == row["tokens_per_s"] / rows["dense nn.Transformer", precision]["tokens_per_s"]
+        if precision == "bfloat16":
+            assert row["ratio_to_float32"] == row["tokens_per_s"] / rows[system, "float32"]["tokens_per_s"]
+        else:
+            assert "ratio_to_float32" not in row
+    assert set(result["matmul_gflops"]) == {"float32", "bfloat16"} and result["sgemm_gflops"] > 0
