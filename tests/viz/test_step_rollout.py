@@ -37,7 +37,7 @@ def universal():
 def dense_steps(stepped, sublayer) -> tuple[list[np.ndarray], np.ndarray]:
     """Per step, the heads' mean with 0 where there is no edge, and (steps, queries) whether each
     query was still pondering (its row is not NaN)."""
-    dense = stepped[sublayer].dense().numpy()  # (steps, heads, queries, keys), NaN: no edge or halted
+    dense = stepped[sublayer].dense().double().numpy()  # (steps, heads, queries, keys), NaN: no edge or halted
     active = ~np.isnan(dense).all(axis=(1, 3))
     return [np.nan_to_num(step, nan=0.0).mean(0) for step in dense], active
 
