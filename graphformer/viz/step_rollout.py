@@ -71,6 +71,13 @@ def composed(maps: dict[str, EdgeMaps], sublayer: str, how: str = "rollout", que
     """
     if how not in HOW:
         raise ValueError(f"unknown composition {how!r}; choose one of {HOW}")
+    # The sparse matrices are built from edges already checked; torch 2.11 warns on each process's
+    # first one unless told whether to check them again.
+    with torch.sparse.check_sparse_tensor_invariants(enable=False):
+        return _composed(maps, sublayer, how, queries, top)
+
+
+def _composed(maps: dict[str, EdgeMaps], sublayer: str, how: str, queries, top) -> torch.Tensor:
     if sublayer == "cross":
         encoder = step_layers(maps["enc"])
         decoder = step_layers(maps["dec"], top)
