@@ -64,8 +64,8 @@ def picture_of(rolled: Rolled) -> AttentionPicture:
     )
 
 
-def figure_size(picture: AttentionPicture, graph) -> tuple[float, list[float], float]:
-    """(token spacing, width of each panel and its colour bar, height) in inches:
+def figure_size(picture: AttentionPicture, graph) -> tuple[float, list[tuple[float, float]]]:
+    """(token spacing, (width with its colour bar, height) of each panel) in inches:
     `panel_layout.INCH_PER_TOKEN` between tokens where the figure fits `MAX_FIGURE_INCHES` wide,
     closer where it would not."""
     spacing = panel_layout.INCH_PER_TOKEN
@@ -73,11 +73,22 @@ def figure_size(picture: AttentionPicture, graph) -> tuple[float, list[float], f
         sizes = [panel_layout.heatmap_size(picture, spacing)]
         if graph is not None:
             sizes.append(layered.size(graph, picture.keys, spacing))
-        widths = [w + panel_layout.COLORBAR_WIDTH for w, _ in sizes]
-        if sum(widths) <= MAX_FIGURE_INCHES:
+        sizes = [(w + panel_layout.COLORBAR_WIDTH, h) for w, h in sizes]
+        if sum(w for w, _ in sizes) <= MAX_FIGURE_INCHES:
             break
-        spacing *= MAX_FIGURE_INCHES / sum(widths)
-    return spacing, widths, max(h for _, h in sizes) + 4 * panel_layout.TITLE_HEIGHT
+        spacing *= MAX_FIGURE_INCHES / sum(w for w, _ in sizes)
+    return spacing, sizes
+
+
+def panels(figure, sizes: list[tuple[float, float]]) -> list:
+    """The axes of the heatmap and of the graph (if ``sizes`` has two panels) side by side, each
+    as tall as it wants: a heatmap of a few rows beside a tall tree keeps its cells near square
+    rather than stretched to the tree's height."""
+    widths, heights = [w for w, _ in sizes], [h for _, h in sizes]
+    if len(sizes) == 1 or heights[0] >= heights[1]:
+        return list(figure.subplots(1, len(sizes), squeeze=False, width_ratios=widths)[0])
+    grid = figure.add_gridspec(2, 2, width_ratios=widths, height_ratios=[heights[0], heights[1] - heights[0]])
+    return [figure.add_subplot(grid[0, 0]), figure.add_subplot(grid[:, 1])]
 
 
 def title_of(picture: AttentionPicture, rolled: Rolled, width: float) -> str:
@@ -92,11 +103,14 @@ def draw_rolled(rolled: Rolled):
     """The figure of one `Rolled`: the heatmap, and the graph panel where it has a ``graph``, each
     with its colour bar (the graph's: the chosen query's row alone, see `shares_on_graph`)."""
     picture = picture_of(rolled)
-    spacing, widths, height = figure_size(picture, rolled.graph)
-    width = max(sum(widths), MIN_WIDTH)
+    spacing, sizes = figure_size(picture, rolled.graph)
+    width = max(sum(w for w, _ in sizes), MIN_WIDTH)
     title = title_of(picture, rolled, width)
-    figure = plots.new_figure(width, height + text_sizes.line_height(text_sizes.FIGURE_TITLE) * title.count("\n"))
-    axes = figure.subplots(1, len(widths), squeeze=False, width_ratios=widths)[0]
+    lines = title.count("\n") + 1
+    figure = plots.new_figure(
+        width, max(h for _, h in sizes) + text_sizes.line_height(text_sizes.FIGURE_TITLE) * lines + 0.4
+    )
+    axes = panels(figure, sizes)
     vmax = max(float(np.nanmax(rolled.shares)), 1e-6)
     image = plots.heatmap(axes[0], rolled.shares, picture.keys, picture.queries, picture.panel_titles[0], vmax,
                           picture.key_axis, picture.query_axis)  # fmt: skip
