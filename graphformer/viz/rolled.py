@@ -72,6 +72,7 @@ def default_query(run: LoadedRun, sublayer: str, queries: int) -> int:
 
 
 def check_query(query: int | None, queries: list[str], sublayer: str, number: int) -> None:
+    """A UserError where ``query`` is not one of the ``queries`` (their tokens) of input line ``number``."""
     if query is not None and not 0 <= query < len(queries):
         raise UserError(
             f"--query {query} is not a {sublayer} query of input line {number}, which has {len(queries)} "
@@ -105,10 +106,11 @@ def sample_graph(run: LoadedRun, sublayer: str, maps: dict) -> np.ndarray | None
     return graph
 
 
-def compose_line(run, batch, tokens, sublayer, how, query, layer, number):
-    """(shares (rows, keys), rows, query, ponder of the queries, graph, depth) of one decoded line."""
+def compose_line(run, batch, tokens: dict, sublayer: str, how: str, query, layer, number: int) -> dict:
+    """`Rolled`'s fields but the line and its output, of one decoded line: its ``batch`` and its
+    axes' ``tokens`` by sub-layer (`graphformer.viz.on_demand.axis_tokens`)."""
     maps, ponder = any_model_maps(run.model, batch, NEEDS[sublayer])
-    queries = tokens[0]
+    queries, keys = tokens[sublayer]
     check_query(query, queries, sublayer, number)
     top = top_layer(maps, sublayer, layer, number)
     rows = list(range(len(queries))) if query is None else [query]
@@ -116,10 +118,17 @@ def compose_line(run, batch, tokens, sublayer, how, query, layer, number):
         shares = composed(maps, sublayer, how, rows, top)
     except ValueError as error:  # flow past its limit: the input and queries are checked above
         raise UserError(f"input line {number}: {error} (--query N asks for one)") from None
-    depth = maps[SPAN[sublayer]].layers if top is None else top + 1
     steps = ponder.get(SPAN[sublayer])
-    chosen = default_query(run, sublayer, len(queries)) if query is None else query
-    return shares, rows, chosen, ([] if steps is None else steps.tolist()), sample_graph(run, sublayer, maps), depth
+    return {
+        "maps": {sublayer: shares[None, None]},
+        "tokens": {sublayer: ([queries[r] for r in rows], keys)},
+        "ponder": {} if steps is None else {sublayer: [int(steps[r]) for r in rows]},
+        "how": how,
+        "rows": rows,
+        "query": default_query(run, sublayer, len(queries)) if query is None else query,
+        "graph": sample_graph(run, sublayer, maps),
+        "depth": maps[SPAN[sublayer]].layers if top is None else top + 1,
+    }
 
 
 def rollout_lines(
@@ -150,27 +159,10 @@ def rollout_lines(
         tokens = axis_tokens(pool, [*words, run.src_vocab.itos[EOS]], decoded)
         if sublayer == "cross":  # the composition reaches every encoder node: a tree pattern's spans too
             tokens["cross"] = (tokens["cross"][0], tokens["enc"][1])
-        shares, rows, chosen, ponder, graph, depth = compose_line(
-            run, batch, tokens[sublayer], sublayer, how, query, layer, number
-        )
+        fields = compose_line(run, batch, tokens, sublayer, how, query, layer, number)
         if run.model.cfg.classifies:
             label, probability = run.tgt_vocab.itos[hyp.tokens[0]], float(np.exp(hyp.log_prob))
         else:
             label, probability = detokenize(run.tgt_vocab.decode(hyp.tokens)), None
-        shown = ([tokens[sublayer][0][r] for r in rows], tokens[sublayer][1])
-        results.append(
-            Rolled(
-                " ".join(words),
-                {sublayer: shares[None, None]},
-                {sublayer: shown},
-                label,
-                probability,
-                ponder={sublayer: [ponder[r] for r in rows]} if ponder else {},
-                how=how,
-                rows=rows,
-                query=chosen,
-                graph=graph,
-                depth=depth,
-            )
-        )
+        results.append(Rolled(" ".join(words), output=label, probability=probability, **fields))
     return results

@@ -29,6 +29,7 @@ from graphformer.viz.attend_views import MAX_FIGURE_INCHES, output_paths
 from graphformer.viz.on_demand import check_choice, encode_inputs, load
 from graphformer.viz.picture import AttentionPicture
 from graphformer.viz.rolled import Rolled, rollout_lines
+from graphformer.viz.step_rollout import HOW
 from graphformer.viz.step_views import ponder_labels
 
 WHAT = {  # what a composition on each sub-layer tells, for the picture's title
@@ -199,6 +200,8 @@ def draw_rollout(
     ``sublayer``: 'enc', 'dec' or 'cross' (default 'cross', a classifier's 'enc'); ``query``: that
     query's row alone, and the node the graph view colours; ``layer``: compose up to that layer or
     a universal model's ACT step. Returns a `Rolled` per line: ``.shares`` is what is drawn."""
+    if show not in HOW:
+        raise ValueError(f"unknown show {show!r}; choose one of {HOW}")
     if out is not None:
         check_picture_path(out)
     run = load(run, checkpoint)

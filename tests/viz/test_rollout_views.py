@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import TINY_MODEL, small_copy_data, train_tiny
-from test_attend import refused
+from test_attend import mirrored, refused
 from test_attend_steps import halting
 from test_rollout import within_hops
 from test_step_rollout import dense_step_rollout
@@ -53,6 +53,19 @@ def universal_run(tmp_path_factory):
     data = small_copy_data(root / "data", n_train=64)
     options = ["--task", "parallel", "--model", "universal", "--max-depth", "3", "--epochs", "1"]
     return train_tiny(data, root / "run", *options, layers=False), data
+
+
+@pytest.fixture(scope="module")
+def edges_run(tmp_path_factory):
+    """A copy run whose encoder attends along each sample's own edges (test_attend's `mirrored`)."""
+    root = tmp_path_factory.mktemp("rollout-edges")
+    data = small_copy_data(root / "data", n_train=32)
+    for split in ("train", "valid", "test"):
+        lines = (data / f"{split}.src").read_text().splitlines()
+        pairs = [" ".join(f"{k}-{q}" for k, q in mirrored(len(line.split()))) for line in lines]
+        (data / f"{split}.enc.edges").write_text("".join(p + "\n" for p in pairs))
+    options = ["--task", "parallel", "--epochs", "1", "--enc-attention", "edges", "--layers", str(LAYERS)]
+    return train_tiny(data, root / "run", *options), data
 
 
 def decoded_batch(run, line, checkpoint="best"):
@@ -144,6 +157,29 @@ def test_flow_of_one_query_on_the_command_line_is_flows(tree_run, tmp_path):
     (drawn,) = graphformer.viz.draw_rollout(tree_run, [FORMULA], show="flow", query=3)
     nodes = tree_panel(draw_rolled(drawn)).collections[1]  # the tree colours the one row drawn
     np.testing.assert_allclose(np.asarray(nodes.get_array()), expected[0].numpy(), rtol=0, atol=1e-6)
+
+
+def test_through_cross_attention_the_samples_graph_is_coloured_by_an_outputs_row(edges_run, tmp_path):
+    run, data = edges_run
+    line = (data / "test.src").read_text().splitlines()[0]
+    edges = tmp_path / "in.enc.edges"
+    edges.write_text((data / "test.enc.edges").read_text().splitlines()[0] + "\n")
+    (rolled,) = graphformer.viz.draw_rollout(run, [line], edges=edges, query=1, beam=1)
+    loaded = LoadedRun(run)
+    ids = loaded.src_vocab.encode(line.split())
+    given = [[(k, q) for k, q in mirrored(len(ids))]]
+    (hyp,) = translate_ids(loaded.model, [ids], beam=1, edges=given)
+    batch = make_batch(loaded.model.make_pool(), [ids], [hyp.tokens], given)
+    expected = rollout(loaded.model, batch, "cross", queries=[1])
+    np.testing.assert_allclose(rolled.shares, expected.numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(
+        np.isnan(rolled.graph), edge_maps(loaded.model, batch, "enc").dense()[0, 0].isnan().numpy()
+    )
+    tree = tree_panel(draw_rolled(rolled))
+    nodes = tree.collections[1]
+    np.testing.assert_allclose(np.asarray(nodes.get_array()), expected[0].numpy(), rtol=0, atol=1e-6)
+    assert nodes.norm.vmax == pytest.approx(float(expected.max()))  # no query node of its own to leave out
+    assert len(tree.collections) == 2 and "reaching output 1" in tree.get_title()  # no ring: not a node here
 
 
 def test_a_universal_model_composes_its_act_steps(universal_run, tmp_path):
