@@ -33,12 +33,12 @@ from graphformer.viz.step_rollout import HOW
 from graphformer.viz.step_views import ponder_labels
 
 WHAT = {  # what a composition on each sub-layer tells, for the picture's title
-    "enc": "how much each input token reaches each node through the encoder",
-    "dec": "how much each decoder input reaches each output through the decoder",
-    "cross": "which source tokens each output token depends on",
+    "enc": "how much of each input token reaches each node",
+    "dec": "how much of each decoder input reaches each output",
+    "cross": "the source tokens each output depends on",
 }
 QUERY_RING = "tab:red"
-MIN_WIDTH = 6.0  # inches: room for the title's lines beside a map of a few tokens
+MIN_WIDTH = 5.0  # inches: a map of a few tokens still holds its title, wrapped
 
 
 def check_picture_path(path: str | Path) -> Path:

@@ -105,7 +105,7 @@ def test_the_rollout_drawn_and_saved_is_rollouts_through_cross_attention(copy_ru
     np.testing.assert_allclose(again.shares, expected.numpy(), rtol=0, atol=1e-6)
     assert [t.get_text() for t in heatmap.get_xticklabels()] == keys
     assert heatmap.images[0].norm.vmax == pytest.approx(float(expected.max()))
-    assert "which source tokens each output token depends on" in figure.get_suptitle()
+    assert "rollout: the source tokens each output depends on" in figure.get_suptitle()
     assert f"{LAYERS} layers, heads averaged" == heatmap.get_title()
 
 
