@@ -41,7 +41,7 @@ def render() -> str:
         else:
             os.environ["COLUMNS"] = previous
     parts.append("## From Python\n\n::: graphformer.cli\n    options:\n      members: [build_parser, main]\n")
-    for module in ("parser", "main", "train", "decode", "attend", "average", "draw", "errors", "signals"):
+    for module in ("parser", "main", "train", "decode", "attend", "rollout", "average", "draw", "errors", "signals"):
         parts.append(f"::: graphformer.cli.{module}\n")
     return "\n".join(parts)
 

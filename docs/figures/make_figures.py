@@ -5,9 +5,11 @@
 The attention figure is what the README's commands write: a small copy model trained with
 ``--viz-every`` (into the ignored runs/readme-copy, about 3 minutes on 2 cores; reused when there),
 then ``graphformer heatmap --relation cross``: one heatmap, narrow enough that its tokens stay
-readable where a page shrinks it to its width.
+readable where a page shrinks it to its width. The rollout figure is the README's ``graphformer
+attend --show rollout`` on the same run, written under runs/ as the README writes it, then copied.
 """
 
+import shutil
 from pathlib import Path
 
 import matplotlib
@@ -22,6 +24,7 @@ from graphformer.viz.plots import pattern_matrices  # noqa: E402
 
 HERE = Path(__file__).parent
 RUN = HERE.parent.parent / "runs" / "readme-copy"
+ROLLOUT = ["--input", "g r a p h f o r m e r", "--show", "rollout"]  # the README's graphformer attend options
 
 
 def three_graphs(n=4, m=3):
@@ -82,12 +85,27 @@ def attention_after_training():
     assert main(["heatmap", str(RUN), "--relation", "cross", "-o", str(HERE / "attention_copy.png")]) == 0
 
 
+def rollout_after_training():
+    """The README's rollout picture: which source tokens each output of the copy model depends on."""
+    from graphformer.cli import main
+
+    assert main(["attend", str(RUN), *ROLLOUT, "-o", str(RUN / "rollout.png")]) == 0
+    shutil.copyfile(RUN / "rollout.png", HERE / "rollout_copy.png")
+
+
 if __name__ == "__main__":
     attention_after_training()
+    rollout_after_training()
     three_graphs()
     pattern_matrices(
         ["full", "causal", "window:2", "dilated:2,3", "window:1+global:1", "block:4", "random:2,0"],
         n=16,
         path=HERE / "patterns.png",
     )
-    print("wrote", HERE / "three_graphs.png", HERE / "patterns.png")
+    print(
+        "wrote",
+        HERE / "attention_copy.png",
+        HERE / "rollout_copy.png",
+        HERE / "three_graphs.png",
+        HERE / "patterns.png",
+    )

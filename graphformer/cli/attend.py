@@ -27,6 +27,12 @@ def cmd_attend(args) -> int:
     from graphformer.viz.attend_views import check_maps_path, check_output, save_maps, write
     from graphformer.viz.on_demand import attend_lines, check_choice, check_steps, encode_inputs
 
+    if args.show != "attention":
+        from graphformer.cli.rollout import cmd_rollout
+
+        return cmd_rollout(args)
+    if args.query is not None:
+        raise UserError("--query picks a row of rollout or flow; give --show rollout or --show flow")
     if args.output is None and args.save_maps is None:
         raise UserError("nothing to write; give -o FILE (a picture or .html page) or --save-maps FILE.pt")
     if args.output is not None:

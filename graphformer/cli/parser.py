@@ -300,6 +300,16 @@ def _attend_parser(sub):
         help="draw this layer only, or a universal model's ACT step (from 0; negative counts from the last)",
     )
     p.add_argument("--head", type=int, metavar="N", help="draw this head only (from 0)")
+    p.add_argument(
+        "--show",
+        choices=("attention", "rollout", "flow"),
+        default="attention",
+        help="the maps (attention), or how much each input token reaches each query through the layers: "
+        "rollout or flow, a heatmap (and the shares on a sample's own graph); --layer: compose up to it",
+    )
+    p.add_argument(
+        "--query", type=int, metavar="N", help="rollout or flow: this query node's row only, the one the graph colours"
+    )
     p.add_argument("-o", "--output", help=f"picture ({', '.join(IMAGE_FORMATS)}) or page (.html) to write")
     p.add_argument("--save-maps", metavar="FILE.pt", help="also save the maps, tokens and outputs with torch.save")
     add_config_options(p, DecodeConfig, skip=["batch_tokens", "precision"])

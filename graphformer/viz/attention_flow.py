@@ -45,18 +45,21 @@ def layered_graph(layers: list[torch.Tensor]) -> nx.DiGraph:
     return graph
 
 
-def cross_layered_graph(encoder, decoder, cross) -> nx.DiGraph:
+def cross_layered_graph(encoder, decoder, cross, keep=None) -> nx.DiGraph:
     """The layered graph through cross-attention: nodes ``("enc", l, j)`` for the encoder's
     levels, ``("mid", l, i)`` after decoder layer l's self-attention and ``("dec", l, i)`` after
-    its cross-attention (``("dec", 0, i)``: the decoder's inputs)."""
+    its cross-attention (``("dec", 0, i)``: the decoder's inputs). ``keep``: per layer, (m,) the
+    capacity of each middle node's edge up, where it is not 0.5 (`cross_rollout_rows`' keep)."""
     graph = nx.DiGraph()
     for level, layer in enumerate(encoder, start=1):
         _connect(graph, layer, ("enc", level - 1), ("enc", level))
     m = decoder[0].shape[0]
-    keep = torch.sparse_coo_tensor(torch.arange(m).expand(2, m), torch.full((m,), 0.5, dtype=cross[0].dtype), (m, m))
-    for level, (self_attention, cross_attention) in enumerate(zip(decoder, cross, strict=True), start=1):
+    keep = [torch.full((m,), 0.5, dtype=cross[0].dtype)] * len(decoder) if keep is None else keep
+    for level, (self_attention, cross_attention, kept) in enumerate(zip(decoder, cross, keep, strict=True), start=1):
         _connect(graph, self_attention, ("dec", level - 1), ("mid", level))
-        _connect(graph, keep, ("mid", level), ("dec", level))
+        _connect(
+            graph, torch.sparse_coo_tensor(torch.arange(m).expand(2, m), kept, (m, m)), ("mid", level), ("dec", level)
+        )
         _connect(graph, 0.5 * cross_attention, ("enc", len(encoder)), ("dec", level))
     return graph
 
@@ -99,9 +102,10 @@ def flow_rows(layers: list[torch.Tensor], queries: torch.Tensor) -> torch.Tensor
     return flows_into(layered_graph(layers), [(0, j) for j in range(n)], [(top, int(q)) for q in queries])
 
 
-def cross_flow_rows(encoder, decoder, cross, queries: torch.Tensor) -> torch.Tensor:
-    """(S, n) attention flow from every source node to each decoder output of ``queries``."""
-    graph = cross_layered_graph(encoder, decoder, cross)
+def cross_flow_rows(encoder, decoder, cross, queries: torch.Tensor, keep=None) -> torch.Tensor:
+    """(S, n) attention flow from every source node to each decoder output of ``queries``
+    (``keep``: `cross_layered_graph`'s)."""
+    graph = cross_layered_graph(encoder, decoder, cross, keep)
     n, top = encoder[0].shape[0], len(decoder)
     return flows_into(graph, [("enc", 0, j) for j in range(n)], [("dec", top, int(q)) for q in queries])
 

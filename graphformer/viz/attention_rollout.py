@@ -129,15 +129,21 @@ def cross_rollout_matrix(encoder: list[torch.Tensor], decoder: list[torch.Tensor
     return read
 
 
-def cross_rollout_rows(encoder, decoder, cross, queries: torch.Tensor) -> torch.Tensor:
+def cross_rollout_rows(encoder, decoder, cross, queries: torch.Tensor, keep=None) -> torch.Tensor:
     """Rows ``queries`` (S,) of `cross_rollout_matrix`: (S, n). From the top down, a row y of the
     decoder's shares passes 0.5 y C_l to the source at each cross step and 0.5 y on; the source
-    shares gathered from every layer then go down the encoder once (R_enc is linear)."""
-    shares = one_hot(queries, decoder[-1].shape[0], decoder[-1].dtype)
+    shares gathered from every layer then go down the encoder once (R_enc is linear).
+
+    ``keep``: per layer, (m,) the share each decoder node keeps at the cross step, where it is not
+    the 0.5 above: 1 for a universal model's query that has halted (it reads nothing more, see
+    `graphformer.viz.step_rollout`), whose row of C_l is empty."""
+    m = decoder[-1].shape[0]
+    keep = [torch.full((m,), 0.5, dtype=decoder[-1].dtype)] * len(decoder) if keep is None else keep
+    shares = one_hot(queries, m, decoder[-1].dtype)
     reaching = shares.new_zeros(len(queries), cross[0].shape[1])
-    for self_attention, cross_attention in zip(reversed(decoder), reversed(cross), strict=True):
-        reaching += 0.5 * times(shares, cross_attention)
-        shares = times(0.5 * shares, self_attention)
+    for self_attention, cross_attention, kept in zip(reversed(decoder), reversed(cross), reversed(keep), strict=True):
+        reaching += times(shares * (1 - kept), cross_attention)
+        shares = times(shares * kept, self_attention)
     for layer in reversed(encoder):
         reaching = times(reaching, layer)
     return reaching

@@ -57,3 +57,19 @@ def test_the_home_page_figure_is_drawn_by_the_readmes_heatmap_command():
     call = re.search(r'main\(\["heatmap", str\(RUN\), (.*?), "-o", str\(HERE / "attention_copy.png"\)\]\)', script)
     assert call, "make_figures.py draws attention_copy.png with graphformer heatmap"
     assert re.findall(r'"([^"]+)"', call.group(1)) == command.group(2).split()
+
+
+def test_the_readmes_rollout_picture_is_drawn_by_its_attend_command():
+    """make_figures.py draws rollout_copy.png with the README's own graphformer attend options."""
+    import ast
+    import shlex
+
+    readme = " ".join(shell_blocks(ROOT / "README.md")).replace("\\\n", " ")
+    command = re.search(r"graphformer attend (\S+) (.*?) -o (\S+)", readme)
+    assert command, "the README draws its rollout with graphformer attend"
+    assert command.group(3).startswith(command.group(1) + "/")  # into the run's own folder, under runs/
+    script = (ROOT / "docs" / "figures" / "make_figures.py").read_text(encoding="utf-8")
+    options = re.search(r"^ROLLOUT = (\[.*?\])", script, re.M)
+    assert options and ast.literal_eval(options.group(1)) == shlex.split(command.group(2))
+    assert 'shutil.copyfile(RUN / "rollout.png", HERE / "rollout_copy.png")' in script
+    assert "](docs/figures/rollout_copy.png)" in (ROOT / "README.md").read_text(encoding="utf-8")
