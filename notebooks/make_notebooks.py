@@ -257,8 +257,8 @@ for what, row in (("rollout", shares[answer]), ("flow", paths)):
         new_markdown_cell(
             "Rollout as a heatmap (each row: a node after the last layer; each column: an input token), and "
             "rollout and flow into `</s>` on the tree: the darker a node's marker, the larger its share. Each "
-            "panel is scaled to its largest leaf, so the leaves compare; the gates and `</s>`, which hold more, "
-            "are full."
+            "panel is scaled to its largest leaf (a bit), so the leaves compare; a node that holds more (a gate, "
+            "a `]`, `</s>`) is full."
         ),
         figure_cell('''# drawing rollout: to be replaced by attend --rollout
 import numpy as np
