@@ -27,6 +27,7 @@ def test_the_notebooks_are_there_and_tag_their_figures():
         "01_attention_animation.ipynb",
         "02_sparse_patterns.ipynb",
         "03_universal_transformer.ipynb",
+        "04_tree_attention.ipynb",
     ]
     for path in NOTEBOOKS:
         tags = [t for cell in nbformat.read(path, as_version=4).cells for t in cell.metadata.get("tags", [])]
