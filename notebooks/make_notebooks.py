@@ -242,44 +242,23 @@ Image(png_bytes(draw(last, view="graph")))"""),
             "weight as a capacity and asks how much can pass from a token up to `</s>` at once. Both run along "
             'the tree\'s own edges (`docs/howto/watch.md`, "Rollout and flow").'
         ),
-        new_code_cell("""from graphformer.graphs import make_batch
-from graphformer.viz import flow, rollout
-from graphformer.viz.on_demand import encode_inputs
-source, edges = encode_inputs(loaded, [FORMULA])  # token ids and the formula's parse tree, as attend reads them
-batch = make_batch(loaded.model.make_pool(), source.ids, edges=[edges[0]])
-answer = len(tokens) - 1  # </s>, the node the classifier reads
-shares = rollout(loaded.model, batch, "enc").numpy()  # (nodes, nodes): each row sums to 1
-paths = flow(loaded.model, batch, "enc", queries=[answer])[0].numpy()  # (nodes,): from each node into </s>
+        figure_cell("""from graphformer.viz import draw_rollout
+(rolled,) = draw_rollout(loaded, [FORMULA], out=WORK / "rollout.png")  # attend --show rollout
+display(Image(WORK / "rollout.png"))"""),
+        new_markdown_cell(
+            "The heatmap's rows are the nodes after the last layer, its columns the input tokens; the tree "
+            "colours each node by its share in `</s>`'s row (`</s>`, ringed, is the node the classifier reads). "
+            "Flow asks instead how much can pass from each token up to `</s>` at once:"
+        ),
+        figure_cell("""answer = len(FORMULA.split())  # </s>, after the formula's tokens: flow into it alone (one max-flow per token)
+(flowed,) = draw_rollout(loaded, [FORMULA], out=WORK / "flow.png", show="flow", query=answer)  # attend --show flow
+display(Image(WORK / "flow.png"))
+tokens = flowed.tokens["enc"][0]
 leaves = [j for j, token in enumerate(tokens) if token in boolean.BITS]
-for what, row in (("rollout", shares[answer]), ("flow", paths)):
+for what, result in (("rollout", rolled), ("flow", flowed)):
+    row = result.maps["enc"][0, 0][result.rows.index(answer)].numpy()
     ranked = sorted(leaves, key=lambda j: -row[j])
     print(f"leaves by {what} into </s>:", ", ".join(f"{tokens[j]} (node {j}) {row[j]:.3f}" for j in ranked))"""),
-        new_markdown_cell(
-            "Rollout as a heatmap (each row: a node after the last layer; each column: an input token), and "
-            "rollout and flow into `</s>` on the tree: the darker a node's marker, the larger its share. Each "
-            "panel is scaled to its largest leaf (a bit), so the leaves compare; a node that holds more (a gate, "
-            "a `]`, `</s>`) is full."
-        ),
-        figure_cell('''# drawing rollout: to be replaced by attend --rollout
-import numpy as np
-heat = AttentionPicture(shares[None], tokens, tokens, ["heads averaged, residual mixed in"],
-                        title=f"rollout through {maps.shape[0]} layers", key_axis="input tokens",
-                        query_axis="nodes after the last layer")
-display(Image(png_bytes(draw(heat, scale="per-head"))))
-
-def on_tree(share):
-    """A (nodes, nodes) map for the tree view: the tree's edges faint (0.15), and each node's weight
-    on itself, which fills its marker, its share over the largest leaf's (above 1 draws full)."""
-    tree = np.where(np.isnan(maps[0, 0].numpy()), np.nan, 0.15)
-    np.fill_diagonal(tree, share / share[leaves].max())
-    return tree
-
-reach = AttentionPicture(np.stack([on_tree(shares[answer]), on_tree(paths)]), tokens, tokens,
-                         ["rollout into </s>", "flow into </s>"], title="what reaches </s>", layout="tree")
-figure = draw(reach, view="graph")
-for legend in figure.legends:
-    legend.remove()  # it gives edge widths, and these edges are the tree alone
-display(Image(png_bytes(figure)))'''),
     ],
 }
 
