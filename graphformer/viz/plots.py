@@ -86,15 +86,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     has one title (``picture.title``), each panel a short one of its own. In a notebook, show it
     with ``IPython.display.Image(png_bytes(figure))``.
     """
-    if view not in VIEWS:
-        raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
-    if scale not in SCALES:
-        raise ValueError(f"unknown scale {scale!r}; choose one of {SCALES}")
-    if view != "heatmap" and picture.blocks:
-        raise UserError(
-            f"the {view} view draws a node per token, too many to read here ({picture.blocks}); "
-            "use --view heatmap, which draws them in blocks"
-        )
+    _check_view(picture, view, scale)
     kinds = ["heatmap", "graph"] if view == "both" else [view]
     shared = scale == "shared"
     loops = picture.layout != "tree" or view == "heatmap"  # a tree's node shows its weight on itself
@@ -138,6 +130,20 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     figure.suptitle(picture.title, fontsize=text_sizes.FIGURE_TITLE)
     _fit_texts(figure, named, fitters)
     return figure
+
+
+def _check_view(picture: AttentionPicture, view: str, scale: str) -> None:
+    """A ValueError for an unknown ``view`` or ``scale``; a one-line UserError for a graph view
+    of a long map, drawn in blocks of tokens: a node per token would not read."""
+    if view not in VIEWS:
+        raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {SCALES}")
+    if view != "heatmap" and picture.blocks:
+        raise UserError(
+            f"the {view} view draws a node per token, too many to read here ({picture.blocks}); "
+            "use --view heatmap, which draws them in blocks"
+        )
 
 
 def _graph_panel(args: tuple, layout_name: str, edge_rgb, own_vmax: float | None) -> Callable:
