@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from graphformer.choices import SUBLAYERS
@@ -50,7 +49,8 @@ class Attended:
 
     Attributes:
         line: the input's tokens, joined by spaces (as the model reads it).
-        edges: {sub-layer: `EdgeMaps`}, the weight of every edge of the line's graph.
+        edges: {sub-layer: `EdgeMaps`}, the weight of every edge of the line's graph (a dense
+            (layers, heads, queries, keys) tensor given here is read as its edges).
         tokens: {sub-layer: (query tokens, key tokens)}, the strings each map's rows and columns show.
         output: the decoded line (detokenized, as ``translate`` writes it), or a classifier's label.
         probability: a classifier's probability of its label; None for a translation.
@@ -63,6 +63,10 @@ class Attended:
     probability: float | None = None
     axes: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(AXES))  # (key axis, query axis)
     ponder: dict[str, list[int]] = field(default_factory=dict)  # a universal model's steps per query node
+
+    def __post_init__(self):
+        # A map computed dense elsewhere (a rollout's (1, 1, queries, keys)) is kept as its edges too.
+        self.edges = {s: m if isinstance(m, EdgeMaps) else EdgeMaps.of_record(s, m) for s, m in self.edges.items()}
 
     @property
     def maps(self) -> dict[str, torch.Tensor]:
@@ -197,15 +201,6 @@ def axis_tokens(pool, source: list[str], decoder_inputs: list[str]) -> dict[str,
     enc = src + (span_tokens(len(src)) if pool.span_nodes(len(src)) else [])
     tgt = decoder_inputs
     return {"enc": (enc, enc), "dec": (tgt, tgt), "cross": (tgt, src)}
-
-
-def chosen(maps: torch.Tensor, layer: int | None, head: int | None) -> tuple[np.ndarray, list[int], list[int]]:
-    """(layers, heads, queries, keys) of ``maps`` at the chosen ``layer`` and ``head`` (every one
-    where None), and the numbers of the layers (from 1) and of the heads it holds."""
-    layers, heads = range(maps.shape[0]), range(maps.shape[1])
-    layers = list(layers) if layer is None else [layers[layer]]
-    heads = list(heads) if head is None else [head]
-    return maps[layers][:, heads].numpy(), [n + 1 for n in layers], heads
 
 
 def shown(

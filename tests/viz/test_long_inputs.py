@@ -22,6 +22,7 @@ from graphformer.data.listops import generate_listops, write_listops
 from graphformer.viz.attend_views import load_maps
 from graphformer.viz.binned import MAX_BINS, MAX_TOKEN_ROWS, drawn
 from graphformer.viz.edge_maps import EdgeMaps
+from graphformer.viz.on_demand import Attended
 from graphformer.viz.recording import load_records, recorded_maps
 
 LISTOPS_ATTENTION = ["--enc-attention", "window:1+parse-tree", "--positions", "none", "--pooling", "last"]
@@ -86,6 +87,10 @@ def test_maps_read_back_from_edges_and_from_the_dense_arrays_older_files_hold():
     for record in (maps.as_record(), maps.dense()):
         again = EdgeMaps.of_record("enc", record)
         torch.testing.assert_close(again.dense(), maps.dense(), equal_nan=True, rtol=0, atol=0)
+    tokens = {"enc": ([str(i) for i in range(9)], [str(j) for j in range(7)])}
+    given_dense = Attended("a line", {"enc": maps.dense()}, tokens, "output")  # as a rollout is kept
+    assert torch.equal(given_dense.edges["enc"].keys, maps.keys)
+    torch.testing.assert_close(given_dense.maps["enc"], maps.dense(), equal_nan=True, rtol=0, atol=0)
 
 
 def tensors(value):
