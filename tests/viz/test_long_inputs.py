@@ -16,6 +16,7 @@ from test_player import browser  # noqa: F401  (a fixture: the headless Chromium
 from torch.profiler import ProfilerActivity, profile
 
 import graphformer.viz
+import graphformer.viz.recording
 from graphformer.cli import main
 from graphformer.data import recall
 from graphformer.data.listops import generate_listops, write_listops
@@ -107,7 +108,8 @@ def tensors(value):
 def assert_o_edges(saved, nodes: int):
     """Every tensor in ``saved`` (a recording or saved maps) holds O(edges) numbers, none nodes x nodes."""
     sizes = [t.numel() for t in tensors(saved)]
-    assert sizes and max(sizes) < 4 * 2 * 12 * nodes < nodes * nodes // 10  # heads x layers x (edges < 12 n)
+    # heads x layers x (edges < 12 n), under a quarter of one dense nodes x nodes map
+    assert sizes and max(sizes) < 4 * 2 * 12 * nodes < nodes * nodes // 4
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +232,21 @@ def test_top_must_be_a_count_of_keys(listops_run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "--top" in err and "at least 1, got '0'" in err
     assert snapshot(run) == before and not (tmp_path / "x.png").exists()
+
+
+def test_a_universal_encoders_steps_at_600_tokens_record_as_edges_and_draw_in_blocks(tmp_path):
+    data = recall.write_recall(
+        tmp_path / "data", seed=1, sizes={"train": 2, "valid": 1, "test": 1}, min_length=598, max_length=598
+    )
+    options = ["--task", "recall", "--model", "universal-encoder", "--max-depth", "2", "--positions", "none"]
+    options += ["--enc-attention", "window:2", "--epochs", "1", "--viz-every", "1"]
+    run = train_tiny(data, tmp_path / "run", *options, layers=False)
+    nodes = 600  # <cls>, 598 tokens, </s>
+    (record, *_) = load_records(run)
+    assert_o_edges(record, nodes)
+    enc = recorded_maps(record)["enc"]
+    assert enc.weights.shape[:2] == (2, 4) and len(record["ponder"]["enc"]) == nodes  # max_depth steps
+    picture = graphformer.viz.recording.picture(record, head="all")
+    assert picture.maps.shape == (2 * 4, 60, 60) and picture.queries[0] == "0-9"  # steps x heads panels
+    png = tmp_path / "steps.png"
+    assert main(["heatmap", str(run), "--head", "all", "-o", str(png)]) == 0 and png.stat().st_size > 0
