@@ -73,12 +73,15 @@ def check_map_size(model_cfg, split, pool, viz_every: int | None) -> None:
     `MAX_RECORDED_WEIGHTS` weights over the sub-layers the model records (counted on its graph)."""
     if not viz_every:
         return
+    depth = model_cfg.layers if model_cfg.model in recorded_kinds() else model_cfg.max_depth  # or ACT steps
+    n, m = pool.source_nodes(len(split.src_words[0])), pool.target_nodes(len(split.tgt_words[0]))
+    if depth * model_cfg.heads * (n * n + 2 * m * n + m * m) <= MAX_RECORDED_WEIGHTS:
+        return  # an edge on every pair (a graph has one at most) would still fit: no graph to build
     # Before the vocabularies exist: the graph depends on the lengths (and given edges) alone.
     src, tgt = ([UNK] * len(split.src_words[0]),), ([UNK] * len(split.tgt_words[0]),)
     batch = make_batch(pool, src, tgt, split.edges_of([0]))
     sublayers = SUBLAYERS if pool.targets else ("enc",)
     edges = sum(batch.relation(RELATIONS[s]).num_edges for s in sublayers)
-    depth = model_cfg.layers if model_cfg.model in recorded_kinds() else model_cfg.max_depth  # or ACT steps
     weights = depth * model_cfg.heads * edges
     if weights > MAX_RECORDED_WEIGHTS:
         raise ConfigError(
