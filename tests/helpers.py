@@ -235,3 +235,17 @@ def refused_training(tmp_path, backend: str, prelude: str = "") -> str:
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert not run.exists() or not any(run.iterdir())
     return lines[0]
+
+
+def recorded_dense(record):
+    """{sub-layer: (layers, heads, queries, keys)} of a recorded epoch (kept as edges), dense: NaN where no edge."""
+    from graphformer.viz.recording import recorded_maps
+
+    return {sublayer: maps.dense() for sublayer, maps in recorded_maps(record).items()}
+
+
+def saved_dense(path):
+    """The inputs ``attend --save-maps`` saved to ``path`` (maps kept as edges), each one's maps dense."""
+    from graphformer.viz.attend_views import load_maps
+
+    return [{**saved, "maps": {s: maps.dense() for s, maps in saved["maps"].items()}} for saved in load_maps(path)]

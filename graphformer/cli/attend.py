@@ -46,7 +46,7 @@ def cmd_attend(args) -> int:
     results = attend_lines(run, source, edges, sublayers, decoding.beam, decoding.alpha)
     check_steps(results, args.layer)  # a universal model's step past where an input's tokens all halted
     with interrupts_between_steps():  # a Ctrl-C while drawing or writing waits for whole files, then stops
-        written = [] if args.output is None else write(results, args.output, args.layer, args.head)
+        written = [] if args.output is None else write(results, args.output, args.layer, args.head, args.top)
         if args.save_maps is not None:
             save_maps(results, args.save_maps)
             written.append(Path(args.save_maps))

@@ -11,7 +11,7 @@ from graphformer.errors import UserError
 def _pick(record: dict, args):
     from graphformer.viz.recording import picture
 
-    return picture(record, args.relation, args.layer, args.head)
+    return picture(record, args.relation, args.layer, args.head, args.top)
 
 
 def cmd_animate(args) -> int:

@@ -226,6 +226,16 @@ def _head(text: str):
         raise argparse.ArgumentTypeError(f"expected a head number or 'all', got {text!r}") from None
 
 
+def _top(text: str) -> int:
+    """--top K: a count of keys, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of keys of at least 1, got {text!r}")
+    return int(text)
+
+
+TOP_HELP = "draw each query's K strongest keys alone (a view that reads at thousands of tokens)"
+
+
 def _viz_options(p) -> argparse._MutuallyExclusiveGroup:
     """The options animate and heatmap share; returns the group of --view (heatmap adds --graph)."""
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained with --viz-every N")
@@ -237,6 +247,7 @@ def _viz_options(p) -> argparse._MutuallyExclusiveGroup:
     )
     p.add_argument("--layer", type=int, default=-1, help="layer index (negative counts from the last)")
     p.add_argument("--head", type=_head, default=0, metavar="N|all", help="head index, or all: one panel per head")
+    p.add_argument("--top", type=_top, metavar="K", help=TOP_HELP)
     p.add_argument(
         "--scale",
         choices=SCALES,
@@ -310,6 +321,7 @@ def _attend_parser(sub):
     p.add_argument(
         "--query", type=int, metavar="N", help="rollout or flow: this query node's row only, the one the graph colours"
     )
+    p.add_argument("--top", type=_top, metavar="K", help=TOP_HELP)
     p.add_argument("-o", "--output", help=f"picture ({', '.join(IMAGE_FORMATS)}) or page (.html) to write")
     p.add_argument("--save-maps", metavar="FILE.pt", help="also save the maps, tokens and outputs with torch.save")
     add_config_options(p, DecodeConfig, skip=["batch_tokens", "precision"])

@@ -94,7 +94,7 @@ def check_data(
         model_cfg = dataclasses.replace(model_cfg, max_len=fitted_max_len(samples, pool, model_cfg.max_len))
     check_lengths(samples, pool, model_cfg.max_len)
     if cfg.viz_every:
-        recorder.check_split(splits["valid"], pool, cfg.viz_every)
+        recorder.check_split(splits["valid"], pool, cfg.viz_every, model_cfg)
     src_vocab, tgt_vocab = choose_vocabs(splits, cfg, init, ctx.is_main)
     if model_cfg.tie == "all" and src_vocab != tgt_vocab:  # equal sizes are not enough
         raise ConfigError(

@@ -1,7 +1,8 @@
 """Visualisation: attention maps as dense arrays (`maps`) or kept as edges (`edge_maps`), what
 they compose to through the layers (`attention_rollout`, `attention_flow`), a universal model's
 maps per ACT step (`step_maps`), their pictures (`plots`: heatmaps, head grids, animations,
-ponder plots; `bipartite`: a map as a graph; `step_views`: halted tokens marked), the HTML
+ponder plots; `bipartite`: a map as a graph; `step_views`: halted tokens marked; `binned`: long
+maps in blocks of tokens), the HTML
 animation player (`player`), the maps recorded during training (`recording`), and attention on
 any input from a trained run (`on_demand` computes it; `attend_views` draws it, `attend_page` as
 an HTML page): ``graphformer.viz.attend(run_dir, ["a b c"], out="runs/x.png")``; rollout and flow

@@ -6,7 +6,9 @@ the head view.
 The page is self-contained, like `graphformer.viz.player`'s: the weights are inlined, the script
 draws them on canvases, and nothing is loaded from the network. Each sub-layer's maps travel as
 one base64 string of little-endian float32, (layers, heads, queries, keys) in C order, NaN where
-there is no edge: exact, and a third the size of the same numbers in JSON.
+there is no edge: exact, and a third the size of the same numbers in JSON. A long input's maps
+travel in blocks of tokens (`graphformer.viz.binned`), so a page of 2,000 tokens holds 64 x 64
+cells a map, not 2,000 x 2,000.
 
 A universal model's layers axis is its ACT steps: the page says "step" where it says "layer",
 each query's label carries the steps it pondered, and a query's row is grey at the steps after it
@@ -22,7 +24,7 @@ import html
 import numpy as np
 
 from graphformer.errors import UserError
-from graphformer.viz.on_demand import chosen
+from graphformer.viz.on_demand import shown
 from graphformer.viz.player import _script_literal
 
 # The most weights a page holds (layers x heads x queries x keys over its sub-layers). Each is
@@ -33,45 +35,46 @@ from graphformer.viz.player import _script_literal
 MAX_PAGE_CELLS = 4_000_000
 
 
-def page_data(attended, layer: int | None = None, head: int | None = None) -> dict:
-    """What the page's script reads: the input, its title, and each sub-layer's maps and tokens."""
+def page_data(attended, layer: int | None = None, head: int | None = None, top: int | None = None) -> dict:
+    """What the page's script reads: the input, its title, and each sub-layer's maps (`shown`:
+    in blocks of tokens where long, labelled by token range) and labels."""
     blocks = []
-    for sublayer, maps in attended.maps.items():
-        weights, layers, heads = chosen(maps, layer, head)
-        queries, keys = attended.tokens[sublayer]
+    for sublayer in attended.edges:
+        view, layers, heads = shown(attended, sublayer, layer, head, top)
         key_axis, query_axis = attended.axes[sublayer]
-        raw = np.ascontiguousarray(weights, dtype="<f4").tobytes()
+        raw = np.ascontiguousarray(view.weights, dtype="<f4").tobytes()
         blocks.append(
             {
                 "name": sublayer,
                 "layers": layers,
                 "heads": heads,
-                "queries": queries,
-                "keys": keys,
-                "keyAxis": key_axis,
+                "queries": view.queries,
+                "keys": view.keys,
+                "keyAxis": key_axis + (f" ({view.note})" if view.binned else ""),
                 "queryAxis": query_axis,
                 "weights": base64.b64encode(raw).decode("ascii"),
-                "ponder": attended.ponder.get(sublayer, []),
+                # a block's row mixes queries that halted at different steps: no row is greyed
+                "ponder": [] if view.binned else attended.ponder.get(sublayer, []),
             }
         )
     return {"line": attended.line, "title": attended.title, "unit": attended.unit, "sublayers": blocks}
 
 
-def check_page_size(attended, layer: int | None, head: int | None) -> None:
-    """Refuse a page of more than `MAX_PAGE_CELLS` weights, saying how to make it smaller."""
-    cells = sum(chosen(maps, layer, head)[0].size for maps in attended.maps.values())
+def check_page_size(data: dict, line: str) -> None:
+    """Refuse a page (`page_data`) of more than `MAX_PAGE_CELLS` weights, saying how to make it smaller."""
+    cells = sum(len(b["layers"]) * len(b["heads"]) * len(b["queries"]) * len(b["keys"]) for b in data["sublayers"])
     if cells > MAX_PAGE_CELLS:
         raise UserError(
-            f"the page for {attended.line[:40]!r} would hold {cells:,} weights, more than the {MAX_PAGE_CELLS:,} "
+            f"the page for {line[:40]!r} would hold {cells:,} weights, more than the {MAX_PAGE_CELLS:,} "
             "a browser opens and redraws smoothly; choose fewer with --sublayer, --layer or --head, or write a .png"
         )
 
 
-def attend_page(attended, layer: int | None = None, head: int | None = None) -> str:
+def attend_page(attended, layer: int | None = None, head: int | None = None, top: int | None = None) -> str:
     """The page of ``attended`` (an `graphformer.viz.attend.Attended`), every sub-layer it holds,
-    of ``layer`` and ``head`` where given."""
-    check_page_size(attended, layer, head)
-    data = page_data(attended, layer, head)
+    of ``layer`` and ``head`` where given, each query's ``top`` strongest keys alone where given."""
+    data = page_data(attended, layer, head, top)
+    check_page_size(data, attended.line)
     uid = "gf" + hashlib.sha1(repr(data).encode("utf-8")).hexdigest()[:10]  # ids stay unique in a notebook
     title = html.escape(f"{attended.line} - {attended.title}")
     script = SCRIPT.replace("UID", uid).replace("DATA", _script_literal(data))  # the data last: it is not read

@@ -53,6 +53,27 @@ class EdgeMaps:
     def layers(self) -> int:
         return self.weights.shape[0]
 
+    def as_record(self) -> dict:
+        """What a file keeps of the maps (their edges, not a dense array): ``keys``, ``queries``,
+        ``weights``, ``n_queries``, ``n_keys``; `of_record` reads it back."""
+        return {
+            "keys": self.keys,
+            "queries": self.queries,
+            "weights": self.weights,
+            "n_queries": self.n_queries,
+            "n_keys": self.n_keys,
+        }
+
+    @classmethod
+    def of_record(cls, sublayer: str, record) -> EdgeMaps:
+        """The maps of an `as_record` dict, or of a dense (layers, heads, queries, keys) tensor
+        (NaN: no edge) as files written before maps were kept as edges hold them."""
+        if isinstance(record, torch.Tensor):
+            queries, keys = (~record.isnan()).any(dim=(0, 1)).nonzero(as_tuple=True)
+            return cls(sublayer, record.shape[2], record.shape[3], keys, queries, record[:, :, queries, keys])
+        fields = ("n_queries", "n_keys", "keys", "queries", "weights")
+        return cls(sublayer, *(record[name] for name in fields))
+
     def dense(self) -> torch.Tensor:
         """(layers, heads, queries, keys) weights, NaN where there is no edge: O(queries x keys)."""
         layers, heads, _ = self.weights.shape
@@ -79,21 +100,37 @@ class EdgeMaps:
         """The heads averaged (weights (layers, 1, E)): rollout's and flow's view of a layer."""
         return replace(self, weights=self.weights.mean(1, keepdim=True))
 
+    def _ranked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(order, rank), each (layers, heads, E): the edges sorted by query, strongest first
+        within a query (a NaN weight, a halted query's, last), and each sorted edge's place within
+        its query's run (0: the query's strongest key)."""
+        edges = self.weights.shape[-1]
+        # Strongest first, then (a stable sort) grouped by query: each query's edges form one run.
+        by_weight = torch.argsort(self.weights.nan_to_num(-1.0), dim=-1, descending=True, stable=True)
+        by_query = torch.argsort(self.queries[by_weight], dim=-1, stable=True)
+        order = by_weight.gather(-1, by_query)
+        counts = torch.bincount(self.queries, minlength=self.n_queries)
+        run_start = torch.cumsum(counts, 0) - counts
+        return order, torch.arange(edges) - run_start[self.queries[order]]
+
+    def keep_top(self, k: int) -> EdgeMaps:
+        """The same edges with each query's weights NaN (drawn as no edge) but for its ``k``
+        strongest keys, on every layer and head: the "top edges" view. O(layers x heads x E)."""
+        if k < 1:
+            raise ValueError(f"keep_top needs k >= 1, got {k}")
+        order, rank = self._ranked()
+        kept = torch.zeros_like(rank, dtype=torch.bool).scatter_(-1, order, rank < k)  # by edge, not by order
+        return replace(self, weights=self.weights.masked_fill(~kept, float("nan")))
+
     def top_edges(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` strongest keys of every query: (layers, heads, queries, k) key ids, -1 past a
         query's last key, and their weights, NaN there; strongest first. Costs O(layers x heads x E)
         plus the (queries x k) result."""
         if k < 1:
             raise ValueError(f"top_edges needs k >= 1, got {k}")
-        layers, heads, edges = self.weights.shape
-        # Strongest first, then (a stable sort) grouped by query: each query's edges form one run.
-        by_weight = torch.argsort(self.weights, dim=-1, descending=True, stable=True)
-        by_query = torch.argsort(self.queries[by_weight], dim=-1, stable=True)
-        order = by_weight.gather(-1, by_query)
+        layers, heads, _ = self.weights.shape
+        order, rank = self._ranked()
         query = self.queries[order]  # (layers, heads, E), ascending
-        counts = torch.bincount(self.queries, minlength=self.n_queries)
-        run_start = torch.cumsum(counts, 0) - counts
-        rank = torch.arange(edges) - run_start[query]  # place of the edge within its query's run
         kept = rank < k
         lh = torch.arange(layers * heads).reshape(layers, heads, 1).expand_as(order)
         keys = torch.full((layers * heads, self.n_queries, k), -1, dtype=torch.int64)

@@ -3,15 +3,18 @@
     run = load("runs/copy")
     source, edges = encode_inputs(run, ["a b c"])
     results = attend_lines(run, source, edges)
-    results[0].maps["cross"]          # (layers, heads, queries, keys), NaN where there is no edge
+    results[0].edges["cross"]         # an EdgeMaps: the weights of every edge, O(edges)
+    results[0].maps["cross"]          # the same dense, (layers, heads, queries, keys): short inputs only
 
 (`graphformer.viz.attend` does all of it, and writes the pictures, in one call.)
 
 Each line is decoded as ``translate`` decodes it (a classifier's label is its argmax), then run
 through the model once more, teacher-forced on what it decoded: a decoder's queries are its
 inputs ``<s>, y1, ..., ym``, the decoded tokens shifted right, so the maps are those the model
-attended with while it wrote that output. `sublayer_maps` is the one place the maps are computed
-(dense for now; an edge-based computation can replace it without touching anything else).
+attended with while it wrote that output. `sublayer_maps` is the one place the maps are computed,
+as edges (`graphformer.viz.edge_maps.EdgeMaps`), so a ListOps line of 2,000 tokens costs memory
+in its edges; `shown` densifies only what a view draws, in blocks where it is long
+(`graphformer.viz.binned`).
 
 A universal model has ACT steps where a Transformer has layers: its maps' layers axis is the steps
 axis (`graphformer.viz.step_maps`), a row is blank (NaN) at the steps after its query halted,
@@ -21,10 +24,9 @@ axis (`graphformer.viz.step_maps`), a row is blank (NaN) at the steps after its 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from graphformer.choices import SUBLAYERS
@@ -34,6 +36,8 @@ from graphformer.errors import ConfigError, UserError
 from graphformer.graphs import make_batch
 from graphformer.graphs.sample_edges import edges_of_lines
 from graphformer.running.loaded import LoadedRun
+from graphformer.viz.binned import Drawn, drawn
+from graphformer.viz.edge_maps import EdgeMaps
 from graphformer.viz.recording import AXES, CLS_TOKEN, span_tokens
 from graphformer.viz.step_maps import any_model_maps
 from graphformer.vocab import EOS, SOS
@@ -45,19 +49,30 @@ class Attended:
 
     Attributes:
         line: the input's tokens, joined by spaces (as the model reads it).
-        maps: {sub-layer: (layers, heads, queries, keys) float tensor}, NaN where there is no edge.
+        edges: {sub-layer: `EdgeMaps`}, the weight of every edge of the line's graph (a dense
+            (layers, heads, queries, keys) tensor given here is read as its edges).
         tokens: {sub-layer: (query tokens, key tokens)}, the strings each map's rows and columns show.
         output: the decoded line (detokenized, as ``translate`` writes it), or a classifier's label.
         probability: a classifier's probability of its label; None for a translation.
     """
 
     line: str
-    maps: dict[str, torch.Tensor]
+    edges: dict[str, EdgeMaps]
     tokens: dict[str, tuple[list[str], list[str]]]
     output: str
     probability: float | None = None
     axes: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(AXES))  # (key axis, query axis)
     ponder: dict[str, list[int]] = field(default_factory=dict)  # a universal model's steps per query node
+
+    def __post_init__(self):
+        # A map computed dense elsewhere (a rollout's (1, 1, queries, keys)) is kept as its edges too.
+        self.edges = {s: m if isinstance(m, EdgeMaps) else EdgeMaps.of_record(s, m) for s, m in self.edges.items()}
+
+    @property
+    def maps(self) -> dict[str, torch.Tensor]:
+        """{sub-layer: (layers, heads, queries, keys)} dense, NaN where there is no edge: costs
+        queries x keys a map, so for short lines; the views draw from `edges` (`shown`)."""
+        return {sublayer: maps.dense() for sublayer, maps in self.edges.items()}
 
     @property
     def unit(self) -> str:
@@ -123,12 +138,12 @@ def check_choice(run: LoadedRun, sublayer: str | None, layer: int | None, head: 
     return has if sublayer is None else (sublayer,)
 
 
-def sublayer_maps(model, batch, sublayers: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], dict[str, list[int]]]:
-    """{sub-layer: (layers, heads, queries, keys)} of the batch's one sample, and for a universal
-    model {sub-layer: steps each query took} (its maps' first axis is the steps): the one function
-    that computes maps for `attend` (dense; fine up to a few hundred nodes)."""
+def sublayer_maps(model, batch, sublayers: tuple[str, ...]) -> tuple[dict[str, EdgeMaps], dict[str, list[int]]]:
+    """{sub-layer: `EdgeMaps`} of the batch's one sample, and for a universal model {sub-layer:
+    steps each query took} (its maps' layers axis is the steps): the one function that computes
+    maps for `attend`, in O(edges)."""
     maps, ponder = any_model_maps(model, batch, sublayers)
-    return {s: m.dense() for s, m in maps.items()}, {s: p.tolist() for s, p in ponder.items()}
+    return maps, {s: p.tolist() for s, p in ponder.items()}
 
 
 def attend_lines(
@@ -168,8 +183,8 @@ def check_steps(results: list[Attended], layer: int | None) -> None:
     if layer is None:
         return
     for number, attended in enumerate(results, 1):
-        for sublayer, maps in attended.maps.items():
-            ran = len(maps)
+        for sublayer, maps in attended.edges.items():
+            ran = maps.layers
             if attended.ponder and not -ran <= layer < ran:
                 raise UserError(
                     f"--layer {layer}: every {sublayer} query of input line {number} halted within {ran} ACT "
@@ -188,10 +203,18 @@ def axis_tokens(pool, source: list[str], decoder_inputs: list[str]) -> dict[str,
     return {"enc": (enc, enc), "dec": (tgt, tgt), "cross": (tgt, src)}
 
 
-def chosen(maps: torch.Tensor, layer: int | None, head: int | None) -> tuple[np.ndarray, list[int], list[int]]:
-    """(layers, heads, queries, keys) of ``maps`` at the chosen ``layer`` and ``head`` (every one
-    where None), and the numbers of the layers (from 1) and of the heads it holds."""
-    layers, heads = range(maps.shape[0]), range(maps.shape[1])
-    layers = list(layers) if layer is None else [layers[layer]]
-    heads = list(heads) if head is None else [head]
-    return maps[layers][:, heads].numpy(), [n + 1 for n in layers], heads
+def shown(
+    attended: Attended, sublayer: str, layer: int | None, head: int | None, top: int | None = None
+) -> tuple[Drawn, list[int], list[int]]:
+    """What a view draws of ``sublayer``: its chosen ``layer`` and ``head`` (every one where None),
+    with ``top``, each query's ``top`` strongest keys alone, as `graphformer.viz.binned.drawn`
+    gives them (dense where short, in blocks where long); and the numbers of the layers (from 1)
+    and of the heads it holds."""
+    maps = attended.edges[sublayer]
+    layers = list(range(maps.layers)) if layer is None else [range(maps.layers)[layer]]
+    heads = list(range(maps.weights.shape[1])) if head is None else [head]
+    maps = replace(maps, weights=maps.weights[layers][:, heads])
+    if top is not None:
+        maps = maps.keep_top(top)
+    queries, keys = attended.tokens[sublayer]
+    return drawn(maps, queries, keys), [n + 1 for n in layers], heads

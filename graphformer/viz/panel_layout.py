@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from graphformer.viz import bipartite, layered, text_sizes
+from graphformer.viz import binned, bipartite, layered, text_sizes
 from graphformer.viz.picture import AttentionPicture
 from graphformer.viz.type_colours import TypeColours, legend_width
 
@@ -78,7 +78,9 @@ def layout(
     shared = scale == "shared"  # then one colour bar and one legend serve the whole figure
     extra_width = (shared and "heatmap" in kinds) * COLORBAR_WIDTH + (colours is not None and legend_width(colours))
     extra_height = TITLE_HEIGHT + (shared and "graph" in kinds) * LEGEND_HEIGHT
-    for spacing in np.linspace(INCH_PER_TOKEN, MIN_INCH_PER_TOKEN, 8):
+    # A long map's blocks are ticked every binned.TICK_EVERY-th one: its labels are as far apart as tokens'.
+    per_label = binned.TICK_EVERY if picture.blocks else 1
+    for spacing in np.linspace(INCH_PER_TOKEN, MIN_INCH_PER_TOKEN, 8) / per_label:
         sizes = panel_sizes(picture, kinds, scale, spacing)
         width, height = sum(w for w, _ in sizes), max(h for _, h in sizes)
         rows, cols = grid_shape(panels, width, height, MAX_WIDTH - extra_width)

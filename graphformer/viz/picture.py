@@ -26,6 +26,8 @@ class AttentionPicture:
             ``tree`` for self-attention over each sample's own graph (`graphformer.viz.layered`).
         types: the type of each edge (`graphformer.viz.type_labels.EdgeTypeMap`), or None: the
             graph view colours edges by it, and the heatmap view adds a panel of the types.
+        blocks: how a long map was cut into blocks of tokens (`graphformer.viz.binned`), its rows
+            and columns then token ranges; empty for a map drawn a token a row and column.
     """
 
     maps: np.ndarray
@@ -37,3 +39,4 @@ class AttentionPicture:
     query_axis: str = "queries"
     layout: str = "bipartite"
     types: EdgeTypeMap | None = None
+    blocks: str = ""

@@ -23,7 +23,7 @@ from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, SCALES, VIEWS
 from graphformer.errors import UserError
 from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
-from graphformer.viz import bipartite, layered, text_sizes
+from graphformer.viz import binned, bipartite, layered, text_sizes
 from graphformer.viz.panel_layout import layout
 from graphformer.viz.picture import AttentionPicture
 from graphformer.viz.player import player_page
@@ -53,9 +53,10 @@ def heatmap(
     vmax: float = 1.0,
     key_axis: str = "keys",
     query_axis: str = "queries",
+    tick_every: int = 1,
 ):
-    """One (queries, keys) map on ``ax``, each column and row ticked with its token; NaN (no edge)
-    cells stay blank. Returns the image.
+    """One (queries, keys) map on ``ax``, each column and row ticked with its token (every
+    ``tick_every``-th one: a long map's blocks); NaN (no edge) cells stay blank. Returns the image.
 
     The cells fill the panel (``aspect="auto"``) rather than keeping square: `layout` sizes the
     panel so that they come out square, and a fixed aspect would let matplotlib's constrained
@@ -64,8 +65,9 @@ def heatmap(
     image = ax.imshow(
         np.ma.masked_invalid(np.asarray(weights, dtype=float)), cmap="viridis", vmin=0, vmax=vmax, aspect="auto"
     )
-    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=text_sizes.TOKEN)
-    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=text_sizes.TOKEN)
+    keys, queries = range(0, len(key_tokens), tick_every), range(0, len(query_tokens), tick_every)
+    ax.set_xticks(keys, [key_tokens[j] for j in keys], rotation=90, fontsize=text_sizes.TOKEN)
+    ax.set_yticks(queries, [query_tokens[i] for i in queries], fontsize=text_sizes.TOKEN)
     ax.set_xlabel(key_axis, fontsize=text_sizes.LABEL)
     ax.set_ylabel(query_axis, fontsize=text_sizes.LABEL)
     ax.set_title(title, fontsize=text_sizes.PANEL_TITLE)
@@ -84,10 +86,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     has one title (``picture.title``), each panel a short one of its own. In a notebook, show it
     with ``IPython.display.Image(png_bytes(figure))``.
     """
-    if view not in VIEWS:
-        raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
-    if scale not in SCALES:
-        raise ValueError(f"unknown scale {scale!r}; choose one of {SCALES}")
+    _check_view(picture, view, scale)
     kinds = ["heatmap", "graph"] if view == "both" else [view]
     shared = scale == "shared"
     loops = picture.layout != "tree" or view == "heatmap"  # a tree's node shows its weight on itself
@@ -107,7 +106,7 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
             if kind == "graph":
                 fitters.append(_graph_panel(args, picture.layout, edge_rgb, None if shared else vmax))
                 continue
-            image = heatmap(*args)
+            image = heatmap(*args, tick_every=binned.TICK_EVERY if picture.blocks else 1)
             heatmap_axes.append(ax)
             if p % cols:
                 ax.set_ylabel("")  # the first panel of a row names the queries
@@ -131,6 +130,20 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     figure.suptitle(picture.title, fontsize=text_sizes.FIGURE_TITLE)
     _fit_texts(figure, named, fitters)
     return figure
+
+
+def _check_view(picture: AttentionPicture, view: str, scale: str) -> None:
+    """A ValueError for an unknown ``view`` or ``scale``; a one-line UserError for a graph view
+    of a long map, drawn in blocks of tokens: a node per token would not read."""
+    if view not in VIEWS:
+        raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {SCALES}")
+    if view != "heatmap" and picture.blocks:
+        raise UserError(
+            f"the {view} view draws a node per token, too many to read here ({picture.blocks}); "
+            "use --view heatmap, which draws them in blocks"
+        )
 
 
 def _graph_panel(args: tuple, layout_name: str, edge_rgb, own_vmax: float | None) -> Callable:

@@ -37,16 +37,17 @@ def mark_halted(ax, ponder: list[int], step: int) -> None:
 
 
 def step_picture(
-    picture: AttentionPicture, maps: np.ndarray, heads: list[int], ponder: list[int], title: str
+    picture: AttentionPicture, maps: np.ndarray, heads: list[int], ponder: list[int] | None, title: str
 ) -> AttentionPicture:
     """``picture`` with a panel per ACT step and head of ``maps`` ((steps, heads, queries, keys),
-    NaN where a query had halted: its row is blank), each query labelled with the steps it pondered."""
+    NaN where a query had halted: its row is blank), each query labelled with the steps it pondered
+    (``ponder``; None for a long map drawn in blocks of queries, which have no one count)."""
     steps, _, queries, keys = maps.shape
     titles = [f"step {s}" + (f", head {h}" if len(heads) > 1 else "") for s in range(1, steps + 1) for h in heads]
     return replace(
         picture,
         maps=maps.reshape(steps * len(heads), queries, keys),
-        queries=ponder_labels(picture.queries, ponder),
+        queries=picture.queries if ponder is None else ponder_labels(picture.queries, ponder),
         panel_titles=titles,
         title=f"{title}; (n): steps pondered, blank row: halted",
     )

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import TINY_MODEL, lra_format, small_copy_data, snapshot
+from helpers import TINY_MODEL, lra_format, recorded_dense, small_copy_data, snapshot
 
 from graphformer.cli import main
 from graphformer.data import listops, synthetic
@@ -37,7 +37,7 @@ def test_a_parse_tree_run_attends_along_each_samples_tree_only(tree_run, listops
     record = load_records(tree_run)[-1]
     words = (listops_data / "valid.src").read_text().splitlines()[0].split()
     u, v = parse_tree(words)
-    weights = record["maps"]["enc"]  # (layers, heads, queries, keys), NaN where there is no edge
+    weights = recorded_dense(record)["enc"]  # (layers, heads, queries, keys), NaN where there is no edge
     drawn = ~torch.isnan(weights[0, 0])
     expected = torch.zeros_like(drawn)
     expected[v, u] = True
@@ -142,7 +142,7 @@ def test_lras_parenthesised_listops_trains_along_the_tree_of_its_operators(tmp_p
     argv = ["train", *LISTOPS, "--data-dir", str(data), "--out", str(run), "--enc-attention", "parse-tree"]
     assert main([*argv, "--epochs", "1", "--batch-size", "16", "--viz-every", "1", *TINY_MODEL]) == 0
     words = (data / "valid.src").read_text().splitlines()[0].split()
-    drawn = ~torch.isnan(load_records(run)[-1]["maps"]["enc"][0, 0])  # (queries, keys): is there an edge
+    drawn = ~torch.isnan(recorded_dense(load_records(run)[-1])["enc"][0, 0])  # (queries, keys): is there an edge
     kept = [i for i, word in enumerate(words) if word not in ("(", ")")] + [len(words)]  # and </s>
     u, v = parse_tree((plain / "valid.src").read_text().splitlines()[0].split())
     expected = torch.zeros(len(kept), len(kept), dtype=torch.bool)
@@ -214,7 +214,7 @@ def test_an_edges_file_run_trains_and_translates_with_its_edges(edges_run, tmp_p
     run, _ = edges_run
     record = load_records(run)[-1]
     n = len(record["src_labels"]) - 1  # the tokens, then </s>
-    drawn = ~torch.isnan(record["maps"]["enc"][0, 0])
+    drawn = ~torch.isnan(recorded_dense(record)["enc"][0, 0])
     expected = torch.eye(n + 1, dtype=torch.bool)
     for key, query in reverse_links(n):
         expected[query, key] = True

@@ -34,7 +34,8 @@ def test_the_defaults_the_readme_states_are_the_codes():
     from graphformer.data.batching import CHUNK_BATCHES
     from graphformer.model.config import ModelConfig
     from graphformer.training.config import DecodeConfig, TrainConfig
-    from graphformer.viz.recording import MAX_MAP_NODES
+    from graphformer.viz.binned import MAX_BINS, MAX_TOKEN_ROWS
+    from graphformer.viz.recording import MAX_RECORDED_WEIGHTS
 
     text = ALL_TEXT
     model = re.search(r"\(defaults: (\d+) layers, d_model (\d+), (\d+) heads, d_ff (\d+), (pre|post)-norm", text)
@@ -47,7 +48,11 @@ def test_the_defaults_the_readme_states_are_the_codes():
     beam, alpha = re.search(r"decode with beam (\d+) and GNMT length penalty ([\d.]+) by default", text).groups()
     assert (int(beam), float(alpha)) == (DecodeConfig().beam, DecodeConfig().alpha)
     assert int(re.search(r"runs of lines \((\d+) batches' worth", text).group(1)) == CHUNK_BATCHES
-    assert int(re.search(r"must have at most (\d+) nodes", text).group(1)) == MAX_MAP_NODES
+    assert int(re.search(r"recording holds at most ([\d,]+) weights", text).group(1).replace(",", "")) == (
+        MAX_RECORDED_WEIGHTS
+    )
+    blocks = re.search(r"more than (\d+) tokens a side is drawn in blocks: at most (\d+) runs", text)
+    assert blocks and tuple(map(int, blocks.groups())) == (MAX_TOKEN_ROWS, MAX_BINS)
 
 
 def test_the_multi30k_recipe_the_readme_states_is_the_recipe_file():

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import random_pairs
+from helpers import random_pairs, recorded_dense
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import dense_copy
@@ -177,8 +177,8 @@ def test_tree_from_the_command_line_trains_records_and_plots(tmp_path, capsys):
     n = len(record["src_labels"])
     assert len(record["enc_labels"]) == n + tree.span_count(n) and record["enc_labels"][n] == "L1[0:2)"
     assert record["enc_labels"][-1].startswith(f"L{len(tree.levels(n))}[")  # span labels say their level
-    assert record["maps"]["enc"].shape[-1] == len(record["enc_labels"])
-    assert record["maps"]["cross"].shape[-1] == n
+    assert recorded_dense(record)["enc"].shape[-1] == len(record["enc_labels"])
+    assert recorded_dense(record)["cross"].shape[-1] == n
     png = tmp_path / "enc.png"
     assert main(["heatmap", str(run), "--relation", "enc", "-o", str(png)]) == 0
     assert Image.open(png).size[0] > 100

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import small_copy_data, small_recall_data, snapshot, train_tiny
+from helpers import saved_dense, small_copy_data, small_recall_data, snapshot, train_tiny
 from PIL import Image
 from test_player import browser  # noqa: F401  (a fixture: the headless Chromium)
 
@@ -80,7 +80,7 @@ def test_the_maps_written_are_those_of_attention_maps_on_the_decoded_output(copy
     line = first_lines(data, 1)[0]
     saved, page = tmp_path / "maps.pt", tmp_path / "page.html"
     assert main(["attend", str(run), "--input", line, "--beam", "1", "-o", str(page), "--save-maps", str(saved)]) == 0
-    (attended,) = torch.load(saved)
+    (attended,) = saved_dense(saved)
     loaded = LoadedRun(run)
     ids = loaded.src_vocab.encode(line.split())
     (hyp,) = translate_ids(loaded.model, [ids], beam=1)
@@ -111,7 +111,7 @@ def test_a_classifier_shows_its_argmax_label_and_probability(classifier_run, tmp
     assert main(["attend", str(run), *[a for line in lines for a in ("--input", line)], "--save-maps", str(saved)]) == 0
     loaded = LoadedRun(run)
     pool = loaded.model.make_pool()
-    for line, attended in zip(lines, torch.load(saved)):
+    for line, attended in zip(lines, saved_dense(saved)):
         labels, log_probs = loaded.model.predict(make_batch(pool, [loaded.src_vocab.encode(line.split())]))
         assert attended["output"] == loaded.tgt_vocab.itos[int(labels[0])]
         assert math.isclose(attended["probability"], math.exp(float(log_probs[0])), rel_tol=1e-5)
@@ -122,7 +122,7 @@ def test_a_classifier_shows_its_argmax_label_and_probability(classifier_run, tmp
     page = tmp_path / "label.html"
     assert main(["attend", str(run), "--input", lines[0], "-o", str(page)]) == 0
     title = re.search(r"<title>(.*)</title>", page.read_text()).group(1)
-    assert f"predicted label {torch.load(saved)[0]['output']} (probability " in title
+    assert f"predicted label {saved_dense(saved)[0]['output']} (probability " in title
     assert capsys.readouterr().out.splitlines()[0].startswith(f"{lines[0]}\tpredicted label ")
 
 
@@ -158,7 +158,7 @@ def test_a_run_with_sample_edges_attends_along_the_edges_given(edges_run, tmp_pa
     saved = tmp_path / "maps.pt"
     argv = ["attend", str(edges_run), "--input", "a b c", "--sublayer", "enc", "--save-maps", str(saved)]
     assert main([*argv, "--edges", str(edges)]) == 0
-    drawn = ~torch.isnan(torch.load(saved)[0]["maps"]["enc"][0, 0])
+    drawn = ~torch.isnan(saved_dense(saved)[0]["maps"]["enc"][0, 0])
     expected = torch.zeros(4, 4, dtype=torch.bool)
     for key, query in mirrored(3):
         expected[query, key] = True

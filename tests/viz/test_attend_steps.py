@@ -5,7 +5,7 @@ axis labelled "step", and a step the model or the input does not have refused in
 import numpy as np
 import pytest
 import torch
-from helpers import small_copy_data, small_recall_data, train_tiny
+from helpers import saved_dense, small_copy_data, small_recall_data, train_tiny
 from matplotlib.patches import Rectangle
 from test_attend import page_maps, refused
 from test_player import browser  # noqa: F401  (a fixture: the headless Chromium)
@@ -59,7 +59,7 @@ def test_the_maps_written_are_the_step_maps_of_the_decoded_output(universal_run,
     varied = halting(run, tmp_path / "varied.pt", weight_std=3.0, bias=0.0)
     argv = ["attend", str(run), "--input", line, "--beam", "1", "--checkpoint", str(varied)]
     assert main([*argv, "-o", str(page), "--save-maps", str(saved)]) == 0
-    (attended,) = torch.load(saved)
+    (attended,) = saved_dense(saved)
     loaded = LoadedRun(run, str(varied))
     ids = loaded.src_vocab.encode(line.split())
     (hyp,) = translate_ids(loaded.model, [ids], beam=1)
@@ -107,7 +107,7 @@ def test_a_step_beyond_max_depth_or_the_inputs_steps_is_refused(universal_run, t
     refused(capsys, argv, run, out, "every enc query of input line 1 halted within 1 ACT step", "from 0 to 0")
     saved = tmp_path / "once.pt"
     assert main(["attend", str(run), *argv[:-1], "0", "--save-maps", str(saved)]) == 0
-    (attended,) = torch.load(saved)
+    (attended,) = saved_dense(saved)
     assert attended["maps"]["enc"].shape[0] == 1 and set(attended["ponder"]["enc"]) == {1}
 
 
@@ -122,7 +122,7 @@ def test_a_universal_classifier_has_enc_steps_and_its_label(classifier_run, tmp_
     run, data = classifier_run
     saved = tmp_path / "maps.pt"
     assert main(["attend", str(run), "--input", line_of(data), "--save-maps", str(saved)]) == 0
-    (attended,) = torch.load(saved)
+    (attended,) = saved_dense(saved)
     assert set(attended["maps"]) == set(attended["ponder"]) == {"enc"} and attended["probability"] is not None
     enc = attended["maps"]["enc"]
     assert enc.shape[0] == max(attended["ponder"]["enc"]) <= MAX_DEPTH

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, random_pairs
+from helpers import TINY_MODEL, random_pairs, recorded_dense
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from PIL import Image
@@ -227,7 +227,7 @@ def test_training_with_tree_roles_records_them_and_draws_the_typed_tree(tmp_path
     record = load_records(run)[-1]
     (entry,) = record["edge_types"]["enc"]
     assert entry["spec"] == "role" and entry["names"] == list(ROLES)
-    ids, maps = entry["ids"], record["maps"]["enc"][0, 0]
+    ids, maps = entry["ids"], recorded_dense(record)["enc"][0, 0]
     assert torch.equal(ids >= 0, ~torch.isnan(maps))  # a type on every edge, none elsewhere
     assert (ids.diagonal() == ROLES.index("self")).all()
     assert (ids == ROLES.index("other")).any() and (ids == ROLES.index("parent-child")).any()  # window and tree

@@ -4,7 +4,7 @@ validation sample (padded to max_depth), the steps each query pondered; ``animat
 
 import pytest
 import torch
-from helpers import small_copy_data, small_recall_data, snapshot, train_tiny
+from helpers import recorded_dense, small_copy_data, small_recall_data, snapshot, train_tiny
 from PIL import Image
 
 from graphformer.cli import main
@@ -38,12 +38,12 @@ def test_each_epoch_records_the_step_maps_of_the_first_validation_sample(recorde
     batch = make_batch(loaded.model.make_pool(), [src], [tgt])
     for sublayer in ("enc", "dec", "cross"):
         expected = step_maps(loaded.model, batch, sublayer)
-        recorded, ponder = records[-1]["maps"][sublayer], records[-1]["ponder"][sublayer]
+        recorded, ponder = recorded_dense(records[-1])[sublayer], records[-1]["ponder"][sublayer]
         assert recorded.shape[:2] == (MAX_DEPTH, 4) and ponder == expected.ponder.tolist()
         torch.testing.assert_close(recorded[: expected.steps], expected.dense(), equal_nan=True, rtol=0, atol=1e-6)
         assert recorded[expected.steps :].isnan().all()  # the steps no query reached: blank
         for record in records:
-            maps, steps = record["maps"][sublayer], torch.tensor(record["ponder"][sublayer])
+            maps, steps = recorded_dense(record)[sublayer], torch.tensor(record["ponder"][sublayer])
             halted = torch.arange(MAX_DEPTH)[:, None] >= steps[None, :]  # (steps, queries)
             assert torch.equal(maps[:, 0].isnan().all(-1), halted)  # a row is blank exactly once halted
 
@@ -78,6 +78,6 @@ def test_a_universal_classifier_records_its_enc_steps(tmp_path):
     options = ["--task", "recall", "--model", "universal-encoder", "--pooling", "cls", "--epochs", "1"]
     run = train(data, tmp_path / "run", *options)
     (untrained, trained) = load_records(run)
-    assert set(trained["maps"]) == set(trained["ponder"]) == {"enc"} and "label" in trained
-    assert trained["maps"]["enc"].shape[0] == MAX_DEPTH
+    assert set(recorded_dense(trained)) == set(trained["ponder"]) == {"enc"} and "label" in trained
+    assert recorded_dense(trained)["enc"].shape[0] == MAX_DEPTH
     assert len(trained["ponder"]["enc"]) == len(trained["enc_labels"])

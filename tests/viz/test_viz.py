@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, random_pairs, small_copy_data, small_recall_data
+from helpers import TINY_MODEL, random_pairs, recorded_dense, small_copy_data, small_recall_data
 from PIL import Image
 
 from graphformer import make_model
@@ -122,7 +122,7 @@ def _panels(figure):
 
 def test_all_heads_grid_has_one_panel_per_head_on_a_shared_or_own_scale(recorded_run):
     record = load_records(recorded_run)[-1]
-    heads = record["maps"]["cross"].shape[1]
+    heads = recorded_dense(record)["cross"].shape[1]
     shared = draw(picture(record, "cross", -1, "all"), scale="shared")
     panels = _panels(shared)
     assert [ax.get_title() for ax in panels] == [f"head {h}" for h in range(heads)]
@@ -131,7 +131,7 @@ def test_all_heads_grid_has_one_panel_per_head_on_a_shared_or_own_scale(recorded
     own = draw(picture(record, "cross", -1, "all"), scale="per-head")
     assert len(own.axes) == 2 * heads  # a colour bar each
     for h, ax in enumerate(_panels(own)):
-        largest = float(np.nanmax(record["maps"]["cross"][-1, h].numpy()))
+        largest = float(np.nanmax(recorded_dense(record)["cross"][-1, h].numpy()))
         assert ax.images[0].get_clim() == pytest.approx((0, largest))
 
 
@@ -248,9 +248,9 @@ def test_graph_edges_have_a_legend_of_their_widths(recorded_run):
     )
     own = draw(picture(record, "cross", -1, "all"), view="both", scale="per-head")
     graphs = [ax for ax in own.axes if ax.texts]
-    assert not own.legends and len(graphs) == record["maps"]["cross"].shape[1]
+    assert not own.legends and len(graphs) == recorded_dense(record)["cross"].shape[1]
     for h, ax in enumerate(graphs):
-        largest = float(np.nanmax(record["maps"]["cross"][-1, h].numpy()))
+        largest = float(np.nanmax(recorded_dense(record)["cross"][-1, h].numpy()))
         assert _legend_entries(ax.get_legend()) == (
             "edge width: weight",
             [f"{largest:.2g}", f"{largest / 2:.2g}", f"{largest / 10:.2g}"],
@@ -439,9 +439,9 @@ def test_an_encoder_classifier_records_its_encoder_maps_with_the_global_cls_node
     label = (data / "valid.tgt").read_text().splitlines()[0]
     n = len(tokens) + 2
     for record in records:
-        assert set(record["maps"]) == {"enc"} and record["label"] == label
+        assert set(recorded_dense(record)) == {"enc"} and record["label"] == label
         assert record["src_labels"] == ["<cls>", *tokens, "</s>"]
-        enc = record["maps"]["enc"]
+        enc = recorded_dense(record)["enc"]
         assert enc.shape == (1, 4, n, n)
         totals = torch.nansum(enc, dim=-1)
         torch.testing.assert_close(totals, torch.ones_like(totals))
@@ -450,7 +450,7 @@ def test_an_encoder_classifier_records_its_encoder_maps_with_the_global_cls_node
         far = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs() > 1
         far[0, :] = far[:, 0] = False
         assert torch.isnan(enc[..., far]).all() and not torch.isnan(enc[..., ~far]).any()
-    assert not torch.equal(records[0]["maps"]["enc"], records[1]["maps"]["enc"])  # training moved them
+    assert not torch.equal(recorded_dense(records[0])["enc"], recorded_dense(records[1])["enc"])  # training moved them
 
 
 def test_a_classifier_run_draws_enc_by_default_and_names_what_it_recorded(recorded_classifier, tmp_path, capsys):
@@ -467,38 +467,32 @@ def test_a_classifier_run_draws_enc_by_default_and_names_what_it_recorded(record
     assert not png.exists()
 
 
-def test_viz_every_refuses_a_first_validation_sample_too_long_to_draw(tmp_path, capsys):
+def test_viz_every_refuses_a_first_validation_sample_whose_maps_exceed_the_recording(tmp_path, capsys):
+    """Full attention over <cls>, 2,050 tokens and </s> is 2,052^2 edges x 4 heads: past MAX_RECORDED_WEIGHTS."""
     from graphformer.data import recall
-    from graphformer.viz.recording import MAX_MAP_NODES
+    from graphformer.viz.recording import MAX_RECORDED_WEIGHTS
 
+    n = 2052
+    assert 4 * n * n > MAX_RECORDED_WEIGHTS > 4 * 12 * n  # a window:4 pattern over as many fits
     data = recall.write_recall(
         tmp_path / "data",
         seed=1,
-        sizes={"train": 8, "valid": 2, "test": 2},
-        min_length=MAX_MAP_NODES,
-        max_length=MAX_MAP_NODES,
-        num_keys=80,
+        sizes={"train": 4, "valid": 1, "test": 1},
+        min_length=n - 2,
+        max_length=n - 2,
+        num_keys=1025,
         num_values=4,
     )
     run = tmp_path / "run"
-    args = [
-        "train",
-        "--task",
-        "recall",
-        "--model",
-        "encoder",
-        "--data-dir",
-        str(data),
-        "--out",
-        str(run),
-        "--max-len",
-        str(MAX_MAP_NODES + 2),
-        *TINY_MODEL,
-    ]
+    args = ["train", "--task", "recall", "--model", "encoder", "--data-dir", str(data), "--out", str(run)]
+    args += ["--max-len", str(n + 1), "--positions", "none", *TINY_MODEL]
     assert main([*args, "--viz-every", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"which has {MAX_MAP_NODES + 2} nodes" in err and f"up to {MAX_MAP_NODES}" in err
-    assert not (run / "checkpoint_last.pt").exists()
+    assert (
+        err.count("\n") == 1 and f"would hold {4 * n * n:,} weights (edges x layers x heads: {n * n:,} x 1 x 4)" in err
+    )
+    assert f"more than the {MAX_RECORDED_WEIGHTS:,}" in err
+    assert not run.exists()
 
 
 def test_animate_without_recorded_maps_is_a_one_line_error(tmp_path, capsys):
