@@ -24,6 +24,10 @@ def cmd_rollout(args) -> int:
         raise UserError(f"nothing to write; give -o FILE (a picture) or --save-maps FILE.pt with --show {args.show}")
     if args.head is not None:
         raise UserError(f"--head {args.head}: {args.show} averages the heads of each layer; leave --head out")
+    if args.top is not None:
+        raise UserError(
+            f"--top {args.top}: {args.show} draws each query's shares of every input token; leave --top out"
+        )
     if args.output is not None:
         check_picture_path(args.output)  # before the model loads: a wrong suffix is said at once
     if args.save_maps is not None:

@@ -9,8 +9,8 @@ Each line is decoded as ``graphformer attend`` decodes it (`graphformer.viz.on_d
 once more, teacher-forced on what it decoded, and its maps by layer, or by ACT step for a
 universal model (`graphformer.viz.step_maps.any_model_maps`), are composed by
 `graphformer.viz.step_rollout.composed`. A composition is a one-layer, one-head map, so it is kept
-where `Attended` keeps maps: ``maps[sublayer]`` is (1, 1, queries, keys), and ``--save-maps``
-and the heatmap read it as they read attention.
+where `Attended` keeps maps (``edges[sublayer]``; ``maps[sublayer]`` is its (1, 1, queries, keys)
+dense form), and ``--save-maps`` and the heatmap read it as they read attention.
 
 A per-sample encoder graph (a parse tree, ``--edges``) comes with its edges (``graph``), and the
 row of one query node (``query``; default the node a classifier reads: `<cls>`, else `</s>`, where
@@ -57,7 +57,7 @@ class Rolled(Attended):
 
     @property
     def sublayer(self) -> str:
-        return next(iter(self.maps))
+        return next(iter(self.edges))
 
     @property
     def shares(self) -> np.ndarray:
@@ -120,7 +120,7 @@ def compose_line(run, batch, tokens: dict, sublayer: str, how: str, query, layer
         raise UserError(f"input line {number}: {error} (--query N asks for one)") from None
     steps = ponder.get(SPAN[sublayer])
     return {
-        "maps": {sublayer: shares[None, None]},
+        "edges": {sublayer: shares[None, None]},
         "tokens": {sublayer: ([queries[r] for r in rows], keys)},
         "ponder": {} if steps is None else {sublayer: [int(steps[r]) for r in rows]},
         "how": how,

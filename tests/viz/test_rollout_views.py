@@ -205,6 +205,7 @@ def test_bad_input_is_one_line_and_writes_nothing(copy_run, tree_run, universal_
     roll = ["--input", line, "--show", "rollout", "--beam", "1"]
     refused(capsys, [*roll, "--query", "99"], run, out, "--query 99 is not a cross query of input line 1")
     refused(capsys, [*roll, "--head", "1"], run, out, "--head 1: rollout averages the heads")
+    refused(capsys, [*roll, "--top", "2"], run, out, "--top 2: rollout draws each query's shares of every input")
     refused(capsys, [*roll, "--layer", str(LAYERS)], run, out, f"--layer {LAYERS} is out of range")
     refused(capsys, roll, run, tmp_path / "out.html", "cannot write a rollout or flow", ".html is not a format")
     refused(capsys, ["--input", line, "--query", "0"], run, out, "--query picks a row of rollout or flow")
