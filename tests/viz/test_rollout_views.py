@@ -6,7 +6,7 @@ universal model composes its ACT steps; and bad input is one line that writes no
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, small_copy_data, train_tiny
+from helpers import TINY_MODEL, saved_dense, small_copy_data, train_tiny
 from test_attend import mirrored, refused
 from test_attend_steps import halting
 from test_rollout import within_hops
@@ -90,7 +90,7 @@ def test_the_rollout_drawn_and_saved_is_rollouts_through_cross_attention(copy_ru
     argv = ["attend", str(run), "--input", line, "--show", "rollout", "--beam", "1", "-o", str(out)]
     assert main([*argv, "--save-maps", str(saved)]) == 0
     assert out.read_bytes().startswith(b"\x89PNG")
-    (rolled,) = torch.load(saved)
+    (rolled,) = saved_dense(saved)
     model, batch = decoded_batch(run, line)
     expected = rollout(model, batch, "cross")
     assert set(rolled["maps"]) == {"cross"} and rolled["maps"]["cross"].shape == (1, 1, *expected.shape)
@@ -148,7 +148,7 @@ def test_flow_of_one_query_on_the_command_line_is_flows(tree_run, tmp_path):
     saved = tmp_path / "flow.pt"
     argv = ["attend", str(tree_run), "--input", FORMULA, "--show", "flow", "--query", "3", "--save-maps", str(saved)]
     assert main(argv) == 0
-    (rolled,) = torch.load(saved)
+    (rolled,) = saved_dense(saved)
     model, batch = tree_batch(tree_run)
     expected = flow(model, batch, "enc", queries=[3])
     assert rolled["maps"]["enc"].shape == (1, 1, 1, len(FORMULA.split()) + 1)
@@ -189,7 +189,7 @@ def test_a_universal_model_composes_its_act_steps(universal_run, tmp_path):
     saved = tmp_path / "steps.pt"
     argv = ["attend", str(run), "--input", line, "--show", "rollout", "--sublayer", "enc", "--beam", "1"]
     assert main([*argv, "--checkpoint", str(varied), "--save-maps", str(saved), "-o", str(tmp_path / "u.png")]) == 0
-    (rolled,) = torch.load(saved)
+    (rolled,) = saved_dense(saved)
     model, batch = decoded_batch(run, line, str(varied))
     stepped = sublayer_step_maps(model, batch, ("enc",))
     assert len(set(stepped["enc"].ponder.tolist())) > 1, "the redrawn halting units should stop tokens apart"
