@@ -253,7 +253,7 @@ display(Image(WORK / "rollout.png"))"""),
         figure_cell("""answer = len(FORMULA.split())  # </s>, after the formula's tokens: flow into it alone (one max-flow per token)
 (flowed,) = draw_rollout(loaded, [FORMULA], out=WORK / "flow.png", show="flow", query=answer)  # attend --show flow
 display(Image(WORK / "flow.png"))
-tokens = flowed.tokens["enc"][0]
+tokens = flowed.tokens["enc"][1]  # the keys: the formula's tokens, then </s>
 leaves = [j for j, token in enumerate(tokens) if token in boolean.BITS]
 for what, result in (("rollout", rolled), ("flow", flowed)):
     row = result.maps["enc"][0, 0][result.rows.index(answer)].numpy()
