@@ -9,20 +9,8 @@ from graphformer.cli.signals import interrupts_between_steps
 from graphformer.errors import UserError
 
 
-def input_lines(args) -> list[str]:
-    """The lines of every ``--input TEXT``, or of ``--input-file FILE``."""
-    from graphformer.cli.decode import read_input
-
-    if args.input_file is None:
-        return list(args.input)
-    if not Path(args.input_file).is_file():
-        what = "a directory" if Path(args.input_file).is_dir() else "not found"
-        raise UserError(f"--input-file {args.input_file}: {what}; give a text file with one input per line")
-    return read_input(args.input_file)
-
-
 def cmd_attend(args) -> int:
-    from graphformer.cli.decode import _load_run, _warn_about_input
+    from graphformer.cli.decode import _load_run, _warn_about_input, input_lines
     from graphformer.decoding.inputs import source_limit
     from graphformer.viz.attend_views import check_maps_path, check_output, save_maps, write
     from graphformer.viz.on_demand import attend_lines, check_choice, check_steps, encode_inputs

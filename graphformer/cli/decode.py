@@ -124,6 +124,16 @@ def read_input(path: str | None) -> list[str]:
     return split_lines(decode_utf8(raw, path or "standard input", "the input"))
 
 
+def input_lines(args) -> list[str]:
+    """``attend``'s lines: those of every ``--input TEXT``, or of ``--input-file FILE``."""
+    if args.input_file is None:
+        return list(args.input)
+    if not Path(args.input_file).is_file():
+        what = "a directory" if Path(args.input_file).is_dir() else "not found"
+        raise UserError(f"--input-file {args.input_file}: {what}; give a text file with one input per line")
+    return read_input(args.input_file)
+
+
 def cmd_translate(args) -> int:
     from graphformer.attention import flex_calls
     from graphformer.decoding import check_decodable

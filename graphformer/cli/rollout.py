@@ -7,13 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from graphformer.cli.attend import input_lines
 from graphformer.cli.signals import interrupts_between_steps
 from graphformer.errors import UserError
 
 
 def cmd_rollout(args) -> int:
-    from graphformer.cli.decode import _load_run, _warn_about_input
+    from graphformer.cli.decode import _load_run, _warn_about_input, input_lines
     from graphformer.decoding.inputs import source_limit
     from graphformer.viz.attend_views import check_maps_path, save_maps
     from graphformer.viz.on_demand import check_choice, encode_inputs
