@@ -12,7 +12,7 @@ in a panel at most `MAX_WIDTH` inches wide (a node gets a hundredth of an inch a
 themselves, or a rollout share); each edge weight w_qk above ``threshold`` of the panel's largest
 is the half of the edge next to its query, as in `layered`, its width and opacity by weight
 (`bipartite.edge_style`) and drawn in order of weight, so the strong ones lie on top. Tokens are
-named where a name reads: the inner nodes (those with two nodes or more one row below them) of the top
+named where a name reads: the inner nodes (two nodes or more one row below them) of the top
 `LABEL_ROWS` rows, each at least `LABEL_GAP` from the last named in its row.
 
 Everything is computed from the (queries, keys, weights) of the edges: O(nodes + edges) memory.
@@ -65,8 +65,8 @@ def panel_height(depth: np.ndarray) -> float:
 
 def named_nodes(depth: np.ndarray, queries, keys, inch_per_node: float) -> list[int]:
     """The nodes whose tokens are drawn: the inner nodes (two or more nodes one row below them,
-    an operator's arguments and its `]`) of the top `LABEL_ROWS` rows below
-    `</s>`, left to right, each at least `LABEL_GAP` inches right of the last named in its row."""
+    an operator's arguments and its `]`) of the top `LABEL_ROWS` rows below `</s>`, left to
+    right, each at least `LABEL_GAP` inches right of the last named in its row."""
     queries, keys = np.asarray(queries), np.asarray(keys)
     deeper = (depth[keys] == depth[queries] + 1) & (queries != keys)  # from a node down to one a row below
     below = np.zeros(len(depth), dtype=np.int64)

@@ -157,7 +157,7 @@ def _draw_long_tree(picture: AttentionPicture, kinds: list[str], shared: bool) -
     """The graph view of a long map on its own tree (``picture.tree``): a row per panel, the tree
     (`long_tree.draw_tree`) and, where ``kinds`` asks for it too, the heatmap in blocks left of it."""
     tree, both = picture.tree, "heatmap" in kinds
-    depth_inches = long_tree.panel_height(long_tree.edge_depths(len(tree.tokens), tree.queries, tree.keys))
+    depth_inches = long_tree.panel_height(layered.edge_depths(len(tree.tokens), tree.queries, tree.keys))
     heights = max(depth_inches, HEATMAP_INCH * both)
     width = long_tree.MAX_WIDTH + both * (HEATMAP_INCH + COLORBAR_INCH)
     figure = new_figure(width, len(picture.maps) * heights + 1.2)
@@ -177,9 +177,8 @@ def _draw_long_tree(picture: AttentionPicture, kinds: list[str], shared: bool) -
         )
         figure.colorbar(nodes, ax=ax, fraction=0.02, pad=0.01, label="weight on itself")
         if not shared:
-            bipartite.width_legend(
-                ax, vmax, loc="upper right", bbox_to_anchor=(1, -0.02), ncols=3
-            )  # below, clear of the tree
+            # below the panel's right end, clear of the tree
+            bipartite.width_legend(ax, vmax, loc="upper right", bbox_to_anchor=(1, -0.02), ncols=3)
     if shared:
         bipartite.width_legend(figure, 1.0, loc="outside lower center", ncols=len(bipartite.LEGEND_SHARES))
     title = picture.title if both else picture.title.replace(f"; {picture.blocks}", "")  # the blocks: the heatmap's

@@ -83,9 +83,11 @@ def test_the_tree_view_of_a_2000_token_recording_draws_through_the_command_line(
 def test_nodes_sit_in_reading_order_at_their_depth_below_eos(tree_run):
     run, long = tree_run
     record = load_records(run)[-1]
-    _, _, nodes = tree_axes(plots.draw(picture(record, head=0), view="graph"), "on its tree")
+    ax, _, nodes = tree_axes(plots.draw(picture(record, head=0), view="graph"), "on its tree")
     xy = nodes.get_offsets()
     words = long.split()
+    named = [text.get_text() for text in ax.texts]
+    assert named[0] == words[0] and 1 < len(named) < 40 and all(name.startswith("[") for name in named)  # operators
     assert len(words) >= 1990 and max(bfs_depths(words)) >= 8
     np.testing.assert_array_equal(xy[:, 0], np.arange(len(words) + 1))
     np.testing.assert_array_equal(-xy[:, 1], bfs_depths(words))
