@@ -36,17 +36,24 @@ class TreeTexts(NamedTuple):
 
 
 def depths(weights: np.ndarray) -> np.ndarray:
-    """(N,) edges between each node and the last node, over the edges of a (queries, keys) map
-    taken either way (NaN: no edge); nodes the last one does not reach go one row below the rest."""
-    linked = ~np.isnan(weights)
-    linked = linked | linked.T
-    n = len(weights)
+    """(N,) `edge_depths` over the edges of a (queries, keys) map (NaN: no edge)."""
+    return edge_depths(len(weights), *np.nonzero(~np.isnan(weights)))
+
+
+def edge_depths(n: int, queries, keys) -> np.ndarray:
+    """(n,) the edges between each node and the last one (`</s>`, which a parse tree joins to its
+    root), over the edges (``queries[e]``, ``keys[e]``) taken either way; a node the last one does
+    not reach goes one row below the rest. O(n + edges)."""
+    ends = np.concatenate([np.asarray(queries), np.asarray(keys)]).astype(np.int64)
+    others = np.concatenate([np.asarray(keys), np.asarray(queries)]).astype(np.int64)
+    order = np.argsort(ends, kind="stable")
+    starts = np.searchsorted(ends[order], np.arange(n + 1))  # node i's neighbours: others[order[starts[i]:starts[i+1]]]
     depth = np.full(n, -1)
     depth[n - 1] = 0
     queue = deque([n - 1])
     while queue:
         node = queue.popleft()
-        for other in np.nonzero(linked[node])[0]:
+        for other in others[order[starts[node] : starts[node + 1]]]:
             if depth[other] < 0:
                 depth[other] = depth[node] + 1
                 queue.append(other)
@@ -54,11 +61,11 @@ def depths(weights: np.ndarray) -> np.ndarray:
     return depth
 
 
-def size(weights, tokens, inch_per_position: float) -> tuple[float, float]:
-    """The (width, height) in inches a tree panel of the (N, N) map ``weights`` wants, title
+def size(depth: np.ndarray, tokens, inch_per_position: float) -> tuple[float, float]:
+    """The (width, height) in inches a tree panel of nodes at ``depth`` (`depths`) wants, title
     included: a position per node, and per row of the tree the longest token (each hangs below
     its node, above the next row) and `ROW_INCH` for the edges."""
-    rows = max(int(depths(np.asarray(weights, dtype=float)).max()), 1)
+    rows = max(int(depth.max()), 1)
     hanging = text_sizes.longest(tokens) + GAP
     title = text_sizes.line_height(text_sizes.PANEL_TITLE)
     return inch_per_position * len(tokens) + 0.3, rows * (ROW_INCH + hanging) + hanging + MARKER + 2 * PAD + title

@@ -42,7 +42,7 @@ def heatmap_size(picture: AttentionPicture, spacing: float) -> tuple[float, floa
 def graph_size(picture: AttentionPicture, spacing: float) -> tuple[float, float]:
     """The (width, height) in inches of one graph panel, as its layout draws it."""
     if picture.layout == "tree":
-        return layered.size(picture.maps[0], picture.keys, spacing)
+        return layered.size(layered.depths(np.asarray(picture.maps[0], dtype=float)), picture.keys, spacing)
     return bipartite.size(picture.keys, picture.queries, picture.key_axis, picture.query_axis, spacing)
 
 

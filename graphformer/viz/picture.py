@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphformer.viz.long_tree import TreeMaps
 from graphformer.viz.type_labels import EdgeTypeMap
 
 
@@ -28,6 +29,8 @@ class AttentionPicture:
             graph view colours edges by it, and the heatmap view adds a panel of the types.
         blocks: how a long map was cut into blocks of tokens (`graphformer.viz.binned`), its rows
             and columns then token ranges; empty for a map drawn a token a row and column.
+        tree: a long map's panels as edges, with its tokens, for the tree view of a ``tree``
+            layout (`graphformer.viz.long_tree`); None where the map is drawn a token a row.
     """
 
     maps: np.ndarray
@@ -40,3 +43,4 @@ class AttentionPicture:
     layout: str = "bipartite"
     types: EdgeTypeMap | None = None
     blocks: str = ""
+    tree: TreeMaps | None = None

@@ -23,7 +23,7 @@ from graphformer.choices import ANIMATION_FORMATS, IMAGE_FORMATS, SCALES, VIEWS
 from graphformer.errors import UserError
 from graphformer.files import write_atomic, write_text_atomic
 from graphformer.graphs import patterns
-from graphformer.viz import binned, bipartite, layered, text_sizes
+from graphformer.viz import binned, bipartite, layered, long_tree, text_sizes
 from graphformer.viz.panel_layout import layout
 from graphformer.viz.picture import AttentionPicture
 from graphformer.viz.player import player_page
@@ -89,6 +89,8 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
     _check_view(picture, view, scale)
     kinds = ["heatmap", "graph"] if view == "both" else [view]
     shared = scale == "shared"
+    if picture.blocks and view != "heatmap":
+        return _draw_long_tree(picture, kinds, shared)
     loops = picture.layout != "tree" or view == "heatmap"  # a tree's node shows its weight on itself
     colours = None if picture.types is None else type_colours(picture.types, loops)
     panels = len(picture.maps) + (colours is not None and view == "heatmap")  # the last: the types
@@ -134,16 +136,54 @@ def draw(picture: AttentionPicture, view: str = "heatmap", scale: str = "shared"
 
 def _check_view(picture: AttentionPicture, view: str, scale: str) -> None:
     """A ValueError for an unknown ``view`` or ``scale``; a one-line UserError for a graph view
-    of a long map, drawn in blocks of tokens: a node per token would not read."""
+    of a long map, drawn in blocks of tokens, but a tree's (`long_tree`): a bipartite graph of a
+    node per token would not read."""
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose one of {SCALES}")
-    if view != "heatmap" and picture.blocks:
+    if view != "heatmap" and picture.blocks and picture.tree is None:
         raise UserError(
             f"the {view} view draws a node per token, too many to read here ({picture.blocks}); "
             "use --view heatmap, which draws them in blocks"
         )
+
+
+HEATMAP_INCH = 6.0  # a long map's heatmap in blocks beside its tree, cells and ticks
+COLORBAR_INCH = 0.9
+
+
+def _draw_long_tree(picture: AttentionPicture, kinds: list[str], shared: bool) -> Figure:
+    """The graph view of a long map on its own tree (``picture.tree``): a row per panel, the tree
+    (`long_tree.draw_tree`) and, where ``kinds`` asks for it too, the heatmap in blocks left of it."""
+    tree, both = picture.tree, "heatmap" in kinds
+    depth_inches = long_tree.panel_height(layered.edge_depths(len(tree.tokens), tree.queries, tree.keys))
+    heights = max(depth_inches, HEATMAP_INCH * both)
+    width = long_tree.MAX_WIDTH + both * (HEATMAP_INCH + COLORBAR_INCH)
+    figure = new_figure(width, len(picture.maps) * heights + 1.2)
+    ratios = [HEATMAP_INCH, long_tree.MAX_WIDTH] if both else [1]
+    axes = figure.subplots(len(picture.maps), len(kinds), squeeze=False, width_ratios=ratios)
+    for p, title in enumerate(picture.panel_titles):
+        queries, keys, weights = tree.panel(p)
+        vmax = 1.0 if shared else max(float(np.nanmax(weights, initial=0.0)), 1e-6)
+        if both:
+            image = heatmap(axes[p, 0], picture.maps[p], picture.keys, picture.queries, f"{title}, in blocks", vmax,
+                            picture.key_axis, picture.query_axis, tick_every=binned.TICK_EVERY)  # fmt: skip
+            figure.colorbar(image, ax=axes[p, 0], fraction=0.05, label="weight (block max)")
+        ax = axes[p, -1]
+        self_weight = long_tree.self_weights((queries, keys, weights), len(tree.tokens), vmax)
+        nodes = long_tree.draw_tree(
+            ax, (queries, keys, weights), tree.tokens, self_weight, f"{title}, on its tree", vmax
+        )
+        figure.colorbar(nodes, ax=ax, fraction=0.02, pad=0.01, label="weight on itself")
+        if not shared:
+            # below the panel's right end, clear of the tree
+            bipartite.width_legend(ax, vmax, loc="upper right", bbox_to_anchor=(1, -0.02), ncols=3)
+    if shared:
+        bipartite.width_legend(figure, 1.0, loc="outside lower center", ncols=len(bipartite.LEGEND_SHARES))
+    title = picture.title if both else picture.title.replace(f"; {picture.blocks}", "")  # the blocks: the heatmap's
+    figure.suptitle(title, fontsize=text_sizes.FIGURE_TITLE)
+    return figure
 
 
 def _graph_panel(args: tuple, layout_name: str, edge_rgb, own_vmax: float | None) -> Callable:

@@ -35,6 +35,7 @@ from graphformer.training import checkpoint
 from graphformer.training.run_dir import RunDir
 from graphformer.viz import binned, plots
 from graphformer.viz.edge_maps import EdgeMaps, recorded_kinds
+from graphformer.viz.long_tree import TreeMaps
 from graphformer.viz.maps import SUBLAYERS
 from graphformer.viz.plots import AttentionPicture
 from graphformer.viz.step_maps import any_model_maps, pad_steps
@@ -174,7 +175,8 @@ def picture(
     stepped = PONDER_KEY in record  # a universal model's: every ACT step is a panel
     maps = replace(maps, weights=maps.weights[:, chosen] if stepped else maps.weights[[layer]][:, chosen])
     queries, keys = _recorded_tokens(record, sublayer)
-    view = binned.drawn(maps if top is None else maps.keep_top(top), queries, keys)
+    shown = maps if top is None else maps.keep_top(top)
+    view = binned.drawn(shown, queries, keys)
     epoch = record["epoch"]
     when = f"epoch {epoch}" + (" (untrained)" if epoch == 0 else "")
     if "label" in record:
@@ -182,6 +184,7 @@ def picture(
     shows = "".join(f"; {s}" for s in [f"top {top} keys per query"] * (top is not None) + [view.note] * view.binned)
     key_axis, query_axis = AXES[sublayer]
     layers = recorded[sublayer].layers
+    layout = "tree" if sublayer in record.get("sample_graphs", ()) and sublayer != "cross" else "bipartite"
     drawn = AttentionPicture(
         maps=view.weights[0],
         keys=view.keys,
@@ -192,9 +195,10 @@ def picture(
         title=f"{sublayer} layer {layer % layers + 1} of {layers}, {when}{shows}",
         key_axis=key_axis,
         query_axis=query_axis,
-        layout="tree" if sublayer in record.get("sample_graphs", ()) and sublayer != "cross" else "bipartite",
+        layout=layout,
         types=None if view.binned else recorded_types(record, sublayer),
         blocks=view.note,
+        tree=TreeMaps.of(shown, keys) if view.binned and layout == "tree" else None,  # drawn from its edges
     )
     if stepped:
         title = f"{sublayer} attention per ACT step, {when}{shows}"  # the panels name step and head

@@ -44,15 +44,15 @@ class Rolled(Attended):
         how: 'rollout' or 'flow'.
         rows: the query node of each row of the map (every query, or the one asked for).
         query: the query node whose row the graph view colours.
-        graph: (nodes, nodes) 1 on each edge of the sample's own encoder graph, NaN elsewhere,
-            for 'enc' and 'cross' where the encoder attends along per-sample edges; else None.
+        graph: (queries, keys), each (E,) int64, the edges of the sample's own encoder graph, for
+            'enc' and 'cross' where the encoder attends along per-sample edges; else None.
         depth: the layers (or ACT steps) composed.
     """
 
     how: str = "rollout"
     rows: list[int] | None = None
     query: int = 0
-    graph: np.ndarray | None = None
+    graph: tuple[np.ndarray, np.ndarray] | None = None
     depth: int = 0
 
     @property
@@ -94,16 +94,14 @@ def top_layer(maps: dict, sublayer: str, layer: int | None, number: int) -> int 
     return range(ran)[layer]
 
 
-def sample_graph(run: LoadedRun, sublayer: str, maps: dict) -> np.ndarray | None:
-    """The sample's own encoder graph as (nodes, nodes) 1 / NaN, where the encoder attends along
-    per-sample edges and the shares are over its nodes ('enc', 'cross'); else None."""
+def sample_graph(run: LoadedRun, sublayer: str, maps: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (queries, keys) edges of the sample's own encoder graph (O(edges), never a nodes x nodes
+    array), where the encoder attends along per-sample edges and the shares are over its nodes
+    ('enc', 'cross'); else None."""
     own = {etype[1] for etype in run.model.make_pool().sample_terms}
     if "enc" not in own or sublayer == "dec":
         return None
-    enc = maps["enc"]
-    graph = np.full((enc.n_queries, enc.n_keys), np.nan)
-    graph[enc.queries.numpy(), enc.keys.numpy()] = 1.0
-    return graph
+    return maps["enc"].queries.numpy(), maps["enc"].keys.numpy()
 
 
 def compose_line(run, batch, tokens: dict, sublayer: str, how: str, query, layer, number: int) -> dict:

@@ -24,8 +24,8 @@ from matplotlib.collections import LineCollection
 from graphformer.choices import IMAGE_FORMATS
 from graphformer.files import write_atomic
 from graphformer.running.loaded import LoadedRun
-from graphformer.viz import layered, panel_layout, plots, text_sizes
-from graphformer.viz.attend_views import MAX_FIGURE_INCHES, output_paths
+from graphformer.viz import binned, layered, long_tree, panel_layout, plots, text_sizes
+from graphformer.viz.attend_views import MAX_FIGURE_INCHES, output_paths, shorten
 from graphformer.viz.on_demand import check_choice, encode_inputs, load
 from graphformer.viz.picture import AttentionPicture
 from graphformer.viz.rolled import Rolled, rollout_lines
@@ -73,7 +73,7 @@ def figure_size(picture: AttentionPicture, graph) -> tuple[float, list[tuple[flo
     for _ in range(2):  # once at full spacing, once scaled to the room left
         sizes = [panel_layout.heatmap_size(picture, spacing)]
         if graph is not None:
-            sizes.append(layered.size(graph, picture.keys, spacing))
+            sizes.append(layered.size(layered.edge_depths(len(picture.keys), *graph), picture.keys, spacing))
         sizes = [(w + panel_layout.COLORBAR_WIDTH, h) for w, h in sizes]
         if sum(w for w, _ in sizes) <= MAX_FIGURE_INCHES:
             break
@@ -96,13 +96,16 @@ def title_of(picture: AttentionPicture, rolled: Rolled, width: float) -> str:
     """The figure's title, what is drawn, the input and what the model made of it, each line
     wrapped to the figure's ``width`` in inches."""
     chars = max(int((width - 0.4) / (text_sizes.CHAR_WIDTH * text_sizes.FIGURE_TITLE)), 20)
-    lines = [picture.title, rolled.line, rolled.title]
+    lines = [picture.title, shorten(rolled.line), rolled.title]
     return "\n".join(textwrap.fill(line, chars) for line in lines)
 
 
 def draw_rolled(rolled: Rolled):
     """The figure of one `Rolled`: the heatmap, and the graph panel where it has a ``graph``, each
-    with its colour bar (the graph's: the chosen query's row alone, see `shares_on_graph`)."""
+    with its colour bar (the graph's: the chosen query's row alone, see `shares_on_graph`); a long
+    one's is `draw_long`'s."""
+    if max(len(rolled.rows), len(rolled.shares[0])) > binned.MAX_TOKEN_ROWS:
+        return draw_long(rolled)
     picture = picture_of(rolled)
     spacing, sizes = figure_size(picture, rolled.graph)
     width = max(sum(w for w, _ in sizes), MIN_WIDTH)
@@ -133,13 +136,10 @@ def shares_on_graph(ax, rolled: Rolled):
     share in the row of ``rolled.query``, from 0 to the largest share of any other node (the
     query's share of itself, the residual's, would leave the rest dark: it is drawn at the top of
     the scale, ringed). Returns the nodes' scatter and the texts for `layered.fit`."""
-    graph, tokens = rolled.graph, rolled.tokens[rolled.sublayer][1]
-    row = rolled.shares[rolled.rows.index(rolled.query)]
-    others = np.delete(row, rolled.query) if rolled.sublayer == "enc" else row
-    vmax = max(float(np.nanmax(others, initial=0.0)), 1e-6)
-    depth = layered.depths(graph)
+    (queries, keys), tokens = rolled.graph, rolled.tokens[rolled.sublayer][1]
+    row, vmax = query_row(rolled)
+    depth = layered.edge_depths(len(tokens), queries, keys)
     x, y = np.arange(len(tokens), dtype=float), 1.0 - depth / max(int(depth.max()), 1)
-    queries, keys = np.nonzero(~np.isnan(graph))
     apart = queries != keys
     lines = [[(x[q], y[q]), (x[k], y[k])] for q, k in zip(queries[apart], keys[apart])]
     ax.add_collection(LineCollection(lines, linewidths=0.6, colors="0.6", zorder=1))
@@ -152,15 +152,56 @@ def shares_on_graph(ax, rolled: Rolled):
     ]
     for text in texts:
         text.set_in_layout(False)  # `layered.fit` keeps it inside the panel
-    query_token = rolled.tokens[rolled.sublayer][0][rolled.rows.index(rolled.query)]
-    where = "node" if rolled.sublayer == "enc" else "output"
-    ax.set_title(
-        f"on the sample's graph:\nreaching {where} {rolled.query} ({query_token})", fontsize=text_sizes.PANEL_TITLE
-    )
+    ax.set_title(f"on the sample's graph:\n{reaching(rolled)}", fontsize=text_sizes.PANEL_TITLE)
     ax.set_xlim(-0.6, len(tokens) - 0.4)
     ax.set_ylim(-0.6, 1.1)  # until `layered.fit`
     ax.axis("off")
     return nodes, layered.TreeTexts(texts, y)
+
+
+def query_row(rolled: Rolled) -> tuple[np.ndarray, float]:
+    """(N,) the shares of ``rolled.query``'s row, and the largest of them but the query's own."""
+    row = rolled.shares[rolled.rows.index(rolled.query)]
+    others = np.delete(row, rolled.query) if rolled.sublayer == "enc" else row
+    return row, max(float(np.nanmax(others, initial=0.0)), 1e-6)
+
+
+def reaching(rolled: Rolled) -> str:
+    """What the graph panel colours: ``reaching node 0 (<cls>)``."""
+    query_token = rolled.tokens[rolled.sublayer][0][rolled.rows.index(rolled.query)]
+    return f"reaching {'node' if rolled.sublayer == 'enc' else 'output'} {rolled.query} ({query_token})"
+
+
+def draw_long(rolled: Rolled):
+    """The figure of a `Rolled` of more than `binned.MAX_TOKEN_ROWS` queries or keys: the shares
+    in blocks of tokens (`binned`), and on the sample's graph, where it has one, the chosen query's
+    row on its tree (`long_tree`: a hundredth of an inch a node at 2,000 tokens)."""
+    picture = picture_of(rolled)
+    view = binned.drawn(rolled.edges[rolled.sublayer], picture.queries, picture.keys)
+    tree = rolled.graph is not None
+    tokens = rolled.tokens[rolled.sublayer][1]
+    depth = layered.edge_depths(len(tokens), *rolled.graph) if tree else None
+    widths = [plots.HEATMAP_INCH + plots.COLORBAR_INCH] + [long_tree.MAX_WIDTH + plots.COLORBAR_INCH] * tree
+    heights = [plots.HEATMAP_INCH] + [long_tree.panel_height(depth)] * tree
+    title = title_of(picture, rolled, sum(widths))
+    title_inches = text_sizes.line_height(text_sizes.FIGURE_TITLE) * (title.count("\n") + 1)
+    figure = plots.new_figure(sum(widths), max(heights) + title_inches + 0.4)
+    axes = figure.subplots(1, len(widths), width_ratios=widths, squeeze=False)[0]
+    vmax = max(float(np.nanmax(rolled.shares)), 1e-6)
+    image = plots.heatmap(axes[0], view.weights[0, 0], view.keys, view.queries, f"{picture.panel_titles[0]}, in blocks",
+                          vmax, picture.key_axis, picture.query_axis, tick_every=binned.TICK_EVERY)  # fmt: skip
+    figure.colorbar(image, ax=axes[0], fraction=0.05, label=f"share ({rolled.how}), block max")
+    if tree:
+        row, row_max = query_row(rolled)
+        edges = (*rolled.graph, None)  # the graph alone: the picture is about its nodes
+        nodes = long_tree.draw_tree(axes[1], edges, tokens, row, f"on the sample's tree: {reaching(rolled)}", 1.0,
+                                    cmap="viridis", values_max=row_max)  # fmt: skip
+        if rolled.sublayer == "enc":  # the query is a node of this graph
+            where = (rolled.query, -depth[rolled.query])
+            axes[1].scatter(*where, s=120, facecolors="none", edgecolors=QUERY_RING, zorder=3)
+        figure.colorbar(nodes, ax=axes[1], fraction=0.02, pad=0.01, label="share in the query's row")
+    figure.suptitle(f"{title}\n{view.note}", fontsize=text_sizes.FIGURE_TITLE)
+    return figure
 
 
 def render(rolled: Rolled, suffix: str) -> bytes:
