@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from graphformer.cli.signals import interrupts_between_steps
 from graphformer.errors import UserError
 
 
 def cmd_attend(args) -> int:
-    from graphformer.cli.decode import _load_run, _warn_about_input, input_lines
+    from graphformer.cli.decode import _load_run, _warn_about_input, input_lines, write_attended
     from graphformer.decoding.inputs import source_limit
-    from graphformer.viz.attend_views import check_maps_path, check_output, save_maps, write
+    from graphformer.viz.attend_views import check_maps_path, check_output, write
     from graphformer.viz.on_demand import attend_lines, check_choice, check_steps, encode_inputs
 
     if args.show != "attention":
@@ -33,12 +29,5 @@ def cmd_attend(args) -> int:
     _warn_about_input(source, source_limit(run.model, run.model.make_pool()))  # unknown tokens, as translate
     results = attend_lines(run, source, edges, sublayers, decoding.beam, decoding.alpha)
     check_steps(results, args.layer)  # a universal model's step past where an input's tokens all halted
-    with interrupts_between_steps():  # a Ctrl-C while drawing or writing waits for whole files, then stops
-        written = [] if args.output is None else write(results, args.output, args.layer, args.head, args.top)
-        if args.save_maps is not None:
-            save_maps(results, args.save_maps)
-            written.append(Path(args.save_maps))
-    for attended in results:
-        print(f"{attended.line}\t{attended.title}")
-    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+    write_attended(results, args.output, args.save_maps, lambda r, out: write(r, out, args.layer, args.head, args.top))
     return 0

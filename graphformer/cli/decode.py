@@ -134,6 +134,22 @@ def input_lines(args) -> list[str]:
     return read_input(args.input_file)
 
 
+def write_attended(results, output: str | None, maps_path: str | None, draw) -> None:
+    """``attend``'s ending: the pictures (``draw(results, output)``, the paths written) and the
+    ``--save-maps`` file, whole files even on a Ctrl-C; then each line with what the model made of
+    it on stdout, and the files written on stderr."""
+    from graphformer.viz.attend_views import save_maps
+
+    with interrupts_between_steps():  # a Ctrl-C while drawing or writing waits for whole files, then stops
+        written = [] if output is None else draw(results, output)
+        if maps_path is not None:
+            save_maps(results, maps_path)
+            written.append(Path(maps_path))
+    for result in results:
+        print(f"{result.line}\t{result.title}")
+    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+
+
 def cmd_translate(args) -> int:
     from graphformer.attention import flex_calls
     from graphformer.decoding import check_decodable

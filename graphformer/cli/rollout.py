@@ -4,17 +4,13 @@ drawn by `graphformer.viz.rollout_views`."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from graphformer.cli.signals import interrupts_between_steps
 from graphformer.errors import UserError
 
 
 def cmd_rollout(args) -> int:
-    from graphformer.cli.decode import _load_run, _warn_about_input, input_lines
+    from graphformer.cli.decode import _load_run, _warn_about_input, input_lines, write_attended
     from graphformer.decoding.inputs import source_limit
-    from graphformer.viz.attend_views import check_maps_path, save_maps
+    from graphformer.viz.attend_views import check_maps_path
     from graphformer.viz.on_demand import check_choice, encode_inputs
     from graphformer.viz.rolled import rollout_lines
     from graphformer.viz.rollout_views import check_picture_path, write
@@ -39,12 +35,5 @@ def cmd_rollout(args) -> int:
     results = rollout_lines(
         run, source, edges, sublayer, args.show, args.query, args.layer, decoding.beam, decoding.alpha
     )
-    with interrupts_between_steps():  # a Ctrl-C while drawing or writing waits for whole files, then stops
-        written = [] if args.output is None else write(results, args.output)
-        if args.save_maps is not None:
-            save_maps(results, args.save_maps)
-            written.append(Path(args.save_maps))
-    for rolled in results:
-        print(f"{rolled.line}\t{rolled.title}")
-    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+    write_attended(results, args.output, args.save_maps, write)
     return 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -33,7 +34,7 @@ from graphformer.choices import SUBLAYERS
 from graphformer.decoding import translate_ids
 from graphformer.decoding.inputs import SourceLines, encode_lines, source_limit
 from graphformer.errors import ConfigError, UserError
-from graphformer.graphs import make_batch
+from graphformer.graphs import GraphBatch, make_batch
 from graphformer.graphs.sample_edges import edges_of_lines
 from graphformer.running.loaded import LoadedRun
 from graphformer.viz.binned import Drawn, drawn
@@ -146,6 +147,36 @@ def sublayer_maps(model, batch, sublayers: tuple[str, ...]) -> tuple[dict[str, E
     return maps, {s: p.tolist() for s, p in ponder.items()}
 
 
+class DecodedLine(NamedTuple):
+    """One input line decoded, and the batch that runs the model over it teacher-forced."""
+
+    line: str  # its tokens joined by spaces
+    batch: GraphBatch  # the line and its decoded output (or label), on the model's device
+    tokens: dict[str, tuple[list[str], list[str]]]  # {sub-layer: (query tokens, key tokens)}
+    output: str  # the detokenized output, or a classifier's label
+    probability: float | None  # a classifier's probability of its label; None for a translation
+
+
+def decoded_lines(run: LoadedRun, source: SourceLines, edges=None, beam: int = 5, alpha: float | None = None):
+    """Each encoded line decoded as ``translate`` decodes it, as a `DecodedLine`, in input order:
+    what `attend_lines` maps and `graphformer.viz.rolled.rollout_lines` composes."""
+    pool = run.model.make_pool()
+    searched = {} if alpha is None else {"alpha": alpha}
+    hyps = translate_ids(run.model, source.ids, beam=beam, pool=pool, edges=edges, **searched)
+    _, detokenize = run.pipelines()
+    device = next(run.model.parameters()).device
+    for i, (line_ids, hyp) in enumerate(zip(source.ids, hyps)):
+        given = None if edges is None else [edges[i]]
+        batch = make_batch(pool, [line_ids], [hyp.tokens], given).to(device)
+        decoded = [run.tgt_vocab.itos[t] for t in (SOS, *hyp.tokens)]
+        tokens = axis_tokens(pool, [*source.words[i], run.src_vocab.itos[EOS]], decoded)
+        if run.model.cfg.classifies:
+            label, probability = run.tgt_vocab.itos[hyp.tokens[0]], math.exp(hyp.log_prob)
+        else:
+            label, probability = detokenize(run.tgt_vocab.decode(hyp.tokens)), None
+        yield DecodedLine(" ".join(source.words[i]), batch, tokens, label, probability)
+
+
 def attend_lines(
     run: LoadedRun,
     source: SourceLines,
@@ -156,24 +187,11 @@ def attend_lines(
 ) -> list[Attended]:
     """Decode each encoded line and map the attention it was decoded with (see the module's
     docstring); results in input order."""
-    pool = run.model.make_pool()
-    searched = {} if alpha is None else {"alpha": alpha}
-    hyps = translate_ids(run.model, source.ids, beam=beam, pool=pool, edges=edges, **searched)
-    _, detokenize = run.pipelines()
-    device = next(run.model.parameters()).device
     results = []
-    for i, (line_ids, hyp) in enumerate(zip(source.ids, hyps)):
-        given = None if edges is None else [edges[i]]
-        batch = make_batch(pool, [line_ids], [hyp.tokens], given).to(device)
-        decoded = [run.tgt_vocab.itos[t] for t in (SOS, *hyp.tokens)]
-        tokens = axis_tokens(pool, [*source.words[i], run.src_vocab.itos[EOS]], decoded)
-        if run.model.cfg.classifies:
-            label, probability = run.tgt_vocab.itos[hyp.tokens[0]], math.exp(hyp.log_prob)
-        else:
-            label, probability = detokenize(run.tgt_vocab.decode(hyp.tokens)), None
-        maps, ponder = sublayer_maps(run.model, batch, sublayers)
-        shown = {s: tokens[s] for s in sublayers}
-        results.append(Attended(" ".join(source.words[i]), maps, shown, label, probability, ponder=ponder))
+    for decoded in decoded_lines(run, source, edges, beam, alpha):
+        maps, ponder = sublayer_maps(run.model, decoded.batch, sublayers)
+        shown = {s: decoded.tokens[s] for s in sublayers}
+        results.append(Attended(decoded.line, maps, shown, decoded.output, decoded.probability, ponder=ponder))
     return results
 
 

@@ -23,14 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphformer.decoding import translate_ids
 from graphformer.errors import UserError
-from graphformer.graphs import make_batch
 from graphformer.running.loaded import LoadedRun
-from graphformer.viz.on_demand import Attended, axis_tokens
+from graphformer.viz.on_demand import Attended, decoded_lines
 from graphformer.viz.step_maps import any_model_maps
 from graphformer.viz.step_rollout import composed
-from graphformer.vocab import EOS, SOS
 
 NEEDS = {"enc": ("enc",), "dec": ("dec",), "cross": ("enc", "dec", "cross")}  # the maps each composition reads
 SPAN = {"enc": "enc", "dec": "dec", "cross": "dec"}  # whose layers or steps --layer counts
@@ -140,27 +137,14 @@ def rollout_lines(
     beam: int = 5,
     alpha: float | None = None,
 ) -> list[Rolled]:
-    """Decode each encoded line (`graphformer.viz.on_demand.attend_lines` decodes alike) and
+    """Decode each encoded line (`graphformer.viz.on_demand.decoded_lines`) and
     compose its maps on ``sublayer``; results in input order. ``query``: draw that query's row
     alone (every row where None); ``layer``: compose up to that layer or step (all where None)."""
-    pool = run.model.make_pool()
-    searched = {} if alpha is None else {"alpha": alpha}
-    hyps = translate_ids(run.model, source.ids, beam=beam, pool=pool, edges=edges, **searched)
-    _, detokenize = run.pipelines()
-    device = next(run.model.parameters()).device
     results = []
-    for number, (line_ids, hyp) in enumerate(zip(source.ids, hyps), 1):
-        given = None if edges is None else [edges[number - 1]]
-        batch = make_batch(pool, [line_ids], [hyp.tokens], given).to(device)
-        decoded = [run.tgt_vocab.itos[t] for t in (SOS, *hyp.tokens)]
-        words = source.words[number - 1]
-        tokens = axis_tokens(pool, [*words, run.src_vocab.itos[EOS]], decoded)
+    for number, decoded in enumerate(decoded_lines(run, source, edges, beam, alpha), 1):
+        tokens = decoded.tokens
         if sublayer == "cross":  # the composition reaches every encoder node: a tree pattern's spans too
             tokens["cross"] = (tokens["cross"][0], tokens["enc"][1])
-        fields = compose_line(run, batch, tokens, sublayer, how, query, layer, number)
-        if run.model.cfg.classifies:
-            label, probability = run.tgt_vocab.itos[hyp.tokens[0]], float(np.exp(hyp.log_prob))
-        else:
-            label, probability = detokenize(run.tgt_vocab.decode(hyp.tokens)), None
-        results.append(Rolled(" ".join(words), output=label, probability=probability, **fields))
+        fields = compose_line(run, decoded.batch, tokens, sublayer, how, query, layer, number)
+        results.append(Rolled(decoded.line, output=decoded.output, probability=decoded.probability, **fields))
     return results
