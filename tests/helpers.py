@@ -249,3 +249,16 @@ def saved_dense(path):
     from graphformer.viz.attend_views import load_maps
 
     return [{**saved, "maps": {s: maps.dense() for s, maps in saved["maps"].items()}} for saved in load_maps(path)]
+
+
+def long_listops_data(folder):
+    """Short ListOps (8-40 tokens) in ``folder``, with one expression of about 2,000 tokens put first
+    in valid, so that ``--viz-every`` records it; (the data folder, that expression)."""
+    from graphformer.data.listops import generate_listops, write_listops
+
+    data = write_listops(folder, seed=1, sizes={"train": 32, "valid": 4, "test": 4}, min_length=8, max_length=40)
+    ((long, answer),) = generate_listops(1, random.Random(3), min_length=1990, max_length=2000, max_depth=10)
+    for name, line in (("src", long), ("tgt", answer)):
+        path = data / f"valid.{name}"
+        path.write_text(f"{line}\n{path.read_text()}")
+    return data, long

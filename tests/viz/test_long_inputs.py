@@ -4,13 +4,12 @@ edges and drawn in blocks of tokens (`graphformer.viz.binned`); the blocks and t
 checked against an independent computation on the dense map of a smaller case; the page and the
 animation player at 2,000 tokens opened in the headless browser of test_player."""
 
-import random
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from helpers import snapshot, train_tiny
+from helpers import long_listops_data, snapshot, train_tiny
 from test_attend import page_maps
 from test_player import browser  # noqa: F401  (a fixture: the headless Chromium)
 from torch.profiler import ProfilerActivity, profile
@@ -19,7 +18,6 @@ import graphformer.viz
 import graphformer.viz.recording
 from graphformer.cli import main
 from graphformer.data import recall
-from graphformer.data.listops import generate_listops, write_listops
 from graphformer.viz.attend_views import load_maps
 from graphformer.viz.binned import MAX_BINS, MAX_TOKEN_ROWS, drawn
 from graphformer.viz.edge_maps import EdgeMaps
@@ -117,11 +115,7 @@ def listops_run(tmp_path_factory):
     """A tiny tree encoder trained one epoch on short ListOps, whose first validation sample, the
     one ``--viz-every`` records, is an expression of about 2,000 tokens; and that expression."""
     root = tmp_path_factory.mktemp("long-listops")
-    data = write_listops(root / "data", seed=1, sizes={"train": 32, "valid": 4, "test": 4}, min_length=8, max_length=40)
-    ((long, answer),) = generate_listops(1, random.Random(3), min_length=1990, max_length=2000, max_depth=10)
-    for name, line in (("src", long), ("tgt", answer)):
-        path = data / f"valid.{name}"
-        path.write_text(f"{line}\n{path.read_text()}")
+    data, long = long_listops_data(root / "data")
     options = ["--task", "listops", "--model", "encoder", *LISTOPS_ATTENTION, "--epochs", "1", "--viz-every", "1"]
     return train_tiny(data, root / "run", *options), long
 

@@ -3,19 +3,17 @@
 recording and ``attend --show rollout``; its rows checked against a breadth-first search of the
 parse tree written here, its edges and widths against the recorded weights."""
 
-import random
 import tracemalloc
 from collections import deque
 
 import numpy as np
 import pytest
-from helpers import train_tiny
+from helpers import long_listops_data, train_tiny
 from matplotlib.collections import LineCollection, PathCollection
 from PIL import Image
 
 import graphformer.viz
 from graphformer.cli import main
-from graphformer.data.listops import generate_listops, write_listops
 from graphformer.graphs.sample_edges import parse_tree
 from graphformer.viz import long_tree, plots
 from graphformer.viz.recording import load_records, picture, recorded_maps
@@ -32,11 +30,7 @@ def tree_run(tmp_path_factory):
     on short ListOps with ``--viz-every``, whose first validation sample, the one recorded, is an
     expression of about 2,000 tokens (as test_long_inputs' fixture); and that expression."""
     root = tmp_path_factory.mktemp("long-tree")
-    data = write_listops(root / "data", seed=1, sizes={"train": 32, "valid": 4, "test": 4}, min_length=8, max_length=40)
-    ((long, answer),) = generate_listops(1, random.Random(3), min_length=1990, max_length=2000, max_depth=10)
-    for name, line in (("src", long), ("tgt", answer)):
-        path = data / f"valid.{name}"
-        path.write_text(f"{line}\n{path.read_text()}")
+    data, long = long_listops_data(root / "data")
     options = ["--task", "listops", "--model", "encoder", "--enc-attention", "parse-tree", "--positions", "none"]
     return train_tiny(data, root / "run", *options, "--pooling", "last", "--epochs", "1", "--viz-every", "1"), long
 
