@@ -53,12 +53,18 @@ def mirrored(n):
 def edges_run(tmp_path_factory):
     """A copy run whose encoder attends along each sample's own edges (`mirrored`) alone."""
     root = tmp_path_factory.mktemp("attend-edges")
-    data = small_copy_data(root / "data", n_train=32)
+    data = mirrored_data(root / "data")
+    return train(data, root / "run", "--task", "parallel", "--epochs", "1", "--enc-attention", "edges")
+
+
+def mirrored_data(folder):
+    """Small copy data in ``folder`` with an edges file per split: each sample's `mirrored` pairs."""
+    data = small_copy_data(folder, n_train=32)
     for split in ("train", "valid", "test"):
         lines = (data / f"{split}.src").read_text().splitlines()
         pairs = [" ".join(f"{k}-{q}" for k, q in mirrored(len(line.split()))) for line in lines]
         (data / f"{split}.enc.edges").write_text("".join(p + "\n" for p in pairs))
-    return train(data, root / "run", "--task", "parallel", "--epochs", "1", "--enc-attention", "edges")
+    return data
 
 
 def first_lines(data, count):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import TINY_MODEL, saved_dense, small_copy_data, train_tiny
-from test_attend import mirrored, refused
+from test_attend import mirrored, mirrored_data, refused
 from test_attend_steps import halting
 from test_rollout import within_hops
 from test_step_rollout import dense_step_rollout
@@ -59,11 +59,7 @@ def universal_run(tmp_path_factory):
 def edges_run(tmp_path_factory):
     """A copy run whose encoder attends along each sample's own edges (test_attend's `mirrored`)."""
     root = tmp_path_factory.mktemp("rollout-edges")
-    data = small_copy_data(root / "data", n_train=32)
-    for split in ("train", "valid", "test"):
-        lines = (data / f"{split}.src").read_text().splitlines()
-        pairs = [" ".join(f"{k}-{q}" for k, q in mirrored(len(line.split()))) for line in lines]
-        (data / f"{split}.enc.edges").write_text("".join(p + "\n" for p in pairs))
+    data = mirrored_data(root / "data")
     options = ["--task", "parallel", "--epochs", "1", "--enc-attention", "edges", "--layers", str(LAYERS)]
     return train_tiny(data, root / "run", *options), data
 
