@@ -96,6 +96,14 @@ class EdgeMaps:
             raise ValueError(f"layer {index} is not one of the {self.layers} layers of the {self.sublayer} maps")
         return replace(self, weights=self.weights[index : index + 1 or None])
 
+    def live(self, index: int) -> EdgeMaps:
+        """Layer (or ACT step) ``index`` alone on its live edges, those whose weights are finite
+        (a universal model's halted queries have NaN): weights (1, heads, E_live), types alike."""
+        kept = self.weights[index].isfinite().all(0)
+        types = {spec: (derivation, ids[kept]) for spec, (derivation, ids) in self.types.items()}
+        weights = self.weights[index : index + 1 or None, :, kept]
+        return replace(self, keys=self.keys[kept], queries=self.queries[kept], weights=weights, types=types)
+
     def head_mean(self) -> EdgeMaps:
         """The heads averaged (weights (layers, 1, E)): rollout's and flow's view of a layer."""
         return replace(self, weights=self.weights.mean(1, keepdim=True))

@@ -57,12 +57,7 @@ class StepMaps:
         queries: weights (1, heads, E_s), each active query's summing to 1."""
         if not 0 <= s < self.steps:
             raise ValueError(f"step {s} is not one of the {self.steps} steps the sample's queries ran")
-        kept = self.active[s][self.maps.queries]
-        types = {spec: (derivation, ids[kept]) for spec, (derivation, ids) in self.maps.types.items()}
-        weights = self.maps.weights[s : s + 1, :, kept]
-        return replace(
-            self.maps, keys=self.maps.keys[kept], queries=self.maps.queries[kept], weights=weights, types=types
-        )
+        return self.maps.live(s)  # a query's weights are finite exactly while it ponders
 
     def dense(self) -> torch.Tensor:
         """(steps, heads, queries, keys) weights, NaN where there is no edge or the query had halted."""

@@ -21,8 +21,6 @@ maps have no NaN, so the same functions give its rollout and flow, layer by laye
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from graphformer.viz.attention_flow import cross_flow_rows, flow_rows
@@ -32,20 +30,11 @@ from graphformer.viz.edge_maps import EdgeMaps
 HOW = ("rollout", "flow")
 
 
-def pondering(maps: EdgeMaps, step: int) -> EdgeMaps:
-    """The maps of ``step`` alone, on the edges of the queries still pondering there (finite
-    weights): weights (1, heads, E_s)."""
-    live = maps.weights[step].isfinite().all(0)
-    return replace(
-        maps, keys=maps.keys[live], queries=maps.queries[live], weights=maps.weights[step : step + 1, :, live]
-    )
-
-
 def step_layers(maps: EdgeMaps, top: int | None = None) -> list[torch.Tensor]:
     """A'_s of each step (or layer) of a self-attention's ``maps`` up to ``top`` (all where None),
     bottom first: sparse (N, N), the identity row for a query that has halted."""
     steps = range(maps.layers)[: None if top is None else top + 1]
-    return [mixed_layers(pondering(maps, s))[0] for s in steps]
+    return [mixed_layers(maps.live(s))[0] for s in steps]
 
 
 def cross_steps(maps: EdgeMaps, n_source: int, top: int | None = None) -> tuple[list, list]:
@@ -54,7 +43,7 @@ def cross_steps(maps: EdgeMaps, n_source: int, top: int | None = None) -> tuple[
     steps = range(maps.layers)[: None if top is None else top + 1]
     cross, keep = [], []
     for s in steps:
-        step = pondering(maps, s)
+        step = maps.live(s)
         cross += cross_layers(step, n_source)
         reads = torch.bincount(step.queries, minlength=maps.n_queries) > 0
         keep.append(1.0 - 0.5 * reads.to(step.weights.dtype))

@@ -102,3 +102,19 @@ def test_a_classifier_has_steps_on_enc_only_and_the_transformer_none():
     transformer = make_model(20, d_model=16, heads=2, d_ff=16, layers=1)
     with pytest.raises(ValueError, match="has layers, not ACT steps"):
         step_maps(transformer, make_batch(transformer.make_pool(), SOURCES, TARGETS), "enc")
+
+
+def test_a_steps_edges_keep_their_types():
+    """A universal model that reads relative:2 on its encoder: each step's type ids are those of
+    its own edges, query minus key clipped at 2, for the queries still pondering."""
+    torch.manual_seed(2)
+    model = make_model(20, model="universal", d_model=16, heads=2, d_ff=16, max_depth=5, enc_edges="bias=relative:2")
+    torch.nn.init.normal_(model.encoder.halt.proj.weight, std=3.0)
+    torch.nn.init.zeros_(model.encoder.halt.proj.bias)
+    maps = step_maps(model.eval(), make_batch(model.make_pool(), SOURCES, TARGETS), "enc", sample=1)
+    assert len(set(maps.ponder.tolist())) > 1
+    for s in range(maps.steps):
+        step = maps.step(s)
+        derivation, ids = step.types["relative:2"]
+        assert torch.equal(ids, (step.queries - step.keys).clamp(-2, 2) + 2)
+        assert set(step.queries.tolist()) == set(maps.active[s].nonzero().squeeze(1).tolist())
