@@ -99,10 +99,12 @@ class EdgeMaps:
     def live(self, index: int) -> EdgeMaps:
         """Layer (or ACT step) ``index`` alone on its live edges, those whose weights are finite
         (a universal model's halted queries have NaN): weights (1, heads, E_live), types alike."""
-        kept = self.weights[index].isfinite().all(0)
-        types = {spec: (derivation, ids[kept]) for spec, (derivation, ids) in self.types.items()}
-        weights = self.weights[index : index + 1 or None, :, kept]
-        return replace(self, keys=self.keys[kept], queries=self.queries[kept], weights=weights, types=types)
+        one = self.layer(index)
+        kept = one.weights[0].isfinite().all(0)
+        types = {spec: (derivation, ids[kept]) for spec, (derivation, ids) in one.types.items()}
+        return replace(
+            one, keys=one.keys[kept], queries=one.queries[kept], weights=one.weights[:, :, kept], types=types
+        )
 
     def head_mean(self) -> EdgeMaps:
         """The heads averaged (weights (layers, 1, E)): rollout's and flow's view of a layer."""

@@ -14,11 +14,14 @@ SOURCES = [[5, 6, 7, 8, 9], [5, 6, 11, 12, 13, 14, 15]]
 TARGETS = [[5, 6, 7], [8, 9, 10, 11, 12]]
 
 
-def pondering(kind="universal", seed=2):
+def pondering(kind="universal", seed=2, **options):
     """A small universal model whose tokens halt at different steps: its halting units' weights
-    are drawn wide (the default init makes every token halt together at step 2)."""
+    are drawn wide (the default init makes every token halt together at step 2). ``options``:
+    more of `make_model`'s."""
     torch.manual_seed(seed)
-    model = make_model(20, model=kind, d_model=16, heads=2, d_ff=16, max_depth=5, act_threshold=0.9, dropout=0.0)
+    model = make_model(
+        20, model=kind, d_model=16, heads=2, d_ff=16, max_depth=5, act_threshold=0.9, dropout=0.0, **options
+    )
     halts = [model.encoder.halt] + ([model.decoder_halt] if kind == "universal" else [])
     for halt in halts:
         torch.nn.init.normal_(halt.proj.weight, std=3.0)
@@ -107,14 +110,11 @@ def test_a_classifier_has_steps_on_enc_only_and_the_transformer_none():
 def test_a_steps_edges_keep_their_types():
     """A universal model that reads relative:2 on its encoder: each step's type ids are those of
     its own edges, query minus key clipped at 2, for the queries still pondering."""
-    torch.manual_seed(2)
-    model = make_model(20, model="universal", d_model=16, heads=2, d_ff=16, max_depth=5, enc_edges="bias=relative:2")
-    torch.nn.init.normal_(model.encoder.halt.proj.weight, std=3.0)
-    torch.nn.init.zeros_(model.encoder.halt.proj.bias)
-    maps = step_maps(model.eval(), make_batch(model.make_pool(), SOURCES, TARGETS), "enc", sample=1)
+    model = pondering(enc_edges="bias=relative:2")
+    maps = step_maps(model, make_batch(model.make_pool(), SOURCES, TARGETS), "enc", sample=1)
     assert len(set(maps.ponder.tolist())) > 1
     for s in range(maps.steps):
         step = maps.step(s)
-        derivation, ids = step.types["relative:2"]
+        _, ids = step.types["relative:2"]
         assert torch.equal(ids, (step.queries - step.keys).clamp(-2, 2) + 2)
         assert set(step.queries.tolist()) == set(maps.active[s].nonzero().squeeze(1).tolist())
